@@ -1,0 +1,42 @@
+//! `bib` — the command-line front of bibliotecario. Thin: parsing, config and printing only;
+//! every subcommand delegates to a library crate.
+
+use clap::{Parser, Subcommand};
+
+mod commands;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "bib",
+    version,
+    about = "A local-first librarian for Markdown knowledge bases"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Split Markdown from stdin into sentences.
+    Split(commands::split::Args),
+    /// Print the chunks of one Markdown file.
+    Chunk(commands::chunk::Args),
+    /// Install and list embedding models.
+    Model(commands::model::Args),
+    /// Pack a chat/agent history into a token budget.
+    Pack(commands::pack::Args),
+    /// Run a benchmark and print a report.
+    Bench(commands::bench::Args),
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Split(a) => commands::split::run(a),
+        Command::Chunk(a) => commands::chunk::run(a),
+        Command::Model(a) => commands::model::run(a),
+        Command::Pack(a) => commands::pack::run(a),
+        Command::Bench(a) => commands::bench::run(a),
+    }
+}

@@ -1,0 +1,63 @@
+//! # bib-embed — sentence embeddings behind one trait
+//!
+//! [`Embedder`] is the seam: texts in, unit vectors out. Implementations live in their own
+//! modules (the default pure-Rust USE multilingual v3, an OpenAI-compatible HTTP client, …).
+//! Batching by padded tokens and the content-keyed cache are here too, because every caller
+//! (ingest, trimming, the history packer) needs both.
+
+use bib_text::tokens::TokenCounter;
+
+/// Whether a text is a search query or a passage being indexed. Symmetric models ignore it;
+/// asymmetric ones (e5: `query: ` / `passage: `) prefix accordingly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EmbedKind {
+    Query,
+    Passage,
+}
+
+/// Errors from any embedding backend.
+#[derive(Debug, thiserror::Error)]
+pub enum EmbedError {
+    #[error(
+        "model `{model}` is not installed (looked in {path}); run `bib model install {model}`"
+    )]
+    NotInstalled { model: String, path: String },
+    #[error("model file {path} is invalid: {reason}")]
+    BadModelFile { path: String, reason: String },
+    #[error("embedding endpoint error: {0}")]
+    Endpoint(String),
+    #[error("{0}")]
+    Other(String),
+}
+
+/// A sentence-embedding model.
+pub trait Embedder: Send + Sync {
+    /// Stable identifier, used as part of every cache key (e.g. `use-m3`).
+    fn model_id(&self) -> &str;
+    /// Length of every returned vector.
+    fn dimensions(&self) -> usize;
+    /// Longest input, in the model's own tokens, before truncation.
+    fn max_input_tokens(&self) -> usize;
+    /// The model's tokenizer, for exact token counts.
+    fn tokenizer(&self) -> &dyn TokenCounter;
+    /// Embed a batch. Returns one L2-normalised vector per input, in order.
+    fn embed(&self, texts: &[&str], kind: EmbedKind) -> Result<Vec<Vec<f32>>, EmbedError>;
+}
+
+/// Cosine similarity of two vectors (0 when either is empty or their lengths differ).
+pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
+    if a.len() != b.len() || a.is_empty() {
+        return 0.0;
+    }
+    let (mut dot, mut na, mut nb) = (0.0f32, 0.0f32, 0.0f32);
+    for (x, y) in a.iter().zip(b) {
+        dot += x * y;
+        na += x * x;
+        nb += y * y;
+    }
+    if na == 0.0 || nb == 0.0 {
+        0.0
+    } else {
+        dot / (na.sqrt() * nb.sqrt())
+    }
+}

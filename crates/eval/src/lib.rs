@@ -1,0 +1,1 @@
+//! # bib-eval — TODO: overview (see ARCHITECTURE.md)

@@ -1,0 +1,1 @@
+//! # bib-ingest — TODO: overview (see ARCHITECTURE.md)

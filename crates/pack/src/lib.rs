@@ -1,0 +1,1 @@
+//! # bib-pack — TODO: overview (see ARCHITECTURE.md)

@@ -1,0 +1,1 @@
+//! # bib-retrieve — TODO: overview (see ARCHITECTURE.md)

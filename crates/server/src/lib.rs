@@ -1,0 +1,1 @@
+//! # bib-server — TODO: overview (see ARCHITECTURE.md)

@@ -1,0 +1,1 @@
+//! # bib-store — TODO: overview (see ARCHITECTURE.md)

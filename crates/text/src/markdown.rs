@@ -1,0 +1,1 @@
+//! Markdown structure on pulldown-cmark. OWNER: text helper.
