@@ -26,6 +26,12 @@ enum Command {
     Model(commands::model::Args),
     /// Pack a chat/agent history into a token budget.
     Pack(commands::pack::Args),
+    /// Ingest a directory of Markdown files into the knowledge base.
+    Ingest(commands::ingest::Args),
+    /// List past ingest runs (the audit record).
+    Runs(commands::runs::Args),
+    /// Ask the knowledge base a question.
+    Ask(commands::ask::Args),
     /// Run a benchmark and print a report.
     Bench(commands::bench::Args),
 }
@@ -37,6 +43,9 @@ fn main() -> anyhow::Result<()> {
         Command::Chunk(a) => commands::chunk::run(a),
         Command::Model(a) => commands::model::run(a),
         Command::Pack(a) => commands::pack::run(a),
+        Command::Ingest(a) => commands::ingest::run(a),
+        Command::Runs(a) => commands::runs::run(a),
+        Command::Ask(a) => commands::ask::run(a),
         Command::Bench(a) => commands::bench::run(a),
     }
 }

@@ -1,7 +1,10 @@
 //! One module per subcommand. Each has `Args` (clap) and `run(Args) -> anyhow::Result<()>`.
 
+pub mod ask;
 pub mod bench;
 pub mod chunk;
+pub mod ingest;
 pub mod model;
 pub mod pack;
+pub mod runs;
 pub mod split;

@@ -1,0 +1,8 @@
+//! `bib ingest` — placeholder until its owner lands it.
+
+#[derive(Debug, clap::Args)]
+pub struct Args {}
+
+pub fn run(_args: Args) -> anyhow::Result<()> {
+    anyhow::bail!("`bib ingest` is not available yet")
+}
