@@ -1,0 +1,197 @@
+//! Typed options: the reference's DEFAULTS, one field each, with the measured reason.
+
+use serde::{Deserialize, Serialize};
+
+/// Every knob of the packer. `Default` is the reference's DEFAULTS plus `strict_budget`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct PackOptions {
+    // — retrieval —
+    /// BM25 term-frequency saturation.
+    pub bm25_k1: f64,
+    /// BM25 length normalisation.
+    pub bm25_b: f64,
+    /// Reciprocal-rank-fusion constant.
+    pub rrf_k: f64,
+    /// Use embeddings when an embedder is given (hybrid path).
+    pub semantic: bool,
+    /// At most this many blocks are embedded per pack; the block size follows from it.
+    pub sem_budget: usize,
+    /// Soft recency prior; informative only — recency acts as a tie-break switch (autotune).
+    pub recency_weight: f64,
+    // — redundancy —
+    /// MMR diversity pass. Off: re-measured at 94.9 % with and without (3 projects × 8 seeds,
+    /// budget 3,000) once the elastic window and the fixed splitter left it nothing to decide.
+    pub mmr: bool,
+    /// MMR λ; `None` = measured from the history's redundancy.
+    pub mmr_lambda: Option<f64>,
+    /// MMR candidate count; `None` = budget / 6 clamped to 400..=8000.
+    pub mmr_cand: Option<usize>,
+    /// Collapse exact / near-exact repeated lines (line numbers kept, see `dedup_key`).
+    pub dedup: bool,
+    /// Lines that share a term with the live question are kept first (up to `pin_max`).
+    pub pin_query_terms: bool,
+    /// Cap on pinned lines.
+    pub pin_max: usize,
+    // — budget —
+    /// Demote tool results superseded by a newer result for the same target.
+    pub supersede: bool,
+    /// Stop when the relevant lines run out instead of filling the budget with filler
+    /// (filler was 38 % of the budget at 3,000 and 56 % at 16,000).
+    pub elastic: bool,
+    /// Guaranteed floor for the recent turns, as a fraction of the budget.
+    pub tail_min_frac: f64,
+    /// Head reserve (first messages kept verbatim). 0 = off: on LoCoMo it cost 56.2 % vs 62.5 %.
+    pub head_frac: f64,
+    /// How many trailing turns the recent reserve considers.
+    pub recent: usize,
+    /// Recent-reserve fraction; `None` = derived from compression pressure.
+    pub recent_frac: Option<f64>,
+    /// Messages longer than this (UTF-16 units) are cut in the middle before reserving.
+    pub max_msg_chars: usize,
+    /// No single retrieved line may take more than this fraction of the remaining budget.
+    pub per_line_cap_frac: f64,
+    /// Content prefixes that mark a message as a tool result.
+    pub tool_prefixes: Vec<String>,
+    // — not retrieval —
+    /// Annotate relative dates with the turn's absolute date.
+    pub dates: bool,
+    /// Fallback reference time (epoch ms) for messages without their own; `None` = do not
+    /// annotate them.
+    pub now: Option<i64>,
+    /// Tally card (files read/edited, commands, errors). Off: −1.1 points at budget 3,000.
+    pub summary: bool,
+    /// Card ceiling as a fraction of the budget (below 0.05 the enumeration stops paying).
+    pub summary_frac: f64,
+    // — adaptation —
+    /// Derive the knobs from this history's compression pressure.
+    pub auto: bool,
+    /// Recent-reserve fraction at pressure 0.
+    pub auto_min_pressure: f64,
+    /// Recent-reserve fraction at pressure 1.
+    pub auto_max_pressure: f64,
+    /// Below this pressure, recency breaks ties among irrelevant lines.
+    pub auto_recency_pressure: f64,
+    // — this port —
+    /// Enforce the budget on the real emitted size (markers, truncations and message overhead
+    /// included). The reference estimates markers at 8 tokens (they cost 12) and lets
+    /// truncated lines overshoot: 1,567 tokens on average at budget 1,500. Off = reference
+    /// behaviour, kept for parity checks.
+    pub strict_budget: bool,
+}
+
+impl Default for PackOptions {
+    fn default() -> Self {
+        Self {
+            bm25_k1: 1.2,
+            bm25_b: 0.75,
+            rrf_k: 60.0,
+            semantic: true,
+            sem_budget: 400,
+            recency_weight: 0.15,
+            mmr: false,
+            mmr_lambda: None,
+            mmr_cand: None,
+            dedup: true,
+            pin_query_terms: true,
+            pin_max: 40,
+            supersede: true,
+            elastic: true,
+            tail_min_frac: 0.05,
+            head_frac: 0.0,
+            recent: 6,
+            recent_frac: None,
+            max_msg_chars: 12_000,
+            per_line_cap_frac: 0.5,
+            tool_prefixes: vec!["[resultado".into(), "[Tool result]:".into()],
+            dates: true,
+            now: None,
+            summary: false,
+            summary_frac: 0.05,
+            auto: true,
+            auto_min_pressure: 0.35,
+            auto_max_pressure: 0.80,
+            auto_recency_pressure: 0.25,
+            strict_budget: true,
+        }
+    }
+}
+
+impl PackOptions {
+    /// The reference's behaviour exactly (budget estimated as it does, overshoot included).
+    pub fn reference() -> Self {
+        Self {
+            strict_budget: false,
+            ..Self::default()
+        }
+    }
+
+    pub(crate) fn is_tool(&self, content: &str) -> bool {
+        self.tool_prefixes
+            .iter()
+            .any(|p| content.starts_with(p.as_str()))
+    }
+}
+
+/// Knobs derived from one history (see [`autotune`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Tuned {
+    /// budget / history tokens, clamped to [0, 1]; `None` when autotune is off.
+    pub pressure: Option<f64>,
+    /// Fraction of the budget reserved for the recent turns.
+    pub recent_frac: f64,
+    /// Informative only.
+    pub recency_weight: f64,
+    /// Whether recency orders the irrelevant lines.
+    pub recency_tiebreak: bool,
+    /// Whether the head reserve is on.
+    pub head_on: bool,
+}
+
+/// Knobs from the compression pressure of this history, not from constants.
+///
+/// - Recent reserve: 0.35 → 0.80 of the budget as pressure goes 0 → 1. Under pressure the
+///   search needs the room; with slack, keeping the last turns verbatim is cheap.
+/// - Recency is a switch, not a weight: as a tie-break among irrelevant lines it helped +2.9
+///   at 15.8× history/budget and cost −7.9 at 3.0× (document order keeps passages together).
+///   Threshold measured between 0.17 (neutral) and 0.34 (harmful): 0.25.
+pub fn autotune(history_tok: usize, budget_tok: usize, o: &PackOptions) -> Tuned {
+    if !o.auto {
+        return Tuned {
+            pressure: None,
+            recent_frac: o.recent_frac.unwrap_or(0.55),
+            recency_weight: o.recency_weight,
+            recency_tiebreak: o.recency_weight > 0.0,
+            head_on: o.head_frac > 0.0,
+        };
+    }
+    let pressure = (budget_tok as f64 / history_tok.max(1) as f64).clamp(0.0, 1.0);
+    let recent_frac = o
+        .recent_frac
+        .unwrap_or(o.auto_min_pressure + (o.auto_max_pressure - o.auto_min_pressure) * pressure);
+    Tuned {
+        pressure: Some(pressure),
+        recent_frac,
+        recency_weight: o.recency_weight * (1.0 - pressure),
+        recency_tiebreak: pressure < o.auto_recency_pressure,
+        head_on: o.head_frac > 0.0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn autotune_follows_pressure() {
+        let o = PackOptions::default();
+        let tight = autotune(30_000, 1_500, &o);
+        assert!(tight.recency_tiebreak);
+        assert!((tight.recent_frac - (0.35 + 0.45 * 0.05)).abs() < 1e-12);
+        let loose = autotune(3_000, 1_500, &o);
+        assert!(!loose.recency_tiebreak);
+        assert!((loose.recent_frac - 0.575).abs() < 1e-12);
+        let fits = autotune(1_000, 3_000, &o);
+        assert_eq!(fits.pressure, Some(1.0));
+    }
+}
