@@ -1,1 +1,107 @@
-//! # bib-store — TODO: overview (see ARCHITECTURE.md)
+//! # bib-store — the knowledge base on disk
+//!
+//! One [`Store`] holds a knowledge base: documents (one per Markdown file), their chunks with
+//! embeddings, a BM25 lexical index over the chunks, the ingest-run audit record, the query log
+//! and a content-keyed embedding cache. [`SqliteStore`] is the embedded default (one SQLite file
+//! per knowledge base, WAL mode); a PostgreSQL implementation can follow behind the same trait
+//! and must pass the same [`conformance`] suite.
+//!
+//! ## Guarantees every implementation keeps
+//! - **A document changes atomically.** [`Store::apply_document`] writes a document's row, its
+//!   new and changed chunks (vector + postings) and removes its tail chunks
+//!   (`chunk_index >= chunk_count`) in one transaction, so a query never sees half a document.
+//! - **Lexical scores are real BM25** (k1 = 1.2, b = 0.75) over [`lexical::term_counts`] (the
+//!   shared `bib_text::terms` function, counted), computed with `bib_text::bm25::{idf, tf_factor}`:
+//!   the score of a chunk equals `bib_text::bm25::Bm25Index` built over the same chunks.
+//! - **Filters apply before the top-k cut** in both searches.
+
+pub mod conformance;
+mod error;
+pub mod filter;
+pub mod lexical;
+mod sqlite;
+mod types;
+
+pub use error::StoreError;
+pub use filter::Filter;
+pub use sqlite::{SqliteStore, DEFAULT_STORE_PATH};
+pub use types::*;
+
+/// The storage seam of bibliotecario. Object safe; every method takes `&self` so one store can
+/// be shared between threads (implementations serialise internally).
+pub trait Store: Send + Sync {
+    /// Short backend name (`sqlite`, `postgres`).
+    fn backend(&self) -> &'static str;
+    /// Where the store lives (file path or connection URL without secrets).
+    fn location(&self) -> String;
+
+    // ── documents and chunks ────────────────────────────────────────────────────────────
+    /// All documents, ordered by path.
+    fn documents(&self) -> Result<Vec<DocRecord>, StoreError>;
+    /// The state of every stored chunk (no text, no vector), ordered by (path, chunk_index).
+    /// Ingest diffs against it to decide what to skip.
+    fn chunk_states(&self) -> Result<Vec<ChunkState>, StoreError>;
+    /// Atomically create or replace one document: upsert its row (keyed by path), upsert the
+    /// given chunks by (document, chunk_index), and delete its chunks with
+    /// `chunk_index >= change.chunk_count`. Chunks not in `upserts` but below `chunk_count`
+    /// are left as they are (they were unchanged).
+    fn apply_document(&self, change: &DocumentChange) -> Result<ApplyOutcome, StoreError>;
+    /// Atomically delete documents (by path) with all their chunks. Returns chunks deleted.
+    fn remove_documents(&self, paths: &[String]) -> Result<u64, StoreError>;
+    /// Fetch chunks by id, in the order asked; unknown ids are skipped.
+    fn get_chunks(&self, ids: &[ChunkId]) -> Result<Vec<ChunkRecord>, StoreError>;
+    /// Stored vectors of the given chunks (same order as asked; unknown ids skipped).
+    fn get_vectors(&self, ids: &[ChunkId]) -> Result<Vec<(ChunkId, Vec<f32>)>, StoreError>;
+
+    // ── search ─────────────────────────────────────────────────────────────────────────
+    /// The `limit` best chunks by BM25 for `query` among those passing `filter`, best first
+    /// (ties by chunk id). Chunks sharing no term with the query are not returned.
+    fn bm25_search(
+        &self,
+        query: &str,
+        limit: usize,
+        filter: &Filter,
+    ) -> Result<Vec<Hit>, StoreError>;
+    /// The `limit` chunks with the highest cosine to `query` among those passing `filter`,
+    /// best first (exact search; ties by chunk id). Chunks whose vector has another length
+    /// are ignored.
+    fn vector_search(
+        &self,
+        query: &[f32],
+        limit: usize,
+        filter: &Filter,
+    ) -> Result<Vec<Hit>, StoreError>;
+    /// Corpus statistics of the lexical index.
+    fn lexical_stats(&self) -> Result<LexicalStats, StoreError>;
+
+    // ── embedding cache ────────────────────────────────────────────────────────────────
+    /// Vectors already known for `(model_id, content_hash)`: from stored chunks or the cache.
+    fn cached_vectors(
+        &self,
+        model_id: &str,
+        hashes: &[String],
+    ) -> Result<Vec<(String, Vec<f32>)>, StoreError>;
+    /// Remember vectors by `(model_id, content_hash)`.
+    fn cache_vectors(&self, model_id: &str, items: &[(String, Vec<f32>)])
+        -> Result<(), StoreError>;
+
+    // ── audit, runs, query log ─────────────────────────────────────────────────────────
+    /// Check the store's internal coherence.
+    fn audit(&self) -> Result<AuditReport, StoreError>;
+    /// Record the start of an ingest run; returns its id. Earlier runs still `running` are
+    /// marked `interrupted`.
+    fn begin_run(&self, record: &serde_json::Value) -> Result<i64, StoreError>;
+    /// Store the final record and status of a run.
+    fn finish_run(
+        &self,
+        id: i64,
+        status: &str,
+        record: &serde_json::Value,
+    ) -> Result<(), StoreError>;
+    /// The last `limit` runs, newest first.
+    fn runs(&self, limit: usize) -> Result<Vec<RunRow>, StoreError>;
+    /// Append one query to the query log; returns its id.
+    fn log_query(&self, entry: &QueryLogEntry) -> Result<i64, StoreError>;
+    /// The last `limit` logged queries, newest first.
+    fn recent_queries(&self, limit: usize) -> Result<Vec<QueryLogEntry>, StoreError>;
+}

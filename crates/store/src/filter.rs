@@ -1,0 +1,107 @@
+//! Metadata filters applied by the store *before* the top-k cut.
+//!
+//! A [`Filter`] is a conjunction: an optional path prefix (plain string prefix of the
+//! normalized path) and front-matter `key = value` conditions. A field matches when its value
+//! is that string, or, for a list field, when any element is; numbers and booleans compare by
+//! their JSON text; a document lacking the field does not match. These are the same semantics
+//! as `bib_retrieve::Filter`, so an adapter is a field-by-field copy.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// A conjunction of conditions. The default filter matches everything.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Filter {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path_prefix: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fields: Vec<(String, String)>,
+}
+
+impl Filter {
+    /// Matches everything.
+    pub fn none() -> Self {
+        Self::default()
+    }
+
+    /// Only documents whose path starts with `prefix`.
+    pub fn path_prefix(prefix: impl Into<String>) -> Self {
+        Self {
+            path_prefix: Some(prefix.into()),
+            fields: Vec::new(),
+        }
+    }
+
+    /// Add a front-matter condition.
+    pub fn with_field(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.fields.push((key.into(), value.into()));
+        self
+    }
+
+    /// Whether the filter has no condition.
+    pub fn is_empty(&self) -> bool {
+        self.path_prefix.is_none() && self.fields.is_empty()
+    }
+
+    /// Whether a document with this path and front-matter passes.
+    pub fn matches(&self, path: &str, metadata: &Value) -> bool {
+        if let Some(p) = &self.path_prefix {
+            if !path.starts_with(p.as_str()) {
+                return false;
+            }
+        }
+        self.fields
+            .iter()
+            .all(|(k, want)| metadata_matches(metadata, k, want))
+    }
+}
+
+/// Whether front-matter `metadata` has field `key` equal to (or, for a list, containing) `want`.
+pub fn metadata_matches(metadata: &Value, key: &str, want: &str) -> bool {
+    metadata.get(key).is_some_and(|v| value_matches(v, want))
+}
+
+fn value_matches(v: &Value, want: &str) -> bool {
+    match v {
+        Value::String(s) => s == want,
+        Value::Array(items) => items.iter().any(|i| value_matches(i, want)),
+        Value::Null | Value::Object(_) => false,
+        // Numbers and booleans compare by their JSON text, like `bib_retrieve::Filter`.
+        other => json_text(other) == want,
+    }
+}
+
+fn json_text(v: &Value) -> String {
+    v.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn matching_rules() {
+        let meta =
+            json!({"app": "core", "tags": ["nuget", "cli"], "draft": false, "n": 3, "o": {"a": 1}});
+        let f = |p: Option<&str>, kv: &[(&str, &str)]| Filter {
+            path_prefix: p.map(str::to_string),
+            fields: kv
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        };
+        assert!(f(None, &[]).matches("a.md", &meta));
+        assert!(f(None, &[("app", "core")]).matches("a.md", &meta));
+        assert!(!f(None, &[("app", "web")]).matches("a.md", &meta));
+        assert!(f(None, &[("tags", "cli")]).matches("a.md", &meta));
+        assert!(!f(None, &[("tags", "x")]).matches("a.md", &meta));
+        assert!(f(None, &[("draft", "false")]).matches("a.md", &meta));
+        assert!(f(None, &[("n", "3")]).matches("a.md", &meta));
+        assert!(!f(None, &[("o", "1")]).matches("a.md", &meta));
+        assert!(!f(None, &[("missing", "x")]).matches("a.md", &meta));
+        assert!(f(Some("guides/"), &[("app", "core")]).matches("guides/x.md", &meta));
+        assert!(!f(Some("guides/"), &[]).matches("api/x.md", &meta));
+        assert!(!f(None, &[("app", "core")]).matches("a.md", &Value::Null));
+    }
+}

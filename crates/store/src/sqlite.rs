@@ -1,0 +1,1163 @@
+//! The embedded default: one SQLite file per knowledge base (bundled SQLite, WAL mode).
+//!
+//! Layout: `documents` (one row per file, keyed by path), `chunks` (unique per
+//! `(node_id, chunk_index)`, vector as a little-endian `f32` blob, `lex_len` = BM25 length),
+//! `postings` (`term`, `chunk_id`, `node_id`, `tf`, `dl`; clustered by term so one term's
+//! postings are one range read), `lex_stats` (chunk count and total length, kept exact by
+//! triggers inside the same transactions), `embed_cache`, `runs`, `query_log`.
+//!
+//! BM25 reads the postings of the query's terms only; vector search keeps every vector in
+//! memory after the first query and reloads when the database changed (own writes or another
+//! connection's commits, seen through `PRAGMA data_version`).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bib_text::bm25::{idf, tf_factor, Bm25Params};
+use bib_text::terms::terms;
+use rusqlite::{params, Connection, OptionalExtension, Transaction};
+use serde_json::Value;
+
+use crate::lexical::term_counts;
+use crate::{
+    qualified_name, ApplyOutcome, AuditReport, ChunkId, ChunkRecord, ChunkState, DocRecord,
+    DocumentChange, Filter, Hit, LexicalStats, NodeId, QueryLogEntry, RunRow, Store, StoreError,
+};
+
+/// Default location of a knowledge base, relative to the working directory.
+pub const DEFAULT_STORE_PATH: &str = ".bib/kb.sqlite";
+
+const SCHEMA_VERSION: i64 = 1;
+
+const SCHEMA: &str = r#"
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS documents (
+    node_id        INTEGER PRIMARY KEY,
+    qualified_name TEXT NOT NULL UNIQUE,
+    path           TEXT NOT NULL UNIQUE,
+    title          TEXT NOT NULL,
+    metadata       TEXT NOT NULL,
+    content_hash   TEXT NOT NULL,
+    chunk_count    INTEGER NOT NULL,
+    updated_at_ms  INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS chunks (
+    id              INTEGER PRIMARY KEY,
+    node_id         INTEGER NOT NULL REFERENCES documents(node_id) ON DELETE CASCADE,
+    chunk_index     INTEGER NOT NULL,
+    prefix          TEXT NOT NULL,
+    heading_path    TEXT NOT NULL,
+    content         TEXT NOT NULL,
+    content_hash    TEXT NOT NULL,
+    tokens_estimate INTEGER NOT NULL,
+    tokens_model    INTEGER NOT NULL,
+    span_start      INTEGER NOT NULL,
+    span_end        INTEGER NOT NULL,
+    model_id        TEXT NOT NULL,
+    dims            INTEGER NOT NULL,
+    embedding       BLOB NOT NULL,
+    lex_len         INTEGER NOT NULL,
+    UNIQUE (node_id, chunk_index)
+);
+CREATE INDEX IF NOT EXISTS chunks_by_hash ON chunks (model_id, content_hash);
+CREATE TABLE IF NOT EXISTS postings (
+    term     TEXT NOT NULL,
+    chunk_id INTEGER NOT NULL REFERENCES chunks(id) ON DELETE CASCADE,
+    node_id  INTEGER NOT NULL,
+    tf       INTEGER NOT NULL,
+    dl       INTEGER NOT NULL,
+    PRIMARY KEY (term, chunk_id)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS postings_by_chunk ON postings (chunk_id);
+CREATE TABLE IF NOT EXISTS lex_stats (
+    id        INTEGER PRIMARY KEY CHECK (id = 1),
+    n_chunks  INTEGER NOT NULL,
+    total_len INTEGER NOT NULL
+);
+INSERT OR IGNORE INTO lex_stats (id, n_chunks, total_len) VALUES (1, 0, 0);
+CREATE TRIGGER IF NOT EXISTS chunks_ai AFTER INSERT ON chunks BEGIN
+    UPDATE lex_stats SET n_chunks = n_chunks + 1, total_len = total_len + new.lex_len WHERE id = 1;
+END;
+CREATE TRIGGER IF NOT EXISTS chunks_ad AFTER DELETE ON chunks BEGIN
+    UPDATE lex_stats SET n_chunks = n_chunks - 1, total_len = total_len - old.lex_len WHERE id = 1;
+END;
+CREATE TRIGGER IF NOT EXISTS chunks_au AFTER UPDATE OF lex_len ON chunks BEGIN
+    UPDATE lex_stats SET total_len = total_len - old.lex_len + new.lex_len WHERE id = 1;
+END;
+CREATE TABLE IF NOT EXISTS embed_cache (
+    model_id     TEXT NOT NULL,
+    content_hash TEXT NOT NULL,
+    vector       BLOB NOT NULL,
+    PRIMARY KEY (model_id, content_hash)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS runs (
+    id             INTEGER PRIMARY KEY,
+    started_at_ms  INTEGER NOT NULL,
+    finished_at_ms INTEGER,
+    status         TEXT NOT NULL,
+    record         TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS query_log (
+    id     INTEGER PRIMARY KEY,
+    at_ms  INTEGER NOT NULL,
+    query  TEXT NOT NULL,
+    mode   TEXT NOT NULL,
+    record TEXT NOT NULL
+);
+"#;
+
+/// Vectors held in memory for exact search.
+struct VectorCache {
+    version: (i64, u64),
+    /// (chunk id, node id, unit vector)
+    rows: Vec<(ChunkId, NodeId, Vec<f32>)>,
+}
+
+/// The SQLite store. Cheap to share behind an `Arc`; one connection, serialised by a mutex.
+pub struct SqliteStore {
+    conn: Mutex<Connection>,
+    location: String,
+    own_writes: AtomicU64,
+    vectors: Mutex<Option<Arc<VectorCache>>>,
+}
+
+impl std::fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteStore")
+            .field("location", &self.location)
+            .finish()
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+fn vec_to_blob(v: &[f32]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(v.len() * 4);
+    for x in v {
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    out
+}
+
+fn blob_to_vec(b: &[u8]) -> Result<Vec<f32>, StoreError> {
+    if b.len() % 4 != 0 {
+        return Err(StoreError::Corrupt {
+            what: "embedding".into(),
+            reason: format!("blob of {} bytes is not a multiple of 4", b.len()),
+        });
+    }
+    Ok(b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect())
+}
+
+fn parse_json(what: &str, s: &str) -> Result<Value, StoreError> {
+    serde_json::from_str(s).map_err(|e| StoreError::Corrupt {
+        what: what.to_string(),
+        reason: e.to_string(),
+    })
+}
+
+fn to_u32(x: i64) -> u32 {
+    u32::try_from(x).unwrap_or(0)
+}
+
+fn unit(v: &[f32]) -> Vec<f32> {
+    let n: f32 = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    if n == 0.0 || !n.is_finite() {
+        return vec![0.0; v.len()];
+    }
+    v.iter().map(|x| x / n).collect()
+}
+
+impl SqliteStore {
+    /// Open (creating if needed, with parent directories) the store at `path`.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
+        let path = path.as_ref();
+        let shown = path.display().to_string();
+        if let Some(parent) = path.parent() {
+            if !parent.as_os_str().is_empty() {
+                std::fs::create_dir_all(parent).map_err(|e| StoreError::Open {
+                    path: shown.clone(),
+                    reason: format!("cannot create directory {}: {e}", parent.display()),
+                })?;
+            }
+        }
+        let conn = Connection::open(path).map_err(|e| StoreError::Open {
+            path: shown.clone(),
+            reason: e.to_string(),
+        })?;
+        Self::init(conn, shown, true)
+    }
+
+    /// A private in-memory store (tests, benchmarks).
+    pub fn open_in_memory() -> Result<Self, StoreError> {
+        let conn = Connection::open_in_memory().map_err(|e| StoreError::Open {
+            path: ":memory:".into(),
+            reason: e.to_string(),
+        })?;
+        Self::init(conn, ":memory:".into(), false)
+    }
+
+    fn init(conn: Connection, location: String, wal: bool) -> Result<Self, StoreError> {
+        let open_err = |e: rusqlite::Error| StoreError::Open {
+            path: location.clone(),
+            reason: e.to_string(),
+        };
+        conn.busy_timeout(std::time::Duration::from_secs(30))
+            .map_err(open_err)?;
+        if wal {
+            let mode: String = conn
+                .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
+                .map_err(open_err)?;
+            if !mode.eq_ignore_ascii_case("wal") {
+                return Err(StoreError::Open {
+                    path: location,
+                    reason: format!("could not switch to WAL mode (got {mode})"),
+                });
+            }
+        }
+        conn.execute_batch("PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;")
+            .map_err(open_err)?;
+        conn.execute_batch(&format!("BEGIN IMMEDIATE; {SCHEMA} COMMIT;"))
+            .map_err(open_err)?;
+        let found: Option<String> = conn
+            .query_row(
+                "SELECT value FROM meta WHERE key = 'schema_version'",
+                [],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(open_err)?;
+        match found {
+            None => {
+                conn.execute(
+                    "INSERT INTO meta (key, value) VALUES ('schema_version', ?1)",
+                    params![SCHEMA_VERSION.to_string()],
+                )
+                .map_err(open_err)?;
+            }
+            Some(v) => {
+                let found = v.parse::<i64>().unwrap_or(-1);
+                if found != SCHEMA_VERSION {
+                    return Err(StoreError::Schema {
+                        path: location,
+                        found,
+                        expected: SCHEMA_VERSION,
+                    });
+                }
+            }
+        }
+        Ok(Self {
+            conn: Mutex::new(conn),
+            location,
+            own_writes: AtomicU64::new(0),
+            vectors: Mutex::new(None),
+        })
+    }
+
+    /// The file (or `:memory:`) this store lives in.
+    pub fn path(&self) -> PathBuf {
+        PathBuf::from(&self.location)
+    }
+
+    fn conn(&self) -> MutexGuard<'_, Connection> {
+        // A poisoned lock only means another thread panicked mid-call; SQLite rolled back any
+        // open transaction when its guard dropped, so the connection is still usable.
+        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn wrote(&self) {
+        self.own_writes.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn version(&self, conn: &Connection) -> Result<(i64, u64), StoreError> {
+        let dv: i64 = conn
+            .query_row("PRAGMA data_version", [], |r| r.get(0))
+            .map_err(StoreError::sqlite("data_version"))?;
+        Ok((dv, self.own_writes.load(Ordering::SeqCst)))
+    }
+
+    /// Node ids passing `filter`, or `None` when the filter is empty.
+    fn allowed_nodes(
+        conn: &Connection,
+        filter: &Filter,
+    ) -> Result<Option<std::collections::HashSet<NodeId>>, StoreError> {
+        if filter.is_empty() {
+            return Ok(None);
+        }
+        let prefix = filter.path_prefix.clone().unwrap_or_default();
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT node_id, path, metadata FROM documents WHERE substr(path, 1, ?1) = ?2",
+            )
+            .map_err(StoreError::sqlite("filter"))?;
+        let rows = stmt
+            .query_map(params![prefix.chars().count() as i64, prefix], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                ))
+            })
+            .map_err(StoreError::sqlite("filter"))?;
+        let mut out = std::collections::HashSet::new();
+        for row in rows {
+            let (id, path, meta) = row.map_err(StoreError::sqlite("filter"))?;
+            let meta = if filter.fields.is_empty() {
+                Value::Null
+            } else {
+                parse_json("document metadata", &meta)?
+            };
+            if filter.matches(&path, &meta) {
+                out.insert(id);
+            }
+        }
+        Ok(Some(out))
+    }
+
+    fn hits_from(conn: &Connection, scored: Vec<(ChunkId, f64)>) -> Result<Vec<Hit>, StoreError> {
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT c.node_id, c.chunk_index, d.path FROM chunks c \
+                 JOIN documents d ON d.node_id = c.node_id WHERE c.id = ?1",
+            )
+            .map_err(StoreError::sqlite("hits"))?;
+        let mut out = Vec::with_capacity(scored.len());
+        for (id, score) in scored {
+            let row = stmt
+                .query_row(params![id], |r| {
+                    Ok((
+                        r.get::<_, i64>(0)?,
+                        r.get::<_, i64>(1)?,
+                        r.get::<_, String>(2)?,
+                    ))
+                })
+                .optional()
+                .map_err(StoreError::sqlite("hits"))?;
+            if let Some((node_id, idx, path)) = row {
+                out.push(Hit {
+                    chunk_id: id,
+                    node_id,
+                    path,
+                    chunk_index: to_u32(idx),
+                    score,
+                    rank: out.len() + 1,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    fn load_vectors(&self, conn: &Connection) -> Result<Arc<VectorCache>, StoreError> {
+        let version = self.version(conn)?;
+        {
+            let guard = self.vectors.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(c) = guard.as_ref() {
+                if c.version == version {
+                    return Ok(c.clone());
+                }
+            }
+        }
+        let mut stmt = conn
+            .prepare_cached("SELECT id, node_id, embedding FROM chunks ORDER BY id")
+            .map_err(StoreError::sqlite("load vectors"))?;
+        let mut rows = stmt.query([]).map_err(StoreError::sqlite("load vectors"))?;
+        let mut out = Vec::new();
+        while let Some(r) = rows.next().map_err(StoreError::sqlite("load vectors"))? {
+            let id: i64 = r.get(0).map_err(StoreError::sqlite("load vectors"))?;
+            let node: i64 = r.get(1).map_err(StoreError::sqlite("load vectors"))?;
+            let blob: Vec<u8> = r.get(2).map_err(StoreError::sqlite("load vectors"))?;
+            out.push((id, node, unit(&blob_to_vec(&blob)?)));
+        }
+        let cache = Arc::new(VectorCache { version, rows: out });
+        *self.vectors.lock().unwrap_or_else(|p| p.into_inner()) = Some(cache.clone());
+        Ok(cache)
+    }
+
+    fn apply_in(tx: &Transaction<'_>, change: &DocumentChange) -> Result<ApplyOutcome, StoreError> {
+        let e = StoreError::sqlite;
+        let meta = serde_json::to_string(&change.metadata)
+            .map_err(|err| StoreError::Invalid(format!("metadata of {}: {err}", change.path)))?;
+        let existing: Option<i64> = tx
+            .query_row(
+                "SELECT node_id FROM documents WHERE path = ?1",
+                params![change.path],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(e("find document"))?;
+        let mut out = ApplyOutcome::default();
+        let node_id = match existing {
+            Some(id) => {
+                tx.execute(
+                    "UPDATE documents SET title = ?2, metadata = ?3, content_hash = ?4, \
+                     chunk_count = ?5, updated_at_ms = ?6 WHERE node_id = ?1",
+                    params![
+                        id,
+                        change.title,
+                        meta,
+                        change.content_hash,
+                        change.chunk_count,
+                        now_ms()
+                    ],
+                )
+                .map_err(e("update document"))?;
+                id
+            }
+            None => {
+                tx.execute(
+                    "INSERT INTO documents (qualified_name, path, title, metadata, content_hash, \
+                     chunk_count, updated_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                    params![
+                        qualified_name(&change.path),
+                        change.path,
+                        change.title,
+                        meta,
+                        change.content_hash,
+                        change.chunk_count,
+                        now_ms()
+                    ],
+                )
+                .map_err(e("insert document"))?;
+                out.document_created = true;
+                tx.last_insert_rowid()
+            }
+        };
+        out.node_id = node_id;
+        let mut find = tx
+            .prepare_cached("SELECT id FROM chunks WHERE node_id = ?1 AND chunk_index = ?2")
+            .map_err(e("find chunk"))?;
+        let mut del_post = tx
+            .prepare_cached("DELETE FROM postings WHERE chunk_id = ?1")
+            .map_err(e("delete postings"))?;
+        let mut ins_post = tx
+            .prepare_cached(
+                "INSERT INTO postings (term, chunk_id, node_id, tf, dl) VALUES (?1, ?2, ?3, ?4, ?5)",
+            )
+            .map_err(e("insert postings"))?;
+        for c in &change.upserts {
+            let counts = term_counts(&c.text());
+            let lex_len: u64 = counts.iter().map(|(_, n)| u64::from(*n)).sum();
+            let heading = serde_json::to_string(&c.heading_path).unwrap_or_else(|_| "[]".into());
+            let blob = vec_to_blob(&c.embedding);
+            let old: Option<i64> = find
+                .query_row(params![node_id, c.chunk_index], |r| r.get(0))
+                .optional()
+                .map_err(e("find chunk"))?;
+            let id = match old {
+                Some(id) => {
+                    tx.execute(
+                        "UPDATE chunks SET prefix = ?2, heading_path = ?3, content = ?4, \
+                         content_hash = ?5, tokens_estimate = ?6, tokens_model = ?7, \
+                         span_start = ?8, span_end = ?9, model_id = ?10, dims = ?11, \
+                         embedding = ?12, lex_len = ?13 WHERE id = ?1",
+                        params![
+                            id,
+                            c.prefix,
+                            heading,
+                            c.content,
+                            c.content_hash,
+                            c.tokens_estimate,
+                            c.tokens_model,
+                            c.span_start as i64,
+                            c.span_end as i64,
+                            c.model_id,
+                            c.embedding.len() as i64,
+                            blob,
+                            lex_len as i64
+                        ],
+                    )
+                    .map_err(e("update chunk"))?;
+                    del_post
+                        .execute(params![id])
+                        .map_err(e("delete postings"))?;
+                    out.updated += 1;
+                    id
+                }
+                None => {
+                    tx.execute(
+                        "INSERT INTO chunks (node_id, chunk_index, prefix, heading_path, content, \
+                         content_hash, tokens_estimate, tokens_model, span_start, span_end, \
+                         model_id, dims, embedding, lex_len) \
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+                        params![
+                            node_id,
+                            c.chunk_index,
+                            c.prefix,
+                            heading,
+                            c.content,
+                            c.content_hash,
+                            c.tokens_estimate,
+                            c.tokens_model,
+                            c.span_start as i64,
+                            c.span_end as i64,
+                            c.model_id,
+                            c.embedding.len() as i64,
+                            blob,
+                            lex_len as i64
+                        ],
+                    )
+                    .map_err(e("insert chunk"))?;
+                    out.created += 1;
+                    tx.last_insert_rowid()
+                }
+            };
+            for (term, tf) in &counts {
+                ins_post
+                    .execute(params![term, id, node_id, tf, lex_len as i64])
+                    .map_err(e("insert postings"))?;
+            }
+        }
+        tx.execute(
+            "DELETE FROM postings WHERE chunk_id IN \
+             (SELECT id FROM chunks WHERE node_id = ?1 AND chunk_index >= ?2)",
+            params![node_id, change.chunk_count],
+        )
+        .map_err(e("prune postings"))?;
+        let pruned = tx
+            .execute(
+                "DELETE FROM chunks WHERE node_id = ?1 AND chunk_index >= ?2",
+                params![node_id, change.chunk_count],
+            )
+            .map_err(e("prune chunks"))?;
+        out.pruned = pruned as u32;
+        Ok(out)
+    }
+}
+
+fn validate(change: &DocumentChange) -> Result<(), StoreError> {
+    if change.path.is_empty() {
+        return Err(StoreError::Invalid("document path is empty".into()));
+    }
+    let mut seen = std::collections::HashSet::new();
+    for c in &change.upserts {
+        if c.chunk_index >= change.chunk_count {
+            return Err(StoreError::Invalid(format!(
+                "{}: chunk_index {} is not below chunk_count {}",
+                change.path, c.chunk_index, change.chunk_count
+            )));
+        }
+        if !seen.insert(c.chunk_index) {
+            return Err(StoreError::Invalid(format!(
+                "{}: chunk_index {} given twice",
+                change.path, c.chunk_index
+            )));
+        }
+        if c.embedding.is_empty() || c.embedding.iter().any(|x| !x.is_finite()) {
+            return Err(StoreError::Invalid(format!(
+                "{}: chunk {} has an empty or non-finite embedding",
+                change.path, c.chunk_index
+            )));
+        }
+    }
+    Ok(())
+}
+
+impl Store for SqliteStore {
+    fn backend(&self) -> &'static str {
+        "sqlite"
+    }
+
+    fn location(&self) -> String {
+        self.location.clone()
+    }
+
+    fn documents(&self) -> Result<Vec<DocRecord>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT node_id, qualified_name, path, title, metadata, content_hash, chunk_count \
+                 FROM documents ORDER BY path",
+            )
+            .map_err(StoreError::sqlite("documents"))?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, String>(1)?,
+                    r.get::<_, String>(2)?,
+                    r.get::<_, String>(3)?,
+                    r.get::<_, String>(4)?,
+                    r.get::<_, String>(5)?,
+                    r.get::<_, i64>(6)?,
+                ))
+            })
+            .map_err(StoreError::sqlite("documents"))?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (node_id, qn, path, title, meta, hash, n) =
+                row.map_err(StoreError::sqlite("documents"))?;
+            out.push(DocRecord {
+                node_id,
+                qualified_name: qn,
+                path,
+                title,
+                metadata: parse_json("document metadata", &meta)?,
+                content_hash: hash,
+                chunk_count: to_u32(n),
+            });
+        }
+        Ok(out)
+    }
+
+    fn chunk_states(&self) -> Result<Vec<ChunkState>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT d.path, c.node_id, c.chunk_index, c.content_hash, c.model_id FROM chunks c \
+                 JOIN documents d ON d.node_id = c.node_id ORDER BY d.path, c.chunk_index",
+            )
+            .map_err(StoreError::sqlite("chunk states"))?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok(ChunkState {
+                    path: r.get(0)?,
+                    node_id: r.get(1)?,
+                    chunk_index: to_u32(r.get(2)?),
+                    content_hash: r.get(3)?,
+                    model_id: r.get(4)?,
+                })
+            })
+            .map_err(StoreError::sqlite("chunk states"))?;
+        rows.collect::<Result<Vec<_>, _>>()
+            .map_err(StoreError::sqlite("chunk states"))
+    }
+
+    fn apply_document(&self, change: &DocumentChange) -> Result<ApplyOutcome, StoreError> {
+        validate(change)?;
+        let mut conn = self.conn();
+        let tx = conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(StoreError::sqlite("begin"))?;
+        let out = Self::apply_in(&tx, change)?;
+        tx.commit().map_err(StoreError::sqlite("commit"))?;
+        self.wrote();
+        Ok(out)
+    }
+
+    fn remove_documents(&self, paths: &[String]) -> Result<u64, StoreError> {
+        if paths.is_empty() {
+            return Ok(0);
+        }
+        let e = StoreError::sqlite;
+        let mut conn = self.conn();
+        let tx = conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(e("begin"))?;
+        let mut removed = 0u64;
+        for p in paths {
+            let id: Option<i64> = tx
+                .query_row(
+                    "SELECT node_id FROM documents WHERE path = ?1",
+                    params![p],
+                    |r| r.get(0),
+                )
+                .optional()
+                .map_err(e("find document"))?;
+            let Some(id) = id else { continue };
+            tx.execute("DELETE FROM postings WHERE node_id = ?1", params![id])
+                .map_err(e("delete postings"))?;
+            removed += tx
+                .execute("DELETE FROM chunks WHERE node_id = ?1", params![id])
+                .map_err(e("delete chunks"))? as u64;
+            tx.execute("DELETE FROM documents WHERE node_id = ?1", params![id])
+                .map_err(e("delete document"))?;
+        }
+        tx.commit().map_err(e("commit"))?;
+        self.wrote();
+        Ok(removed)
+    }
+
+    fn get_chunks(&self, ids: &[ChunkId]) -> Result<Vec<ChunkRecord>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT c.id, c.node_id, d.path, d.title, d.metadata, c.chunk_index, c.prefix, \
+                 c.heading_path, c.content, c.content_hash, c.tokens_estimate, c.tokens_model, \
+                 c.span_start, c.span_end, c.model_id \
+                 FROM chunks c JOIN documents d ON d.node_id = c.node_id WHERE c.id = ?1",
+            )
+            .map_err(StoreError::sqlite("get chunks"))?;
+        let mut out = Vec::with_capacity(ids.len());
+        for id in ids {
+            let row = stmt
+                .query_row(params![id], |r| {
+                    Ok((
+                        r.get::<_, i64>(0)?,
+                        r.get::<_, i64>(1)?,
+                        r.get::<_, String>(2)?,
+                        r.get::<_, String>(3)?,
+                        r.get::<_, String>(4)?,
+                        r.get::<_, i64>(5)?,
+                        r.get::<_, String>(6)?,
+                        r.get::<_, String>(7)?,
+                        r.get::<_, String>(8)?,
+                        r.get::<_, String>(9)?,
+                        r.get::<_, i64>(10)?,
+                        r.get::<_, i64>(11)?,
+                        r.get::<_, i64>(12)?,
+                        r.get::<_, i64>(13)?,
+                        r.get::<_, String>(14)?,
+                    ))
+                })
+                .optional()
+                .map_err(StoreError::sqlite("get chunks"))?;
+            let Some(r) = row else { continue };
+            let heading: Vec<String> =
+                serde_json::from_str(&r.7).map_err(|err| StoreError::Corrupt {
+                    what: "heading path".into(),
+                    reason: err.to_string(),
+                })?;
+            out.push(ChunkRecord {
+                id: r.0,
+                node_id: r.1,
+                path: r.2,
+                title: r.3,
+                metadata: parse_json("document metadata", &r.4)?,
+                chunk_index: to_u32(r.5),
+                prefix: r.6,
+                heading_path: heading,
+                content: r.8,
+                content_hash: r.9,
+                tokens_estimate: to_u32(r.10),
+                tokens_model: to_u32(r.11),
+                span_start: r.12.max(0) as u64,
+                span_end: r.13.max(0) as u64,
+                model_id: r.14,
+            });
+        }
+        Ok(out)
+    }
+
+    fn get_vectors(&self, ids: &[ChunkId]) -> Result<Vec<(ChunkId, Vec<f32>)>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn
+            .prepare_cached("SELECT embedding FROM chunks WHERE id = ?1")
+            .map_err(StoreError::sqlite("get vectors"))?;
+        let mut out = Vec::new();
+        for id in ids {
+            let blob: Option<Vec<u8>> = stmt
+                .query_row(params![id], |r| r.get(0))
+                .optional()
+                .map_err(StoreError::sqlite("get vectors"))?;
+            if let Some(b) = blob {
+                out.push((*id, blob_to_vec(&b)?));
+            }
+        }
+        Ok(out)
+    }
+
+    fn bm25_search(
+        &self,
+        query: &str,
+        limit: usize,
+        filter: &Filter,
+    ) -> Result<Vec<Hit>, StoreError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let q = terms(query);
+        if q.is_empty() {
+            return Ok(Vec::new());
+        }
+        let conn = self.conn();
+        let allowed = Self::allowed_nodes(&conn, filter)?;
+        let (n, total): (i64, i64) = conn
+            .query_row(
+                "SELECT n_chunks, total_len FROM lex_stats WHERE id = 1",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .map_err(StoreError::sqlite("lexical stats"))?;
+        let stats = LexicalStats {
+            chunks: n.max(0) as u64,
+            total_len: total.max(0) as u64,
+            terms: 0,
+        };
+        let avg = stats.avg_len();
+        let params_bm25 = Bm25Params::default();
+        let mut stmt = conn
+            .prepare_cached("SELECT chunk_id, node_id, tf, dl FROM postings WHERE term = ?1")
+            .map_err(StoreError::sqlite("bm25"))?;
+        let mut scores: HashMap<ChunkId, f64> = HashMap::new();
+        let mut rows_buf: Vec<(i64, i64, i64, i64)> = Vec::new();
+        for t in &q {
+            rows_buf.clear();
+            let rows = stmt
+                .query_map(params![t], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+                })
+                .map_err(StoreError::sqlite("bm25"))?;
+            for row in rows {
+                rows_buf.push(row.map_err(StoreError::sqlite("bm25"))?);
+            }
+            if rows_buf.is_empty() {
+                continue;
+            }
+            let w = idf(stats.chunks as usize, rows_buf.len());
+            for &(cid, node, tf, dl) in &rows_buf {
+                if let Some(a) = &allowed {
+                    if !a.contains(&node) {
+                        continue;
+                    }
+                }
+                let s = w * tf_factor(tf as f64, dl as f64, avg, params_bm25);
+                *scores.entry(cid).or_insert(0.0) += s;
+            }
+        }
+        let mut scored: Vec<(ChunkId, f64)> = scores.into_iter().collect();
+        scored.sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        scored.truncate(limit);
+        Self::hits_from(&conn, scored)
+    }
+
+    fn vector_search(
+        &self,
+        query: &[f32],
+        limit: usize,
+        filter: &Filter,
+    ) -> Result<Vec<Hit>, StoreError> {
+        if limit == 0 || query.is_empty() {
+            return Ok(Vec::new());
+        }
+        let conn = self.conn();
+        let allowed = Self::allowed_nodes(&conn, filter)?;
+        let cache = self.load_vectors(&conn)?;
+        let q = unit(query);
+        let mut scored: Vec<(ChunkId, f64)> = Vec::new();
+        for (id, node, v) in &cache.rows {
+            if v.len() != q.len() {
+                continue;
+            }
+            if let Some(a) = &allowed {
+                if !a.contains(node) {
+                    continue;
+                }
+            }
+            let dot: f32 = v.iter().zip(&q).map(|(a, b)| a * b).sum();
+            scored.push((*id, f64::from(dot)));
+        }
+        let k = limit.min(scored.len());
+        if k == 0 {
+            return Ok(Vec::new());
+        }
+        let cmp = |a: &(ChunkId, f64), b: &(ChunkId, f64)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+        if k < scored.len() {
+            scored.select_nth_unstable_by(k - 1, cmp);
+            scored.truncate(k);
+        }
+        scored.sort_unstable_by(cmp);
+        Self::hits_from(&conn, scored)
+    }
+
+    fn lexical_stats(&self) -> Result<LexicalStats, StoreError> {
+        let conn = self.conn();
+        let (n, total): (i64, i64) = conn
+            .query_row(
+                "SELECT n_chunks, total_len FROM lex_stats WHERE id = 1",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .map_err(StoreError::sqlite("lexical stats"))?;
+        let terms: i64 = conn
+            .query_row("SELECT count(DISTINCT term) FROM postings", [], |r| {
+                r.get(0)
+            })
+            .map_err(StoreError::sqlite("lexical stats"))?;
+        Ok(LexicalStats {
+            chunks: n.max(0) as u64,
+            total_len: total.max(0) as u64,
+            terms: terms.max(0) as u64,
+        })
+    }
+
+    fn cached_vectors(
+        &self,
+        model_id: &str,
+        hashes: &[String],
+    ) -> Result<Vec<(String, Vec<f32>)>, StoreError> {
+        let conn = self.conn();
+        let mut from_chunks = conn
+            .prepare_cached(
+                "SELECT embedding FROM chunks WHERE model_id = ?1 AND content_hash = ?2 LIMIT 1",
+            )
+            .map_err(StoreError::sqlite("cached vectors"))?;
+        let mut from_cache = conn
+            .prepare_cached(
+                "SELECT vector FROM embed_cache WHERE model_id = ?1 AND content_hash = ?2",
+            )
+            .map_err(StoreError::sqlite("cached vectors"))?;
+        let mut out = Vec::new();
+        for h in hashes {
+            let mut blob: Option<Vec<u8>> = from_chunks
+                .query_row(params![model_id, h], |r| r.get(0))
+                .optional()
+                .map_err(StoreError::sqlite("cached vectors"))?;
+            if blob.is_none() {
+                blob = from_cache
+                    .query_row(params![model_id, h], |r| r.get(0))
+                    .optional()
+                    .map_err(StoreError::sqlite("cached vectors"))?;
+            }
+            if let Some(b) = blob {
+                out.push((h.clone(), blob_to_vec(&b)?));
+            }
+        }
+        Ok(out)
+    }
+
+    fn cache_vectors(
+        &self,
+        model_id: &str,
+        items: &[(String, Vec<f32>)],
+    ) -> Result<(), StoreError> {
+        if items.is_empty() {
+            return Ok(());
+        }
+        let mut conn = self.conn();
+        let tx = conn.transaction().map_err(StoreError::sqlite("begin"))?;
+        {
+            let mut stmt = tx
+                .prepare_cached(
+                    "INSERT OR REPLACE INTO embed_cache (model_id, content_hash, vector) \
+                     VALUES (?1, ?2, ?3)",
+                )
+                .map_err(StoreError::sqlite("cache vectors"))?;
+            for (h, v) in items {
+                stmt.execute(params![model_id, h, vec_to_blob(v)])
+                    .map_err(StoreError::sqlite("cache vectors"))?;
+            }
+        }
+        tx.commit().map_err(StoreError::sqlite("commit"))?;
+        Ok(())
+    }
+
+    fn audit(&self) -> Result<AuditReport, StoreError> {
+        let conn = self.conn();
+        let e = StoreError::sqlite("audit");
+        let one = |sql: &str| -> Result<i64, StoreError> {
+            conn.query_row(sql, [], |r| r.get::<_, i64>(0))
+                .map_err(StoreError::sqlite("audit"))
+        };
+        let documents = one("SELECT count(*) FROM documents")?;
+        let chunks = one("SELECT count(*) FROM chunks")?;
+        let vectors =
+            one("SELECT count(*) FROM chunks WHERE dims > 0 AND length(embedding) = dims * 4")?;
+        let lexical = one("SELECT count(*) FROM chunks c WHERE c.lex_len = \
+             (SELECT coalesce(sum(p.tf), 0) FROM postings p WHERE p.chunk_id = c.id) \
+             AND NOT EXISTS (SELECT 1 FROM postings p WHERE p.chunk_id = c.id AND \
+             (p.dl != c.lex_len OR p.node_id != c.node_id))")?;
+        let orphan_chunks = one("SELECT count(*) FROM chunks c WHERE NOT EXISTS \
+             (SELECT 1 FROM documents d WHERE d.node_id = c.node_id)")?;
+        let orphan_postings = one("SELECT count(*) FROM postings p WHERE NOT EXISTS \
+             (SELECT 1 FROM chunks c WHERE c.id = p.chunk_id)")?;
+        let (sn, st): (i64, i64) = conn
+            .query_row(
+                "SELECT n_chunks, total_len FROM lex_stats WHERE id = 1",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .map_err(StoreError::sqlite("audit"))?;
+        let total_len = one("SELECT coalesce(sum(lex_len), 0) FROM chunks")?;
+        let stats_consistent = sn == chunks && st == total_len;
+        let mut stmt = conn
+            .prepare(
+                "SELECT d.path FROM documents d LEFT JOIN \
+                 (SELECT node_id, count(*) AS n, min(chunk_index) AS lo, max(chunk_index) AS hi \
+                  FROM chunks GROUP BY node_id) c ON c.node_id = d.node_id \
+                 WHERE coalesce(c.n, 0) != d.chunk_count \
+                    OR (d.chunk_count > 0 AND (c.lo != 0 OR c.hi != d.chunk_count - 1)) \
+                 ORDER BY d.path",
+            )
+            .map_err(StoreError::sqlite("audit"))?;
+        let incomplete = stmt
+            .query_map([], |r| r.get::<_, String>(0))
+            .map_err(StoreError::sqlite("audit"))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(e)?;
+        let coherent = orphan_chunks == 0
+            && orphan_postings == 0
+            && incomplete.is_empty()
+            && vectors == chunks
+            && lexical == chunks
+            && stats_consistent;
+        Ok(AuditReport {
+            documents: documents as u64,
+            chunks: chunks as u64,
+            vectors: vectors as u64,
+            lexical_entries: lexical as u64,
+            orphan_chunks: orphan_chunks as u64,
+            incomplete_documents: incomplete,
+            orphan_postings: orphan_postings as u64,
+            stats_consistent,
+            coherent,
+        })
+    }
+
+    fn begin_run(&self, record: &Value) -> Result<i64, StoreError> {
+        let conn = self.conn();
+        let e = StoreError::sqlite;
+        conn.execute(
+            "UPDATE runs SET status = 'interrupted' WHERE status = 'running'",
+            [],
+        )
+        .map_err(e("begin run"))?;
+        conn.execute(
+            "INSERT INTO runs (started_at_ms, status, record) VALUES (?1, 'running', ?2)",
+            params![now_ms(), record.to_string()],
+        )
+        .map_err(e("begin run"))?;
+        Ok(conn.last_insert_rowid())
+    }
+
+    fn finish_run(&self, id: i64, status: &str, record: &Value) -> Result<(), StoreError> {
+        let conn = self.conn();
+        let n = conn
+            .execute(
+                "UPDATE runs SET status = ?2, finished_at_ms = ?3, record = ?4 WHERE id = ?1",
+                params![id, status, now_ms(), record.to_string()],
+            )
+            .map_err(StoreError::sqlite("finish run"))?;
+        if n == 0 {
+            return Err(StoreError::Invalid(format!("no run with id {id}")));
+        }
+        Ok(())
+    }
+
+    fn runs(&self, limit: usize) -> Result<Vec<RunRow>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT id, started_at_ms, finished_at_ms, status, record FROM runs \
+                 ORDER BY id DESC LIMIT ?1",
+            )
+            .map_err(StoreError::sqlite("runs"))?;
+        let rows = stmt
+            .query_map(params![limit as i64], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, i64>(1)?,
+                    r.get::<_, Option<i64>>(2)?,
+                    r.get::<_, String>(3)?,
+                    r.get::<_, String>(4)?,
+                ))
+            })
+            .map_err(StoreError::sqlite("runs"))?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (id, s, f, status, rec) = row.map_err(StoreError::sqlite("runs"))?;
+            out.push(RunRow {
+                id,
+                started_at_ms: s,
+                finished_at_ms: f,
+                status,
+                record: parse_json("run record", &rec)?,
+            });
+        }
+        Ok(out)
+    }
+
+    fn log_query(&self, entry: &QueryLogEntry) -> Result<i64, StoreError> {
+        let conn = self.conn();
+        let rec = serde_json::to_string(entry)
+            .map_err(|err| StoreError::Invalid(format!("query log entry: {err}")))?;
+        conn.execute(
+            "INSERT INTO query_log (at_ms, query, mode, record) VALUES (?1, ?2, ?3, ?4)",
+            params![entry.at_ms, entry.query, entry.mode, rec],
+        )
+        .map_err(StoreError::sqlite("log query"))?;
+        Ok(conn.last_insert_rowid())
+    }
+
+    fn recent_queries(&self, limit: usize) -> Result<Vec<QueryLogEntry>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn
+            .prepare_cached("SELECT id, record FROM query_log ORDER BY id DESC LIMIT ?1")
+            .map_err(StoreError::sqlite("recent queries"))?;
+        let rows = stmt
+            .query_map(params![limit as i64], |r| {
+                Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?))
+            })
+            .map_err(StoreError::sqlite("recent queries"))?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (id, rec) = row.map_err(StoreError::sqlite("recent queries"))?;
+            let mut entry: QueryLogEntry =
+                serde_json::from_str(&rec).map_err(|err| StoreError::Corrupt {
+                    what: format!("query log entry {id}"),
+                    reason: err.to_string(),
+                })?;
+            entry.id = id;
+            out.push(entry);
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn conformance_in_memory() {
+        crate::conformance::run_all(&|| Box::new(SqliteStore::open_in_memory().unwrap()));
+    }
+
+    #[test]
+    fn conformance_on_disk_wal() {
+        let dir = tempfile::tempdir().unwrap();
+        let n = std::sync::atomic::AtomicUsize::new(0);
+        crate::conformance::run_all(&|| {
+            let i = n.fetch_add(1, Ordering::SeqCst);
+            Box::new(SqliteStore::open(dir.path().join(format!("kb{i}.sqlite"))).unwrap())
+        });
+    }
+
+    #[test]
+    fn reopen_keeps_data_and_checks_schema() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("sub/kb.sqlite");
+        {
+            let s = SqliteStore::open(&p).unwrap();
+            s.apply_document(&crate::conformance::sample_change("a.md", &["hello world"]))
+                .unwrap();
+        }
+        let s = SqliteStore::open(&p).unwrap();
+        assert_eq!(s.documents().unwrap().len(), 1);
+        s.conn()
+            .execute(
+                "UPDATE meta SET value = '99' WHERE key = 'schema_version'",
+                [],
+            )
+            .unwrap();
+        drop(s);
+        match SqliteStore::open(&p) {
+            Err(StoreError::Schema { found: 99, .. }) => {}
+            other => panic!("expected schema error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn other_connections_commits_invalidate_vector_cache() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("kb.sqlite");
+        let a = SqliteStore::open(&p).unwrap();
+        let b = SqliteStore::open(&p).unwrap();
+        a.apply_document(&crate::conformance::sample_change("a.md", &["x"]))
+            .unwrap();
+        let q = crate::conformance::fake_vector("x");
+        assert_eq!(b.vector_search(&q, 10, &Filter::none()).unwrap().len(), 1);
+        a.apply_document(&crate::conformance::sample_change("b.md", &["y"]))
+            .unwrap();
+        assert_eq!(b.vector_search(&q, 10, &Filter::none()).unwrap().len(), 2);
+    }
+}

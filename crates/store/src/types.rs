@@ -1,0 +1,214 @@
+//! Plain data exchanged with a [`crate::Store`].
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Identifier of a chunk within one store (stable while its (document, chunk_index) exists).
+pub type ChunkId = i64;
+/// Identifier of a document node within one store.
+pub type NodeId = i64;
+
+/// The `qualified_name` of a document: `doc:<normalized path>`.
+pub fn qualified_name(path: &str) -> String {
+    format!("doc:{path}")
+}
+
+/// A stored document.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DocRecord {
+    pub node_id: NodeId,
+    /// `doc:<path>`.
+    pub qualified_name: String,
+    /// Normalized path relative to the wiki root (`/` separators, NFC, no leading `public/`).
+    pub path: String,
+    pub title: String,
+    /// Front-matter as JSON (an object, or `null` when the file has none).
+    pub metadata: Value,
+    /// Hash of the document's source text.
+    pub content_hash: String,
+    /// Number of chunks the document has (its chunks are `0..chunk_count`).
+    pub chunk_count: u32,
+}
+
+/// What ingest needs to know about a stored chunk to decide whether to skip it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChunkState {
+    pub path: String,
+    pub node_id: NodeId,
+    pub chunk_index: u32,
+    pub content_hash: String,
+    pub model_id: String,
+}
+
+/// One chunk to create or overwrite.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChunkWrite {
+    pub chunk_index: u32,
+    /// `[Doc: title › heading path]`.
+    pub prefix: String,
+    pub heading_path: Vec<String>,
+    /// The chunk's Markdown (without the prefix).
+    pub content: String,
+    /// Hash of `prefix + "\n" + content`.
+    pub content_hash: String,
+    /// Spec token estimate of the indexed text.
+    pub tokens_estimate: u32,
+    /// Exact count with the embedding model's tokenizer.
+    pub tokens_model: u32,
+    /// Byte span in the source file.
+    pub span_start: u64,
+    pub span_end: u64,
+    pub model_id: String,
+    /// Embedding of `prefix + "\n" + content`.
+    pub embedding: Vec<f32>,
+}
+
+impl ChunkWrite {
+    /// The indexed and embedded text: prefix, newline, content.
+    pub fn text(&self) -> String {
+        format!("{}\n{}", self.prefix, self.content)
+    }
+}
+
+/// One document's new state, applied atomically by [`crate::Store::apply_document`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DocumentChange {
+    pub path: String,
+    pub title: String,
+    pub metadata: Value,
+    pub content_hash: String,
+    /// The document's chunks after the change are `0..chunk_count`; higher ones are pruned.
+    pub chunk_count: u32,
+    /// New or changed chunks (each `chunk_index < chunk_count`).
+    pub upserts: Vec<ChunkWrite>,
+}
+
+/// What [`crate::Store::apply_document`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApplyOutcome {
+    pub node_id: NodeId,
+    /// Whether the document row was new.
+    pub document_created: bool,
+    /// Chunks that did not exist at their (document, chunk_index).
+    pub created: u32,
+    /// Chunks that existed and were overwritten.
+    pub updated: u32,
+    /// Tail chunks deleted.
+    pub pruned: u32,
+}
+
+/// A stored chunk with its document's identity.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChunkRecord {
+    pub id: ChunkId,
+    pub node_id: NodeId,
+    pub path: String,
+    pub title: String,
+    pub metadata: Value,
+    pub chunk_index: u32,
+    pub prefix: String,
+    pub heading_path: Vec<String>,
+    pub content: String,
+    pub content_hash: String,
+    pub tokens_estimate: u32,
+    pub tokens_model: u32,
+    pub span_start: u64,
+    pub span_end: u64,
+    pub model_id: String,
+}
+
+impl ChunkRecord {
+    /// The indexed and embedded text: prefix, newline, content.
+    pub fn text(&self) -> String {
+        format!("{}\n{}", self.prefix, self.content)
+    }
+}
+
+/// One entry of a ranked list.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Hit {
+    pub chunk_id: ChunkId,
+    pub node_id: NodeId,
+    pub path: String,
+    pub chunk_index: u32,
+    /// BM25 score, or cosine similarity.
+    pub score: f64,
+    /// 1-based position in the list.
+    pub rank: usize,
+}
+
+/// Corpus statistics of the lexical index.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct LexicalStats {
+    /// Number of indexed chunks.
+    pub chunks: u64,
+    /// Sum of chunk lengths in term occurrences.
+    pub total_len: u64,
+    /// Number of distinct terms.
+    pub terms: u64,
+}
+
+impl LexicalStats {
+    /// Average chunk length in term occurrences (1 for an empty corpus).
+    pub fn avg_len(&self) -> f64 {
+        if self.chunks == 0 || self.total_len == 0 {
+            1.0
+        } else {
+            self.total_len as f64 / self.chunks as f64
+        }
+    }
+}
+
+/// The result of [`crate::Store::audit`].
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AuditReport {
+    pub documents: u64,
+    pub chunks: u64,
+    /// Chunks with a non-empty vector.
+    pub vectors: u64,
+    /// Chunks whose postings agree with their stored lexical length.
+    pub lexical_entries: u64,
+    /// Chunks whose document does not exist.
+    pub orphan_chunks: u64,
+    /// Documents whose stored chunks are not exactly `0..chunk_count`.
+    pub incomplete_documents: Vec<String>,
+    /// Postings pointing at no chunk.
+    pub orphan_postings: u64,
+    /// Whether the lexical corpus statistics agree with the chunks.
+    pub stats_consistent: bool,
+    /// Everything above agrees.
+    pub coherent: bool,
+}
+
+/// One ingest run as listed by [`crate::Store::runs`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunRow {
+    pub id: i64,
+    /// Unix milliseconds.
+    pub started_at_ms: i64,
+    pub finished_at_ms: Option<i64>,
+    /// `running`, `completed`, `failed` or `interrupted`.
+    pub status: String,
+    /// The full run record written by ingest.
+    pub record: Value,
+}
+
+/// One logged query (what `bib ask` records and the harness replays).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QueryLogEntry {
+    /// Assigned by the store; ignored on insert.
+    #[serde(default)]
+    pub id: i64,
+    /// Unix milliseconds.
+    pub at_ms: i64,
+    pub query: String,
+    /// Retrieval mode (`hybrid`, `bm25`, `vector`).
+    pub mode: String,
+    pub chunk_ids: Vec<ChunkId>,
+    pub scores: Vec<f64>,
+    pub tokens_before: u64,
+    pub tokens_in_context: u64,
+    /// Anything else the caller wants to keep (options, timings …).
+    #[serde(default)]
+    pub extra: Value,
+}
