@@ -1,1 +1,38 @@
-//! # bib-retrieve — TODO: overview (see ARCHITECTURE.md)
+//! # bib-retrieve — hybrid retrieval, sentence trimming and token accounting
+//!
+//! The ask path of bibliotecario, as a library:
+//!
+//! 1. [`index::ChunkIndex`] is everything retrieval needs from an index: a BM25 top-N, a vector
+//!    top-N (both with [`filter::Filter`]s applied *before* the cut) and chunk fetch.
+//!    [`index::MemoryIndex`] is the in-memory implementation used by benchmarks and tests; the
+//!    SQLite store plugs in through an adapter.
+//! 2. [`fusion`] merges the two lists by reciprocal rank fusion (ranks only, never raw scores:
+//!    a BM25 score is unbounded and a cosine lives in [-1, 1], so mixing them needs calibration
+//!    that rank fusion avoids — spec 003 measured rank fusion above a weighted sum and above
+//!    either list alone).
+//! 3. [`trim`] cuts each chunk down to the sentences relevant to the question (spec 000
+//!    `trimChunksBySentence`), embedding all sentences of all chunks in one batch through a
+//!    content-keyed [`cache::EmbeddingCache`].
+//! 4. [`retrieve::Retriever`] chains them and accounts for tokens before and after trimming
+//!    (the spec's estimate and the model tokenizer's exact count).
+//! 5. [`synth`] optionally sends the context to an OpenAI-compatible chat endpoint and streams
+//!    the answer; [`log::QueryLogEntry`] is what every ask records.
+
+pub mod cache;
+pub mod error;
+pub mod filter;
+pub mod fusion;
+pub mod index;
+pub mod log;
+pub mod retrieve;
+pub mod synth;
+pub mod trim;
+
+pub use cache::EmbeddingCache;
+pub use error::RetrieveError;
+pub use filter::Filter;
+pub use fusion::{rrf_fuse, FusedHit, ListHit, DEFAULT_RRF_K};
+pub use index::{ChunkId, ChunkIndex, ChunkRecord, Hit, MemoryIndex};
+pub use log::QueryLogEntry;
+pub use retrieve::{Mode, RetrievalResult, RetrieveOptions, Retriever, ScoredChunk};
+pub use trim::{TrimOptions, TrimScorer};

@@ -1,0 +1,520 @@
+//! Sentence trimming (spec 000 `trimChunksBySentence`).
+//!
+//! Each chunk is split into sentences (its `[Doc: …]` prefix kept out), every sentence of every
+//! chunk is embedded in **one** batch through the content-keyed cache, and each sentence is
+//! scored by cosine against the query vector. Per chunk:
+//!
+//! 1. keep the sentences scoring ≥ `threshold`;
+//! 2. if fewer than `min_sentences`, top up with the best remaining ones;
+//! 3. add `window` neighbours on each side of every kept sentence;
+//! 4. rebuild in original order — contiguous sentences keep their original separator, and a
+//!    `[...]` marks each gap between non-contiguous runs — and put the prefix back in front.
+//!
+//! Metadata (id, original score, source) is untouched; only the content shrinks.
+//!
+//! The [`TrimScorer::Hybrid`] option keeps the *number* of sentences the cosine threshold
+//! selects but chooses *which* ones by reciprocal rank fusion of the sentence's cosine rank and
+//! its BM25 rank among all candidate sentences — the lexical half covers literal matches
+//! (numbers, names, flags) that a sentence embedding blurs.
+//!
+//! The scoring step ([`score_texts`]) and the selection step ([`apply`]) are separate so a
+//! calibration sweep scores once and selects at many thresholds.
+
+use std::cmp::Ordering;
+
+use bib_embed::{EmbedKind, Embedder};
+use bib_text::bm25::{Bm25Index, Bm25Params};
+use bib_text::sentences::{split_chunk_prefix, split_sentences, Sentence};
+use bib_text::terms::terms;
+use serde::{Deserialize, Serialize};
+
+use crate::cache::EmbeddingCache;
+use crate::error::RetrieveError;
+use crate::fusion::DEFAULT_RRF_K;
+use crate::index::term_sequence;
+
+/// The default cosine threshold of the spec (calibrated for bge-m3; see BENCHMARKS.md for the
+/// default local model's calibrated value, [`USE_M3_THRESHOLD`]).
+pub const SPEC_THRESHOLD: f32 = 0.38;
+
+/// The threshold calibrated for the default `use-m3` model on XQuAD es+en (BENCHMARKS.md).
+pub const USE_M3_THRESHOLD: f32 = SPEC_THRESHOLD;
+
+/// How sentences are ranked for selection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TrimScorer {
+    /// Cosine of sentence and query embeddings (the spec).
+    #[default]
+    Cosine,
+    /// RRF of the cosine rank and the sentence-level BM25 rank.
+    Hybrid,
+}
+
+impl std::str::FromStr for TrimScorer {
+    type Err = RetrieveError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.to_ascii_lowercase().as_str() {
+            "cosine" => Ok(Self::Cosine),
+            "hybrid" => Ok(Self::Hybrid),
+            other => Err(RetrieveError::InvalidOption {
+                name: "trim_scorer".into(),
+                reason: format!("`{other}` is not one of cosine, hybrid"),
+            }),
+        }
+    }
+}
+
+/// Trimming options. Defaults: the spec's library defaults (0.38, 1, 0), cosine scorer.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct TrimOptions {
+    /// Minimum cosine for a sentence to be kept.
+    pub threshold: f32,
+    /// Sentences kept per chunk even when none reaches the threshold.
+    pub min_sentences: usize,
+    /// Neighbours added on each side of every kept sentence.
+    pub window: usize,
+    /// How sentences are ranked.
+    pub scorer: TrimScorer,
+    /// RRF constant for the hybrid scorer.
+    pub rrf_k: f64,
+}
+
+impl Default for TrimOptions {
+    fn default() -> Self {
+        Self {
+            threshold: SPEC_THRESHOLD,
+            min_sentences: 1,
+            window: 0,
+            scorer: TrimScorer::Cosine,
+            rrf_k: DEFAULT_RRF_K,
+        }
+    }
+}
+
+impl TrimOptions {
+    /// Check values, naming the bad one.
+    pub fn validate(&self) -> Result<(), RetrieveError> {
+        if !self.threshold.is_finite() || !(-1.0..=1.0).contains(&self.threshold) {
+            return Err(RetrieveError::InvalidOption {
+                name: "trim_threshold".into(),
+                reason: format!("{} is not a cosine in [-1, 1]", self.threshold),
+            });
+        }
+        if !self.rrf_k.is_finite() || self.rrf_k < 0.0 {
+            return Err(RetrieveError::InvalidOption {
+                name: "rrf_k".into(),
+                reason: format!("{} must be a non-negative number", self.rrf_k),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// A chunk text split for trimming: where its body starts and its sentences (spans relative to
+/// the body).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Prepared<'a> {
+    pub content: &'a str,
+    pub body_offset: usize,
+    pub sentences: Vec<Sentence>,
+}
+
+impl<'a> Prepared<'a> {
+    /// Split `content` into prefix and body, and the body into sentences.
+    pub fn new(content: &'a str) -> Self {
+        let (prefix, body) = split_chunk_prefix(content);
+        let body_offset = prefix.len();
+        let sentences = split_sentences(body)
+            .into_iter()
+            .filter(|s| s.end <= body.len() && s.start < s.end)
+            .collect();
+        Self {
+            content,
+            body_offset,
+            sentences,
+        }
+    }
+
+    /// The body (content after the prefix).
+    pub fn body(&self) -> &'a str {
+        &self.content[self.body_offset..]
+    }
+
+    /// The text of sentence `i`.
+    pub fn sentence(&self, i: usize) -> &'a str {
+        self.sentences[i].text(self.body())
+    }
+}
+
+/// Scores of the sentences of one text.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SentenceScores {
+    /// Cosine against the query, per sentence.
+    pub cosine: Vec<f32>,
+    /// RRF of cosine rank and BM25 rank over all candidate sentences, per sentence.
+    pub fused: Vec<f64>,
+}
+
+/// The result of trimming one text.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TrimmedText {
+    /// The rebuilt content (prefix + kept sentences, `[...]` between gaps).
+    pub content: String,
+    /// Indices of the kept sentences, ascending.
+    pub kept: Vec<usize>,
+    /// Number of sentences in the body.
+    pub total: usize,
+}
+
+/// Score every sentence of every text: one embedding batch (through `cache`) for all of them,
+/// cosine against `query_vec`, and the sentence-level BM25 + cosine rank fusion.
+pub fn score_texts(
+    embedder: &dyn Embedder,
+    cache: &EmbeddingCache,
+    query: &str,
+    query_vec: &[f32],
+    prepared: &[Prepared<'_>],
+    rrf_k: f64,
+) -> Result<Vec<SentenceScores>, RetrieveError> {
+    let all: Vec<&str> = prepared
+        .iter()
+        .flat_map(|p| (0..p.sentences.len()).map(move |i| p.sentence(i)))
+        .collect();
+    let vecs = if all.is_empty() {
+        Vec::new()
+    } else {
+        cache.embed(embedder, &all, EmbedKind::Passage)?
+    };
+    let cos: Vec<f32> = vecs
+        .iter()
+        .map(|v| bib_embed::cosine(v, query_vec))
+        .collect();
+
+    // Global ranks over the pool of all sentences.
+    let n = all.len();
+    let mut cos_order: Vec<usize> = (0..n).collect();
+    cos_order.sort_by(|&a, &b| cos[b].total_cmp(&cos[a]).then(a.cmp(&b)));
+    let bm = Bm25Index::new(all.iter().map(|s| term_sequence(s)), Bm25Params::default());
+    let q = terms(query);
+    let bm_scores: Vec<f64> = (0..n).map(|i| bm.score(i, &q)).collect();
+    let mut bm_order: Vec<usize> = (0..n).filter(|&i| bm_scores[i] > 0.0).collect();
+    bm_order.sort_by(|&a, &b| bm_scores[b].total_cmp(&bm_scores[a]).then(a.cmp(&b)));
+    let mut fused = vec![0.0f64; n];
+    for (r, &i) in cos_order.iter().enumerate() {
+        fused[i] += 1.0 / (rrf_k + (r + 1) as f64);
+    }
+    for (r, &i) in bm_order.iter().enumerate() {
+        fused[i] += 1.0 / (rrf_k + (r + 1) as f64);
+    }
+
+    let mut out = Vec::with_capacity(prepared.len());
+    let mut at = 0;
+    for p in prepared {
+        let m = p.sentences.len();
+        out.push(SentenceScores {
+            cosine: cos[at..at + m].to_vec(),
+            fused: fused[at..at + m].to_vec(),
+        });
+        at += m;
+    }
+    Ok(out)
+}
+
+/// Which sentences to keep, ascending. `cosine` decides how many pass the threshold;
+/// `priority` (sentence indices, best first) decides which ones, and the top-up order.
+pub fn select_sentences(
+    cosine: &[f32],
+    priority: &[usize],
+    threshold: f32,
+    min_sentences: usize,
+    window: usize,
+) -> Vec<usize> {
+    let n = cosine.len();
+    let passing = cosine.iter().filter(|&&c| c >= threshold).count();
+    let want = passing.max(min_sentences.min(n));
+    let mut keep = vec![false; n];
+    for &i in priority.iter().filter(|&&i| i < n).take(want) {
+        keep[i] = true;
+    }
+    if window > 0 {
+        let core: Vec<usize> = (0..n).filter(|&i| keep[i]).collect();
+        for i in core {
+            let lo = i.saturating_sub(window);
+            let hi = (i + window).min(n - 1);
+            keep[lo..=hi].iter_mut().for_each(|k| *k = true);
+        }
+    }
+    (0..n).filter(|&i| keep[i]).collect()
+}
+
+/// Sentence indices ordered best first by `score`, ties by position.
+fn order_by<T>(score: &[T], cmp: impl Fn(&T, &T) -> Ordering) -> Vec<usize> {
+    let mut o: Vec<usize> = (0..score.len()).collect();
+    o.sort_by(|&a, &b| cmp(&score[b], &score[a]).then(a.cmp(&b)));
+    o
+}
+
+/// The gap marker for the original text between two kept runs.
+fn gap_marker(between: &str) -> &'static str {
+    if between.contains("\n\n") {
+        "\n\n[...]\n\n"
+    } else if between.contains('\n') {
+        "\n[...]\n"
+    } else {
+        " [...] "
+    }
+}
+
+/// Rebuild a text from the kept sentences: prefix (and the whitespace after it), contiguous runs
+/// with their original separators, `[...]` between non-contiguous runs.
+pub fn rebuild(p: &Prepared<'_>, kept: &[usize]) -> String {
+    let body = p.body();
+    if p.sentences.is_empty() {
+        return p.content.to_string();
+    }
+    let lead = body.len() - body.trim_start().len();
+    let mut out = String::with_capacity(p.content.len());
+    out.push_str(&p.content[..p.body_offset]);
+    out.push_str(&body[..lead.min(p.sentences[0].start)]);
+    let mut prev: Option<usize> = None;
+    for &i in kept.iter().filter(|&&i| i < p.sentences.len()) {
+        if let Some(j) = prev {
+            let between = &body[p.sentences[j].end..p.sentences[i].start.max(p.sentences[j].end)];
+            if i == j + 1 {
+                out.push_str(between);
+            } else {
+                out.push_str(gap_marker(between));
+            }
+        }
+        out.push_str(p.sentence(i));
+        prev = Some(i);
+    }
+    out
+}
+
+/// Select and rebuild one text from its scores.
+pub fn apply(p: &Prepared<'_>, s: &SentenceScores, opts: &TrimOptions) -> TrimmedText {
+    let priority = match opts.scorer {
+        TrimScorer::Cosine => order_by(&s.cosine, f32::total_cmp),
+        TrimScorer::Hybrid => order_by(&s.fused, f64::total_cmp),
+    };
+    let kept = select_sentences(
+        &s.cosine,
+        &priority,
+        opts.threshold,
+        opts.min_sentences,
+        opts.window,
+    );
+    TrimmedText {
+        content: rebuild(p, &kept),
+        total: p.sentences.len(),
+        kept,
+    }
+}
+
+/// Trim several texts against one query: split, one embedding batch, score, select, rebuild.
+pub fn trim_texts(
+    embedder: &dyn Embedder,
+    cache: &EmbeddingCache,
+    query: &str,
+    query_vec: &[f32],
+    texts: &[&str],
+    opts: &TrimOptions,
+) -> Result<Vec<TrimmedText>, RetrieveError> {
+    opts.validate()?;
+    let prepared: Vec<Prepared<'_>> = texts.iter().map(|t| Prepared::new(t)).collect();
+    let scores = score_texts(embedder, cache, query, query_vec, &prepared, opts.rrf_k)?;
+    Ok(prepared
+        .iter()
+        .zip(&scores)
+        .map(|(p, s)| apply(p, s, opts))
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::tests::FakeEmbedder;
+
+    /// Build a Prepared with explicit sentence texts (found in order), independent of the
+    /// splitter.
+    fn prepared<'a>(content: &'a str, prefix_len: usize, sents: &[&str]) -> Prepared<'a> {
+        let body = &content[prefix_len..];
+        let mut at = 0;
+        let sentences = sents
+            .iter()
+            .map(|s| {
+                let start = at + body[at..].find(s).expect("sentence in body");
+                at = start + s.len();
+                Sentence { start, end: at }
+            })
+            .collect();
+        Prepared {
+            content,
+            body_offset: prefix_len,
+            sentences,
+        }
+    }
+
+    const SPEC: &str = "La multi-tenancy aislaba datos. Cada tenant veía solo su esquema. Las queries explícitas mantenían la RLS.";
+    const SPEC_S: [&str; 3] = [
+        "La multi-tenancy aislaba datos.",
+        "Cada tenant veía solo su esquema.",
+        "Las queries explícitas mantenían la RLS.",
+    ];
+
+    #[test]
+    fn spec_example_keeps_0_and_2() {
+        let p = prepared(SPEC, 0, &SPEC_S);
+        let s = SentenceScores {
+            cosine: vec![0.52, 0.21, 0.40],
+            fused: vec![0.0; 3],
+        };
+        let t = apply(&p, &s, &TrimOptions::default());
+        assert_eq!(
+            t.content,
+            "La multi-tenancy aislaba datos. [...] Las queries explícitas mantenían la RLS."
+        );
+        assert_eq!(t.kept, vec![0, 2]);
+        assert_eq!(t.total, 3);
+    }
+
+    #[test]
+    fn selection_table() {
+        // (cosine, threshold, min, window, expected kept)
+        type Case<'a> = (&'a [f32], f32, usize, usize, &'a [usize]);
+        let cases: &[Case<'_>] = &[
+            (&[0.5, 0.1, 0.4], 0.38, 1, 0, &[0, 2]),
+            (&[0.1, 0.2, 0.3], 0.38, 1, 0, &[2]),
+            (&[0.1, 0.2, 0.3], 0.38, 2, 0, &[1, 2]),
+            (&[0.1, 0.2, 0.3], 0.38, 5, 0, &[0, 1, 2]),
+            (&[0.1, 0.2, 0.3], 0.38, 0, 0, &[]),
+            (&[0.1, 0.9, 0.1, 0.1, 0.1], 0.38, 1, 1, &[0, 1, 2]),
+            (&[0.1, 0.1, 0.1, 0.1, 0.9], 0.38, 1, 2, &[2, 3, 4]),
+            (&[0.9, 0.1, 0.1, 0.1, 0.9], 0.38, 1, 1, &[0, 1, 3, 4]),
+            (&[0.38, 0.37], 0.38, 0, 0, &[0]),
+            (&[], 0.38, 1, 1, &[]),
+        ];
+        for (cos, thr, min, win, want) in cases {
+            let pr = order_by(cos, f32::total_cmp);
+            assert_eq!(
+                select_sentences(cos, &pr, *thr, *min, *win),
+                want.to_vec(),
+                "{cos:?} thr={thr} min={min} win={win}"
+            );
+        }
+    }
+
+    #[test]
+    fn rebuild_restores_prefix_and_marks_gaps() {
+        let content = "[Doc: Guía › Uso]\nUno. Dos. Tres. Cuatro.";
+        let p = prepared(
+            content,
+            content.find('\n').unwrap(),
+            &["Uno.", "Dos.", "Tres.", "Cuatro."],
+        );
+        let cases: &[(&[usize], &str)] = &[
+            (&[0, 1, 2, 3], content),
+            (&[0, 3], "[Doc: Guía › Uso]\nUno. [...] Cuatro."),
+            (&[1, 2], "[Doc: Guía › Uso]\nDos. Tres."),
+            (&[2], "[Doc: Guía › Uso]\nTres."),
+            (&[], "[Doc: Guía › Uso]\n"),
+        ];
+        for (kept, want) in cases {
+            assert_eq!(rebuild(&p, kept), *want, "kept {kept:?}");
+        }
+    }
+
+    #[test]
+    fn gaps_across_lines_keep_markdown_lines() {
+        let content = "- a uno\n- b dos\n- c tres\n\nPárrafo final.";
+        let p = prepared(
+            content,
+            0,
+            &["- a uno", "- b dos", "- c tres", "Párrafo final."],
+        );
+        assert_eq!(rebuild(&p, &[0, 2]), "- a uno\n[...]\n- c tres");
+        assert_eq!(rebuild(&p, &[0, 3]), "- a uno\n\n[...]\n\nPárrafo final.");
+        assert_eq!(rebuild(&p, &[2, 3]), "- c tres\n\nPárrafo final.");
+    }
+
+    #[test]
+    fn hybrid_scorer_prefers_lexical_match_with_same_count() {
+        let content = "Alpha beta. Gamma delta. Version 4.2 ships today.";
+        let p = prepared(
+            content,
+            0,
+            &["Alpha beta.", "Gamma delta.", "Version 4.2 ships today."],
+        );
+        // Cosine prefers sentence 0 but only one passes; BM25 strongly prefers sentence 2.
+        let s = SentenceScores {
+            cosine: vec![0.5, 0.3, 0.36],
+            fused: vec![1.0 / 61.0, 1.0 / 63.0, 1.0 / 62.0 + 1.0 / 61.0],
+        };
+        let cos = apply(&p, &s, &TrimOptions::default());
+        assert_eq!(cos.kept, vec![0]);
+        let hy = apply(
+            &p,
+            &s,
+            &TrimOptions {
+                scorer: TrimScorer::Hybrid,
+                ..TrimOptions::default()
+            },
+        );
+        assert_eq!(hy.kept, vec![2]);
+    }
+
+    #[test]
+    fn trim_texts_with_fake_model_one_batch() {
+        let e = FakeEmbedder::default();
+        let cache = EmbeddingCache::default();
+        let texts = [
+            "Los gatos duermen mucho. El motor diésel consume gasoil.",
+            "Nada que ver aquí. Los gatos cazan ratones.",
+        ];
+        let q = "gatos";
+        let qv = FakeEmbedder::vector(q);
+        let out = trim_texts(&e, &cache, q, &qv, &texts, &TrimOptions::default()).unwrap();
+        assert_eq!(out.len(), 2);
+        assert_eq!(e.calls.load(std::sync::atomic::Ordering::SeqCst), 1);
+        for (o, t) in out.iter().zip(texts) {
+            assert!(!o.content.is_empty() && o.content.len() <= t.len());
+        }
+        // Whatever the splitter decides, trimming never invents text: every kept sentence is
+        // a substring of the original.
+        for (o, t) in out.iter().zip(texts) {
+            for part in o.content.split("[...]") {
+                assert!(t.contains(part.trim()), "{part:?} not in {t:?}");
+            }
+        }
+        assert!(TrimOptions {
+            threshold: 2.0,
+            ..TrimOptions::default()
+        }
+        .validate()
+        .is_err());
+    }
+
+    use proptest::prelude::*;
+    proptest! {
+        #[test]
+        fn selection_invariants(cos in proptest::collection::vec(-1.0f32..1.0, 0..30),
+                                thr in -1.0f32..1.0, min in 0usize..4, win in 0usize..3) {
+            let pr = order_by(&cos, f32::total_cmp);
+            let kept = select_sentences(&cos, &pr, thr, min, win);
+            // Sorted, unique, in range.
+            prop_assert!(kept.windows(2).all(|w| w[0] < w[1]));
+            prop_assert!(kept.iter().all(|&i| i < cos.len()));
+            // Every passing sentence kept; at least min(min, n) kept.
+            for (i, &c) in cos.iter().enumerate() {
+                if c >= thr { prop_assert!(kept.contains(&i)); }
+            }
+            prop_assert!(kept.len() >= min.min(cos.len()));
+            // Window 0 with nothing passing keeps exactly the min best.
+            if win == 0 && cos.iter().all(|&c| c < thr) {
+                prop_assert_eq!(kept.len(), min.min(cos.len()));
+            }
+        }
+    }
+}
