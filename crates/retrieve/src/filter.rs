@@ -66,10 +66,14 @@ fn value_matches(v: &Value, want: &str) -> bool {
     match v {
         Value::String(s) => s == want,
         Value::Array(items) => items.iter().any(|i| value_matches(i, want)),
-        Value::Bool(b) => want == if *b { "true" } else { "false" },
-        Value::Number(n) => want.parse::<f64>().ok() == n.as_f64(),
         Value::Null | Value::Object(_) => false,
+        // Numbers and booleans compare by their JSON text (the store's rule too).
+        other => json_text(other) == want,
     }
+}
+
+fn json_text(v: &Value) -> String {
+    v.to_string()
 }
 
 #[cfg(test)]

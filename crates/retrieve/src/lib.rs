@@ -5,7 +5,7 @@
 //! 1. [`index::ChunkIndex`] is everything retrieval needs from an index: a BM25 top-N, a vector
 //!    top-N (both with [`filter::Filter`]s applied *before* the cut) and chunk fetch.
 //!    [`index::MemoryIndex`] is the in-memory implementation used by benchmarks and tests; the
-//!    SQLite store plugs in through an adapter.
+//!    SQLite store plugs in through [`store_index::StoreIndex`].
 //! 2. [`fusion`] merges the two lists by reciprocal rank fusion (ranks only, never raw scores:
 //!    a BM25 score is unbounded and a cosine lives in [-1, 1], so mixing them needs calibration
 //!    that rank fusion avoids — spec 003 measured rank fusion above a weighted sum and above
@@ -16,7 +16,7 @@
 //! 4. [`retrieve::Retriever`] chains them and accounts for tokens before and after trimming
 //!    (the spec's estimate and the model tokenizer's exact count).
 //! 5. [`synth`] optionally sends the context to an OpenAI-compatible chat endpoint and streams
-//!    the answer; [`log::QueryLogEntry`] is what every ask records.
+//!    the answer; [`log::log_entry`] is what every ask records.
 
 pub mod cache;
 pub mod error;
@@ -25,6 +25,7 @@ pub mod fusion;
 pub mod index;
 pub mod log;
 pub mod retrieve;
+pub mod store_index;
 pub mod synth;
 pub mod trim;
 
@@ -33,6 +34,7 @@ pub use error::RetrieveError;
 pub use filter::Filter;
 pub use fusion::{rrf_fuse, FusedHit, ListHit, DEFAULT_RRF_K};
 pub use index::{ChunkId, ChunkIndex, ChunkRecord, Hit, MemoryIndex};
-pub use log::QueryLogEntry;
+pub use log::{log_entry, QueryLogEntry};
 pub use retrieve::{Mode, RetrievalResult, RetrieveOptions, Retriever, ScoredChunk};
+pub use store_index::StoreIndex;
 pub use trim::{TrimOptions, TrimScorer};
