@@ -1,1 +1,181 @@
-//! # bib-ingest — TODO: overview (see ARCHITECTURE.md)
+//! # bib-ingest — the three-phase ingest of a Markdown wiki into a [`bib_store::Store`]
+//!
+//! - **Phase A** ([`scan`], parsing): find every `.md` file under the root (hidden entries
+//!   skipped, symlinks followed only inside the root, loops reported), read it (size cap,
+//!   binary and UTF-8 checks), split its front-matter and register it under a normalized path.
+//!   Guard: when fewer than 80% of the files register, the run stops before touching the index.
+//! - **Phase B**: chunk every document; `chunk_index` is the chunk's position in its document.
+//!   A chunk whose content hash (and model) is unchanged is skipped; vectors already known for a
+//!   hash are reused; the rest are embedded in padded-token [`batch`]es. Each document is then
+//!   written in **one transaction** (its row, new/changed chunks, its own tail beyond the new
+//!   chunk count), so a query never sees half a document and a crash leaves every document
+//!   either old or new. Documents whose file vanished are removed in a final transaction, only
+//!   when every write succeeded and the success guard (created + updated + skipped ≥ 70% of the
+//!   chunks) holds.
+//! - **Phase C**: audit the store's coherence and the run's own expectations, and record the
+//!   run ([`RunReport`]) in the store's audit table.
+//!
+//! [`watch`] re-runs the (incremental, idempotent) ingest whenever files change.
+
+pub mod batch;
+pub mod frontmatter;
+mod pipeline;
+pub mod scan;
+mod watch;
+
+use serde::{Deserialize, Serialize};
+
+pub use pipeline::{ingest, read_document, ParsedDoc};
+pub use watch::watch;
+
+/// A file-level problem: reported with its path, counted in `errors`, never fatal to the run.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileIssue {
+    /// Path relative to the wiki root.
+    pub path: String,
+    /// `A` (scan/parse) or `B` (chunk/embed/write).
+    pub phase: String,
+    pub reason: String,
+}
+
+/// Knobs of an ingest run.
+#[derive(Debug, Clone)]
+pub struct IngestOptions {
+    /// Files larger than this are reported and skipped (default 10 MiB).
+    pub max_file_bytes: u64,
+    /// Chunker options.
+    pub chunk: bib_text::chunk::ChunkOptions,
+    /// At most this many chunks per embedding call (spec: 25).
+    pub batch_max_chunks: usize,
+    /// Padded-token budget per embedding call (spec: 40,000).
+    pub batch_token_budget: usize,
+    /// Chunks embedded before their documents are committed (bounds memory and lost work).
+    pub window_chunks: usize,
+    /// Phase A guard: minimum fraction of files that must register (spec: 0.80).
+    pub register_guard: f64,
+    /// Phase B guard: minimum (created + updated + skipped) / total (spec: 0.70).
+    pub index_guard: f64,
+}
+
+impl Default for IngestOptions {
+    fn default() -> Self {
+        Self {
+            max_file_bytes: 10 * 1024 * 1024,
+            chunk: bib_text::chunk::ChunkOptions::default(),
+            batch_max_chunks: 25,
+            batch_token_budget: 40_000,
+            window_chunks: 256,
+            register_guard: 0.80,
+            index_guard: 0.70,
+        }
+    }
+}
+
+/// Phase A metrics.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PhaseA {
+    /// Candidate files (found `.md` files plus unscannable entries).
+    pub files: u64,
+    pub registered: u64,
+    pub errors: u64,
+    pub duration_ms: u64,
+    pub guard_passed: bool,
+}
+
+/// Phase B metrics.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PhaseB {
+    pub documents_written: u64,
+    pub documents_unchanged: u64,
+    pub documents_removed: u64,
+    pub chunks_total: u64,
+    pub chunks_created: u64,
+    pub chunks_updated: u64,
+    pub chunks_skipped: u64,
+    pub chunks_pruned: u64,
+    pub errors: u64,
+    /// Chunks whose vector came from the store instead of the model.
+    pub vectors_reused: u64,
+    pub chunks_embedded: u64,
+    /// Model tokens of the embedded texts.
+    pub tokens_embedded: u64,
+    /// Spec token estimate of the embedded texts.
+    pub tokens_embedded_estimate: u64,
+    pub batches: u64,
+    pub embed_ms: u64,
+    pub duration_ms: u64,
+    pub guard_passed: bool,
+    /// Whether vanished documents were pruned, or why not.
+    pub prune: String,
+}
+
+/// Phase C results.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PhaseC {
+    pub audit: bib_store::AuditReport,
+    /// Registered documents whose stored state is not what this run wrote.
+    pub mismatches: Vec<String>,
+    pub coherent: bool,
+    pub duration_ms: u64,
+}
+
+/// Coverage of the run.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Coverage {
+    /// Registered / candidate files.
+    pub documents: f64,
+    /// (created + updated + skipped) / chunks.
+    pub chunks: f64,
+}
+
+/// The audit record of one run (what `bib ingest --json` prints and `bib runs` lists).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunReport {
+    pub id: i64,
+    /// `completed` or `failed`.
+    pub status: String,
+    pub root: String,
+    pub store: String,
+    pub model_id: String,
+    pub git_commit: Option<String>,
+    pub started_at_ms: i64,
+    pub duration_ms: u64,
+    pub phase_a: PhaseA,
+    pub phase_b: Option<PhaseB>,
+    pub phase_c: Option<PhaseC>,
+    pub coverage: Coverage,
+    /// Fraction of the run's wall time spent inside the embedding model.
+    pub embed_fraction: f64,
+    /// Chunks written (created + updated) per second of wall time.
+    pub chunks_per_sec: f64,
+    pub errors: Vec<FileIssue>,
+    /// Why the run failed, when it did.
+    pub failure: Option<String>,
+}
+
+/// Errors that stop a run (file-level problems are [`FileIssue`]s instead).
+#[derive(Debug, thiserror::Error)]
+pub enum IngestError {
+    #[error("cannot ingest {path}: {reason}")]
+    Root { path: String, reason: String },
+    #[error(transparent)]
+    Store(#[from] bib_store::StoreError),
+    #[error("file watcher: {0}")]
+    Watch(String),
+}
+
+/// Progress reporting seam (the CLI draws bars on a terminal; the default is silent).
+pub trait Progress: Send + Sync {
+    /// A phase starts with `total` units of work.
+    fn start(&self, _phase: &str, _total: u64) {}
+    /// `n` units done.
+    fn advance(&self, _n: u64) {}
+    /// The current phase is over.
+    fn finish(&self) {}
+}
+
+/// Silent progress.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoProgress;
+
+impl Progress for NoProgress {}

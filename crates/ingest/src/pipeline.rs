@@ -1,0 +1,617 @@
+//! The three phases of one ingest run.
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use bib_embed::{EmbedKind, Embedder};
+use bib_store::{ChunkState, ChunkWrite, DocRecord, DocumentChange, Store};
+use bib_text::chunk::{chunk_markdown, Chunk};
+use bib_text::tokens::estimate_tokens;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+use crate::batch::padded_batches;
+use crate::scan::{scan, FoundFile};
+use crate::{FileIssue, IngestError, IngestOptions, PhaseA, PhaseB, PhaseC, Progress, RunReport};
+
+/// A registered document (Phase A output).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ParsedDoc {
+    pub path: String,
+    pub title: String,
+    pub metadata: Value,
+    /// The whole source text (front-matter included).
+    pub text: String,
+    /// Byte offset of the body within `text`.
+    pub body_offset: usize,
+    /// SHA-256 of the source text.
+    pub content_hash: String,
+}
+
+fn sha256_hex(s: &str) -> String {
+    hex::encode(Sha256::digest(s.as_bytes()))
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+fn ms(d: std::time::Duration) -> u64 {
+    d.as_millis() as u64
+}
+
+/// The document title: front-matter `title`, else the first `# ` heading, else the file stem.
+fn title_of(path: &str, metadata: &Value, body: &str) -> String {
+    if let Some(t) = metadata.get("title").and_then(Value::as_str) {
+        if !t.trim().is_empty() {
+            return t.trim().to_string();
+        }
+    }
+    for line in body.lines() {
+        if let Some(h) = line.strip_prefix("# ") {
+            let h = strip_html_tags(h).trim().to_string();
+            if !h.is_empty() {
+                return h;
+            }
+        }
+    }
+    let name = path.rsplit('/').next().unwrap_or(path);
+    name.rsplit_once('.').map_or(name, |(s, _)| s).to_string()
+}
+
+fn strip_html_tags(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut depth = 0usize;
+    for c in s.chars() {
+        match c {
+            '<' => depth += 1,
+            '>' if depth > 0 => depth -= 1,
+            _ if depth == 0 => out.push(c),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// Read and parse one file. The error is a human-readable reason (the caller adds the path).
+pub fn read_document(file: &FoundFile, max_bytes: u64) -> Result<ParsedDoc, String> {
+    let meta = std::fs::metadata(&file.abs).map_err(|e| format!("cannot stat: {e}"))?;
+    if meta.len() > max_bytes {
+        return Err(format!(
+            "file is {} bytes, over the limit of {} bytes (--max-file-bytes)",
+            meta.len(),
+            max_bytes
+        ));
+    }
+    let bytes = std::fs::read(&file.abs).map_err(|e| format!("cannot read: {e}"))?;
+    let head = &bytes[..bytes.len().min(8192)];
+    if let Some(pos) = head.iter().position(|&b| b == 0) {
+        return Err(format!(
+            "binary file (NUL byte at offset {pos}), not Markdown"
+        ));
+    }
+    let mut text = String::from_utf8(bytes).map_err(|e| {
+        format!(
+            "not valid UTF-8 (invalid byte at offset {})",
+            e.utf8_error().valid_up_to()
+        )
+    })?;
+    if text.starts_with('\u{feff}') {
+        text.drain(..3);
+    }
+    let split =
+        crate::frontmatter::split(&text).map_err(|e| format!("broken front-matter: {e}"))?;
+    let body = &text[split.body_offset..];
+    let title = title_of(&file.path, &split.metadata, body);
+    Ok(ParsedDoc {
+        path: file.path.clone(),
+        title,
+        metadata: split.metadata,
+        content_hash: sha256_hex(&text),
+        body_offset: split.body_offset,
+        text,
+    })
+}
+
+fn git_commit(root: &Path) -> Option<String> {
+    let out = std::process::Command::new("git")
+        .arg("-C")
+        .arg(root)
+        .args(["rev-parse", "HEAD"])
+        .stderr(std::process::Stdio::null())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        return None;
+    }
+    let s = String::from_utf8(out.stdout).ok()?.trim().to_string();
+    (!s.is_empty()).then_some(s)
+}
+
+struct PlannedChunk {
+    index: u32,
+    chunk: Chunk,
+    text: String,
+    hash: String,
+    write: bool,
+    vector: Option<Vec<f32>>,
+    tokens_model: u32,
+}
+
+struct DocPlan {
+    doc_idx: usize,
+    chunks: Vec<PlannedChunk>,
+    write: bool,
+    failed: Option<String>,
+}
+
+struct Ctx<'a> {
+    store: &'a dyn Store,
+    embedder: &'a dyn Embedder,
+    opts: &'a IngestOptions,
+    progress: &'a dyn Progress,
+    docs: &'a [ParsedDoc],
+    b: PhaseB,
+    issues: Vec<FileIssue>,
+    /// Paths written successfully, with the chunk count written.
+    written: HashMap<String, u32>,
+}
+
+impl Ctx<'_> {
+    fn flush(&mut self, window: &mut Vec<DocPlan>) -> Result<(), IngestError> {
+        let model = self.embedder.model_id().to_string();
+        // 1. Reuse vectors already known for a hash.
+        let mut need: Vec<(usize, usize)> = Vec::new();
+        for (d, plan) in window.iter().enumerate() {
+            for (c, pc) in plan.chunks.iter().enumerate() {
+                if pc.write {
+                    need.push((d, c));
+                }
+            }
+        }
+        if !need.is_empty() {
+            let hashes: Vec<String> = need
+                .iter()
+                .map(|&(d, c)| window[d].chunks[c].hash.clone())
+                .collect::<HashSet<_>>()
+                .into_iter()
+                .collect();
+            let known: HashMap<String, Vec<f32>> = self
+                .store
+                .cached_vectors(&model, &hashes)?
+                .into_iter()
+                .collect();
+            need.retain(|&(d, c)| {
+                let pc = &mut window[d].chunks[c];
+                match known.get(&pc.hash) {
+                    Some(v)
+                        if v.len() == self.embedder.dimensions()
+                            || self.embedder.dimensions() == 0 =>
+                    {
+                        pc.vector = Some(v.clone());
+                        self.b.vectors_reused += 1;
+                        false
+                    }
+                    _ => true,
+                }
+            });
+        }
+        // 2. Embed the rest in padded-token batches, shortest first.
+        let tokenizer = self.embedder.tokenizer();
+        let cap = self.embedder.max_input_tokens().max(1);
+        for &(d, c) in &need {
+            let pc = &mut window[d].chunks[c];
+            pc.tokens_model = tokenizer.count_tokens(&pc.text) as u32;
+        }
+        need.sort_by_key(|&(d, c)| (window[d].chunks[c].tokens_model, d, c));
+        let padded: Vec<usize> = need
+            .iter()
+            .map(|&(d, c)| (window[d].chunks[c].tokens_model as usize).min(cap) + 2)
+            .collect();
+        for r in padded_batches(
+            &padded,
+            self.opts.batch_max_chunks,
+            self.opts.batch_token_budget,
+        ) {
+            let items = &need[r];
+            if items.iter().all(|&(d, _)| window[d].failed.is_some()) {
+                continue;
+            }
+            let texts: Vec<&str> = items
+                .iter()
+                .map(|&(d, c)| window[d].chunks[c].text.as_str())
+                .collect();
+            let t = Instant::now();
+            let res = self.embedder.embed(&texts, EmbedKind::Passage);
+            self.b.embed_ms += ms(t.elapsed());
+            self.b.batches += 1;
+            let res = res.and_then(|v| {
+                if v.len() == texts.len() {
+                    Ok(v)
+                } else {
+                    Err(bib_embed::EmbedError::Other(format!(
+                        "model returned {} vectors for {} texts",
+                        v.len(),
+                        texts.len()
+                    )))
+                }
+            });
+            match res {
+                Ok(vectors) => {
+                    for (&(d, c), v) in items.iter().zip(vectors) {
+                        let pc = &mut window[d].chunks[c];
+                        self.b.chunks_embedded += 1;
+                        self.b.tokens_embedded += u64::from(pc.tokens_model);
+                        self.b.tokens_embedded_estimate += estimate_tokens(&pc.text) as u64;
+                        pc.vector = Some(v);
+                    }
+                }
+                Err(e) => {
+                    for &(d, _) in items {
+                        window[d]
+                            .failed
+                            .get_or_insert_with(|| format!("embedding failed: {e}"));
+                    }
+                }
+            }
+        }
+        // 3. One transaction per document.
+        for plan in window.drain(..) {
+            let doc = &self.docs[plan.doc_idx];
+            if !plan.write {
+                self.b.documents_unchanged += 1;
+                self.written
+                    .insert(doc.path.clone(), plan.chunks.len() as u32);
+                self.progress.advance(1);
+                continue;
+            }
+            let to_write = plan.chunks.iter().filter(|c| c.write).count() as u64;
+            if let Some(reason) = plan.failed {
+                self.b.errors += to_write;
+                self.issues.push(FileIssue {
+                    path: doc.path.clone(),
+                    phase: "B".into(),
+                    reason,
+                });
+                self.progress.advance(1);
+                continue;
+            }
+            let mut upserts = Vec::new();
+            for pc in plan.chunks.iter().filter(|c| c.write) {
+                let text_tokens = if pc.tokens_model == 0 {
+                    tokenizer.count_tokens(&pc.text) as u32
+                } else {
+                    pc.tokens_model
+                };
+                upserts.push(ChunkWrite {
+                    chunk_index: pc.index,
+                    prefix: pc.chunk.prefix.clone(),
+                    heading_path: pc.chunk.heading_path.clone(),
+                    content: pc.chunk.content.clone(),
+                    content_hash: pc.hash.clone(),
+                    tokens_estimate: estimate_tokens(&pc.text) as u32,
+                    tokens_model: text_tokens,
+                    span_start: pc.chunk.start as u64,
+                    span_end: pc.chunk.end as u64,
+                    model_id: model.clone(),
+                    embedding: pc.vector.clone().unwrap_or_default(),
+                });
+            }
+            let change = DocumentChange {
+                path: doc.path.clone(),
+                title: doc.title.clone(),
+                metadata: doc.metadata.clone(),
+                content_hash: doc.content_hash.clone(),
+                chunk_count: plan.chunks.len() as u32,
+                upserts,
+            };
+            match self.store.apply_document(&change) {
+                Ok(out) => {
+                    self.b.documents_written += 1;
+                    self.b.chunks_created += u64::from(out.created);
+                    self.b.chunks_updated += u64::from(out.updated);
+                    self.b.chunks_pruned += u64::from(out.pruned);
+                    self.written.insert(doc.path.clone(), change.chunk_count);
+                }
+                Err(e) => {
+                    self.b.errors += to_write;
+                    self.issues.push(FileIssue {
+                        path: doc.path.clone(),
+                        phase: "B".into(),
+                        reason: format!("store write failed: {e}"),
+                    });
+                }
+            }
+            self.progress.advance(1);
+        }
+        Ok(())
+    }
+}
+
+/// Run one ingest of `root` into `store`. Returns the run record (also stored in the store);
+/// `Err` only when the run could not happen at all (missing root, store unusable).
+pub fn ingest(
+    root: &Path,
+    store: &dyn Store,
+    embedder: &dyn Embedder,
+    opts: &IngestOptions,
+    progress: &dyn Progress,
+) -> Result<RunReport, IngestError> {
+    let t0 = Instant::now();
+    let root_shown = root.display().to_string();
+    if !root.is_dir() {
+        return Err(IngestError::Root {
+            path: root_shown,
+            reason: "not a directory".into(),
+        });
+    }
+    let mut report = RunReport {
+        status: "running".into(),
+        root: root_shown.clone(),
+        store: store.location(),
+        model_id: embedder.model_id().to_string(),
+        git_commit: git_commit(root),
+        started_at_ms: now_ms(),
+        ..RunReport::default()
+    };
+    report.id = store.begin_run(&serde_json::to_value(&report).unwrap_or(json!({})))?;
+
+    // ── Phase A ──────────────────────────────────────────────────────────────────────────
+    let ta = Instant::now();
+    let scanned = scan(root).map_err(|e| IngestError::Root {
+        path: root_shown.clone(),
+        reason: e.to_string(),
+    })?;
+    let mut issues = scanned.issues;
+    let scan_issues = issues.len();
+    progress.start("register", scanned.files.len() as u64);
+    let mut docs: Vec<ParsedDoc> = Vec::new();
+    let mut seen: HashSet<String> = HashSet::new();
+    let found: HashSet<String> = scanned.files.iter().map(|f| f.path.clone()).collect();
+    for f in &scanned.files {
+        progress.advance(1);
+        if !seen.insert(f.path.clone()) {
+            issues.push(FileIssue {
+                path: f
+                    .abs
+                    .strip_prefix(root)
+                    .unwrap_or(&f.abs)
+                    .to_string_lossy()
+                    .into(),
+                phase: "A".into(),
+                reason: format!(
+                    "same document as `{}` after path normalization; skipped",
+                    f.path
+                ),
+            });
+            continue;
+        }
+        match read_document(f, opts.max_file_bytes) {
+            Ok(d) => docs.push(d),
+            Err(reason) => issues.push(FileIssue {
+                path: f.path.clone(),
+                phase: "A".into(),
+                reason,
+            }),
+        }
+    }
+    progress.finish();
+    // Candidates: distinct documents found plus entries the scan could not read.
+    let candidates = (seen.len() + scan_issues) as u64;
+    report.phase_a = PhaseA {
+        files: candidates,
+        registered: docs.len() as u64,
+        errors: issues.len() as u64,
+        duration_ms: ms(ta.elapsed()),
+        guard_passed: false,
+    };
+    report.coverage.documents = if candidates == 0 {
+        1.0
+    } else {
+        docs.len() as f64 / candidates as f64
+    };
+    let stored_docs: Vec<DocRecord> = store.documents()?;
+    let failure = if candidates == 0 && !stored_docs.is_empty() {
+        Some(format!(
+            "no Markdown files found under {root_shown}; refusing to prune the {} stored documents",
+            stored_docs.len()
+        ))
+    } else if report.coverage.documents < opts.register_guard {
+        Some(format!(
+            "only {} of {} files registered ({:.1}% < {:.0}%); index left unchanged",
+            docs.len(),
+            candidates,
+            report.coverage.documents * 100.0,
+            opts.register_guard * 100.0
+        ))
+    } else {
+        None
+    };
+    if let Some(f) = failure {
+        report.errors = issues;
+        return finish(store, report, t0, Some(f));
+    }
+    report.phase_a.guard_passed = true;
+
+    // ── Phase B ──────────────────────────────────────────────────────────────────────────
+    let tb = Instant::now();
+    let mut by_path: HashMap<String, Vec<ChunkState>> = HashMap::new();
+    for s in store.chunk_states()? {
+        by_path.entry(s.path.clone()).or_default().push(s);
+    }
+    let stored: HashMap<&str, &DocRecord> =
+        stored_docs.iter().map(|d| (d.path.as_str(), d)).collect();
+    let model = embedder.model_id().to_string();
+    let mut ctx = Ctx {
+        store,
+        embedder,
+        opts,
+        progress,
+        docs: &docs,
+        b: PhaseB::default(),
+        issues: Vec::new(),
+        written: HashMap::new(),
+    };
+    progress.start("index", docs.len() as u64);
+    let mut window: Vec<DocPlan> = Vec::new();
+    let mut pending = 0usize;
+    for (i, doc) in docs.iter().enumerate() {
+        let body = &doc.text[doc.body_offset..];
+        let chunks = chunk_markdown(&doc.title, body, doc.body_offset, &opts.chunk);
+        let old: HashMap<u32, &ChunkState> = by_path
+            .get(&doc.path)
+            .map(|v| v.iter().map(|s| (s.chunk_index, s)).collect())
+            .unwrap_or_default();
+        let mut planned = Vec::with_capacity(chunks.len());
+        for (idx, chunk) in chunks.into_iter().enumerate() {
+            let text = chunk.text();
+            let hash = sha256_hex(&text);
+            let index = idx as u32;
+            let skip = old
+                .get(&index)
+                .is_some_and(|s| s.content_hash == hash && s.model_id == model);
+            if skip {
+                ctx.b.chunks_skipped += 1;
+            } else {
+                pending += 1;
+            }
+            planned.push(PlannedChunk {
+                index,
+                chunk,
+                text,
+                hash,
+                write: !skip,
+                vector: None,
+                tokens_model: 0,
+            });
+        }
+        ctx.b.chunks_total += planned.len() as u64;
+        let row_same = stored.get(doc.path.as_str()).is_some_and(|d| {
+            d.title == doc.title
+                && d.metadata == doc.metadata
+                && d.content_hash == doc.content_hash
+                && d.chunk_count as usize == planned.len()
+        });
+        let write = !row_same || planned.iter().any(|c| c.write) || old.len() != planned.len();
+        window.push(DocPlan {
+            doc_idx: i,
+            chunks: planned,
+            write,
+            failed: None,
+        });
+        if pending >= opts.window_chunks {
+            ctx.flush(&mut window)?;
+            pending = 0;
+        }
+    }
+    ctx.flush(&mut window)?;
+    progress.finish();
+    let mut b = ctx.b;
+    let written = ctx.written;
+    issues.extend(ctx.issues);
+    let ok = b.chunks_created + b.chunks_updated + b.chunks_skipped;
+    report.coverage.chunks = if b.chunks_total == 0 {
+        1.0
+    } else {
+        ok as f64 / b.chunks_total as f64
+    };
+    b.guard_passed = report.coverage.chunks >= opts.index_guard;
+    let vanished: Vec<String> = stored_docs
+        .iter()
+        .filter(|d| !found.contains(&d.path))
+        .map(|d| d.path.clone())
+        .collect();
+    let mut failure = None;
+    if !b.guard_passed {
+        b.prune = "skipped: success guard failed".into();
+        failure = Some(format!(
+            "only {ok} of {} chunks indexed ({:.1}% < {:.0}%); vanished documents not pruned",
+            b.chunks_total,
+            report.coverage.chunks * 100.0,
+            opts.index_guard * 100.0
+        ));
+    } else if b.errors > 0 {
+        b.prune = format!("skipped: {} chunk writes failed", b.errors);
+    } else if vanished.is_empty() {
+        b.prune = "done: nothing vanished".into();
+    } else {
+        let n = store.remove_documents(&vanished)?;
+        b.chunks_pruned += n;
+        b.documents_removed = vanished.len() as u64;
+        b.prune = format!("done: {} vanished documents removed", vanished.len());
+    }
+    b.duration_ms = ms(tb.elapsed());
+    report.embed_fraction = 0.0;
+    let embed_ms = b.embed_ms;
+    let wrote = b.chunks_created + b.chunks_updated;
+    report.phase_b = Some(b);
+
+    // ── Phase C ──────────────────────────────────────────────────────────────────────────
+    let tc = Instant::now();
+    let audit = store.audit()?;
+    let now: HashMap<String, DocRecord> = store
+        .documents()?
+        .into_iter()
+        .map(|d| (d.path.clone(), d))
+        .collect();
+    let mut mismatches = Vec::new();
+    for doc in &docs {
+        let Some(&n) = written.get(&doc.path) else {
+            continue;
+        };
+        match now.get(&doc.path) {
+            None => mismatches.push(format!("{}: not in the store", doc.path)),
+            Some(d) if d.chunk_count != n || d.content_hash != doc.content_hash => {
+                mismatches.push(format!(
+                    "{}: store has {} chunks / hash {}, run wrote {} / {}",
+                    doc.path, d.chunk_count, d.content_hash, n, doc.content_hash
+                ))
+            }
+            Some(_) => {}
+        }
+    }
+    let coherent = audit.coherent && mismatches.is_empty();
+    if failure.is_none() && !coherent {
+        failure = Some(format!(
+            "audit found the store incoherent: {:?}; mismatches: {:?}",
+            audit, mismatches
+        ));
+    }
+    report.phase_c = Some(PhaseC {
+        audit,
+        mismatches,
+        coherent,
+        duration_ms: ms(tc.elapsed()),
+    });
+    report.errors = issues;
+    let total_ms = t0.elapsed().as_secs_f64() * 1000.0;
+    if total_ms > 0.0 {
+        report.embed_fraction = embed_ms as f64 / total_ms;
+        report.chunks_per_sec = wrote as f64 / (total_ms / 1000.0);
+    }
+    finish(store, report, t0, failure)
+}
+
+fn finish(
+    store: &dyn Store,
+    mut report: RunReport,
+    t0: Instant,
+    failure: Option<String>,
+) -> Result<RunReport, IngestError> {
+    report.status = if failure.is_some() {
+        "failed"
+    } else {
+        "completed"
+    }
+    .into();
+    report.failure = failure;
+    report.duration_ms = ms(t0.elapsed());
+    let value = serde_json::to_value(&report).unwrap_or(json!({}));
+    store.finish_run(report.id, &report.status, &value)?;
+    Ok(report)
+}

@@ -1,0 +1,393 @@
+//! Ingest pipeline tests with a deterministic fake embedder (no model needed).
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use bib_embed::{EmbedError, EmbedKind, Embedder};
+use bib_ingest::{ingest, IngestOptions, NoProgress, RunReport};
+use bib_store::{conformance::fake_vector, Filter, SqliteStore, Store};
+use bib_text::chunk::chunk_markdown;
+use bib_text::tokens::{EstimateCounter, TokenCounter};
+
+#[derive(Default)]
+struct FakeEmbedder {
+    calls: AtomicUsize,
+    texts: Mutex<Vec<String>>,
+    fail: AtomicBool,
+}
+
+impl Embedder for FakeEmbedder {
+    fn model_id(&self) -> &str {
+        "fake-16"
+    }
+    fn dimensions(&self) -> usize {
+        16
+    }
+    fn max_input_tokens(&self) -> usize {
+        512
+    }
+    fn tokenizer(&self) -> &dyn TokenCounter {
+        &EstimateCounter
+    }
+    fn embed(&self, texts: &[&str], _kind: EmbedKind) -> Result<Vec<Vec<f32>>, EmbedError> {
+        if self.fail.load(Ordering::SeqCst) {
+            return Err(EmbedError::Other("injected failure".into()));
+        }
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        self.texts
+            .lock()
+            .unwrap()
+            .extend(texts.iter().map(|t| t.to_string()));
+        Ok(texts.iter().map(|t| fake_vector(t)).collect())
+    }
+}
+
+impl FakeEmbedder {
+    fn embedded(&self) -> usize {
+        self.texts.lock().unwrap().len()
+    }
+    fn reset(&self) {
+        self.texts.lock().unwrap().clear();
+    }
+}
+
+fn write(root: &Path, rel: &str, text: &str) {
+    let p = root.join(rel);
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::write(p, text).unwrap();
+}
+
+fn long_doc(title: &str, sections: usize) -> String {
+    let mut s = format!("---\ntitle: {title}\ntags: [t1, {title}]\n---\n# {title}\n\n");
+    for i in 0..sections {
+        s.push_str(&format!("## Section {i}\n\n"));
+        for j in 0..60 {
+            s.push_str(&format!(
+                "Sentence {j} of section {i} in {title} talks about packages. "
+            ));
+        }
+        s.push_str("\n\n");
+    }
+    s
+}
+
+fn wiki(root: &Path) {
+    write(root, "a.md", &long_doc("alpha", 6));
+    write(root, "b.md", &long_doc("beta", 3));
+    write(root, "guides/c.md", &long_doc("gamma", 2));
+    write(
+        root,
+        "guides/d.md",
+        "# Delta\n\nShort page about nuget push.\n",
+    );
+    write(root, "e.md", "---\ntitle: Echo\n---\nEcho body text.\n");
+}
+
+fn run(root: &Path, store: &dyn Store, emb: &FakeEmbedder) -> RunReport {
+    ingest(root, store, emb, &IngestOptions::default(), &NoProgress).unwrap()
+}
+
+fn chunks_of(text: &str) -> Vec<String> {
+    let split = bib_ingest::frontmatter::split(text).unwrap();
+    let title = split
+        .metadata
+        .get("title")
+        .and_then(|t| t.as_str())
+        .unwrap_or("x")
+        .to_string();
+    chunk_markdown(
+        &title,
+        &text[split.body_offset..],
+        split.body_offset,
+        &Default::default(),
+    )
+    .iter()
+    .map(|c| c.text())
+    .collect()
+}
+
+#[test]
+fn incremental_ingest_skips_unchanged_and_prunes() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("wiki");
+    wiki(&root);
+    let store = SqliteStore::open(t.path().join("kb.sqlite")).unwrap();
+    let emb = FakeEmbedder::default();
+
+    let r1 = run(&root, &store, &emb);
+    assert_eq!(r1.status, "completed", "{r1:?}");
+    assert_eq!(r1.phase_a.registered, 5);
+    let b1 = r1.phase_b.clone().unwrap();
+    assert!(b1.chunks_total >= 5);
+    assert_eq!(b1.chunks_created, b1.chunks_total);
+    assert_eq!(emb.embedded() as u64, b1.chunks_embedded);
+    assert!(r1.phase_c.as_ref().unwrap().coherent);
+    assert_eq!(store.documents().unwrap()[0].qualified_name, "doc:a.md");
+
+    // Second run: nothing embedded, everything skipped.
+    emb.reset();
+    let r2 = run(&root, &store, &emb);
+    let b2 = r2.phase_b.clone().unwrap();
+    assert_eq!(emb.embedded(), 0);
+    assert_eq!(b2.chunks_skipped, b1.chunks_total);
+    assert_eq!(b2.documents_written, 0);
+    assert_eq!(
+        (b2.chunks_created, b2.chunks_updated, b2.chunks_pruned),
+        (0, 0, 0)
+    );
+
+    // Edit one file: only its changed chunks are embedded.
+    let old = std::fs::read_to_string(root.join("a.md")).unwrap();
+    let new = old.replacen(
+        "Sentence 3 of section 4",
+        "A changed sentence of section 4",
+        1,
+    );
+    assert_ne!(old, new);
+    write(&root, "a.md", &new);
+    let (oc, nc) = (chunks_of(&old), chunks_of(&new));
+    let changed = nc
+        .iter()
+        .enumerate()
+        .filter(|(i, c)| oc.get(*i) != Some(c))
+        .count();
+    assert!(changed >= 1);
+    emb.reset();
+    let r3 = run(&root, &store, &emb);
+    let b3 = r3.phase_b.clone().unwrap();
+    assert_eq!(
+        emb.embedded(),
+        changed,
+        "embedded {:?}",
+        emb.texts.lock().unwrap()
+    );
+    assert!(emb
+        .texts
+        .lock()
+        .unwrap()
+        .iter()
+        .all(|t| t.contains("alpha")));
+    assert_eq!(b3.chunks_updated as usize, changed);
+    assert_eq!(b3.documents_written, 1);
+
+    // Shrink a file: its tail chunks are pruned.
+    let before = nc.len();
+    write(&root, "a.md", &long_doc("alpha", 1));
+    let after = chunks_of(&long_doc("alpha", 1)).len();
+    emb.reset();
+    let r4 = run(&root, &store, &emb);
+    let b4 = r4.phase_b.clone().unwrap();
+    assert_eq!(b4.chunks_pruned as usize, before.saturating_sub(after));
+    let states = store.chunk_states().unwrap();
+    assert_eq!(states.iter().filter(|s| s.path == "a.md").count(), after);
+
+    // Delete a file: the document and its chunks go.
+    std::fs::remove_file(root.join("b.md")).unwrap();
+    let b_chunks = states.iter().filter(|s| s.path == "b.md").count() as u64;
+    let r5 = run(&root, &store, &emb);
+    let b5 = r5.phase_b.clone().unwrap();
+    assert_eq!(b5.documents_removed, 1);
+    assert_eq!(b5.chunks_pruned, b_chunks);
+    assert!(store.documents().unwrap().iter().all(|d| d.path != "b.md"));
+    assert!(store
+        .bm25_search("beta", 10, &Filter::none())
+        .unwrap()
+        .iter()
+        .all(|h| h.path != "b.md"));
+    assert!(r5.phase_c.unwrap().coherent);
+    // Runs are recorded, newest first.
+    let runs = store.runs(10).unwrap();
+    assert_eq!(runs.len(), 5);
+    assert_eq!(runs[0].id, r5.id);
+    assert_eq!(runs[0].status, "completed");
+    assert_eq!(runs[0].record["phase_b"]["documents_removed"], 1);
+}
+
+#[test]
+fn final_state_equals_a_clean_ingest() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("wiki");
+    wiki(&root);
+    let inc = SqliteStore::open(t.path().join("inc.sqlite")).unwrap();
+    let emb = FakeEmbedder::default();
+    run(&root, &inc, &emb);
+    write(&root, "b.md", &long_doc("beta", 5));
+    write(&root, "f.md", "# Foxtrot\n\nNew page.\n");
+    std::fs::remove_file(root.join("e.md")).unwrap();
+    run(&root, &inc, &emb);
+    let clean = SqliteStore::open(t.path().join("clean.sqlite")).unwrap();
+    run(&root, &clean, &emb);
+    assert_eq!(snapshot(&inc), snapshot(&clean));
+}
+
+type Snap = Vec<(
+    String,
+    String,
+    String,
+    String,
+    u32,
+    Vec<(u32, String, String)>,
+)>;
+
+fn snapshot(s: &dyn Store) -> Snap {
+    let states = s.chunk_states().unwrap();
+    s.documents()
+        .unwrap()
+        .into_iter()
+        .map(|d| {
+            let ch = states
+                .iter()
+                .filter(|c| c.path == d.path)
+                .map(|c| (c.chunk_index, c.content_hash.clone(), c.model_id.clone()))
+                .collect();
+            (
+                d.path,
+                d.qualified_name,
+                d.title,
+                d.metadata.to_string() + &d.content_hash,
+                d.chunk_count,
+                ch,
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn register_guard_stops_before_touching_the_index() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("wiki");
+    wiki(&root);
+    let store = SqliteStore::open(t.path().join("kb.sqlite")).unwrap();
+    let emb = FakeEmbedder::default();
+    run(&root, &store, &emb);
+    let before = snapshot(&store);
+    // Break 3 of 5 files and delete nothing: 40% registered < 80%.
+    for f in ["a.md", "b.md", "e.md"] {
+        std::fs::write(root.join(f), b"\xff\xfe broken").unwrap();
+    }
+    std::fs::remove_file(root.join("guides/d.md")).unwrap();
+    emb.reset();
+    let r = run(&root, &store, &emb);
+    assert_eq!(r.status, "failed");
+    assert!(r.failure.unwrap().contains("registered"));
+    assert!(r.phase_b.is_none());
+    assert_eq!(emb.embedded(), 0);
+    assert_eq!(snapshot(&store), before, "index changed despite the guard");
+    assert_eq!(store.runs(1).unwrap()[0].status, "failed");
+}
+
+#[test]
+fn index_guard_failure_does_not_prune() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("wiki");
+    wiki(&root);
+    let store = SqliteStore::open(t.path().join("kb.sqlite")).unwrap();
+    let emb = FakeEmbedder::default();
+    run(&root, &store, &emb);
+    // Change every document, delete one, and make the model fail.
+    for (f, title) in [
+        ("a.md", "alpha2"),
+        ("b.md", "beta2"),
+        ("guides/c.md", "gamma2"),
+    ] {
+        write(&root, f, &long_doc(title, 2));
+    }
+    std::fs::remove_file(root.join("e.md")).unwrap();
+    emb.fail.store(true, Ordering::SeqCst);
+    let r = run(&root, &store, &emb);
+    assert_eq!(r.status, "failed", "{r:?}");
+    let b = r.phase_b.unwrap();
+    assert!(!b.guard_passed);
+    assert!(b.errors > 0);
+    assert_eq!(b.documents_removed, 0);
+    assert!(store.documents().unwrap().iter().any(|d| d.path == "e.md"));
+    assert!(r
+        .errors
+        .iter()
+        .any(|e| e.phase == "B" && e.reason.contains("injected")));
+    assert!(store.audit().unwrap().coherent);
+    // Once the model works again the next run converges.
+    emb.fail.store(false, Ordering::SeqCst);
+    let r = run(&root, &store, &emb);
+    assert_eq!(r.status, "completed");
+    assert!(store.documents().unwrap().iter().all(|d| d.path != "e.md"));
+}
+
+#[cfg(unix)]
+#[test]
+fn bad_inputs_are_reported_and_the_rest_ingests() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("wiki");
+    // 20 good files so the 5 bad ones stay under the 20% guard.
+    for i in 0..20 {
+        write(
+            &root,
+            &format!("good/{i:02}.md"),
+            &format!("# Good {i}\n\nBody {i}.\n"),
+        );
+    }
+    std::fs::write(root.join("latin1.md"), b"# Caf\xe9\n").unwrap();
+    std::fs::write(root.join("binary.md"), [0x89, b'P', b'N', b'G', 0, 0, 1, 2]).unwrap();
+    write(&root, "big.md", &"x ".repeat(600_000));
+    write(
+        &root,
+        "broken.md",
+        "---\ntitle: x\nnot yaml at all\n---\nbody\n",
+    );
+    std::fs::create_dir_all(root.join("loop")).unwrap();
+    std::os::unix::fs::symlink(root.join("loop"), root.join("loop/again")).unwrap();
+    let store = SqliteStore::open(t.path().join("kb.sqlite")).unwrap();
+    let emb = FakeEmbedder::default();
+    let opts = IngestOptions {
+        max_file_bytes: 1_000_000,
+        ..IngestOptions::default()
+    };
+    let r = ingest(&root, &store, &emb, &opts, &NoProgress).unwrap();
+    assert_eq!(r.status, "completed", "{r:?}");
+    assert_eq!(r.phase_a.registered, 20);
+    assert_eq!(r.phase_a.errors, 5);
+    let find = |p: &str| {
+        r.errors
+            .iter()
+            .find(|e| e.path == p)
+            .map(|e| e.reason.clone())
+            .unwrap_or_else(|| panic!("no error reported for {p}: {:?}", r.errors))
+    };
+    assert!(find("latin1.md").contains("UTF-8"));
+    assert!(find("binary.md").contains("binary"));
+    assert!(find("big.md").contains("over the limit"));
+    assert!(find("broken.md").contains("front-matter line 3"));
+    assert!(find("loop/again").contains("loop"));
+    assert_eq!(store.documents().unwrap().len(), 20);
+}
+
+#[test]
+fn public_prefix_never_registers_twice_and_empty_root_refuses_to_prune() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("wiki");
+    for i in 0..9 {
+        write(&root, &format!("p{i}.md"), &format!("# P{i}\n\ntext {i}\n"));
+    }
+    write(&root, "public/p0.md", "# P0 twin\n");
+    write(&root, "public/only.md", "# Only\n");
+    let store = SqliteStore::open(t.path().join("kb.sqlite")).unwrap();
+    let emb = FakeEmbedder::default();
+    let r = run(&root, &store, &emb);
+    assert_eq!(r.status, "completed", "{r:?}");
+    let paths: Vec<String> = store
+        .documents()
+        .unwrap()
+        .into_iter()
+        .map(|d| d.path)
+        .collect();
+    assert!(paths.contains(&"only.md".to_string()));
+    assert_eq!(paths.iter().filter(|p| *p == "p0.md").count(), 1);
+    assert!(r.errors.iter().any(|e| e.reason.contains("normalization")));
+    // An empty root must not wipe the knowledge base.
+    let empty = t.path().join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    let r = run(&empty, &store, &emb);
+    assert_eq!(r.status, "failed");
+    assert_eq!(store.documents().unwrap().len(), 10);
+}
