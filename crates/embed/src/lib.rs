@@ -7,11 +7,15 @@
 
 use bib_text::tokens::TokenCounter;
 
+pub mod batch;
+pub mod cache;
 pub mod models;
 pub mod npy;
 pub mod spm;
 pub mod use_m3;
 
+pub use batch::{embed_in_batches, split_batches, BatchPlan};
+pub use cache::{content_key, CachedEmbedder, ContentKey, MemoryCache, VectorCache};
 pub use models::{model_dir, DEFAULT_MODEL};
 pub use use_m3::UseM3;
 
@@ -51,6 +55,32 @@ pub trait Embedder: Send + Sync {
     /// Embed a batch. Returns one L2-normalised vector per input, in order.
     fn embed(&self, texts: &[&str], kind: EmbedKind) -> Result<Vec<Vec<f32>>, EmbedError>;
 }
+
+macro_rules! forward_embedder {
+    ($($ptr:ident)::+) => {
+        impl<E: Embedder + ?Sized> Embedder for $($ptr)::+<E> {
+            fn model_id(&self) -> &str {
+                (**self).model_id()
+            }
+            fn dimensions(&self) -> usize {
+                (**self).dimensions()
+            }
+            fn max_input_tokens(&self) -> usize {
+                (**self).max_input_tokens()
+            }
+            fn tokenizer(&self) -> &dyn TokenCounter {
+                (**self).tokenizer()
+            }
+            fn embed(&self, texts: &[&str], kind: EmbedKind) -> Result<Vec<Vec<f32>>, EmbedError> {
+                (**self).embed(texts, kind)
+            }
+        }
+    };
+}
+
+// Boxed and shared embedders are embedders too (so wrappers such as `CachedEmbedder` take them).
+forward_embedder!(Box);
+forward_embedder!(std::sync::Arc);
 
 /// Cosine similarity of two vectors (0 when either is empty or their lengths differ).
 pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
