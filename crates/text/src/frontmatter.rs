@@ -1,1 +1,530 @@
-//! YAML front-matter. OWNER: text helper.
+//! YAML front-matter and DocFX include transclusion.
+//!
+//! [`parse_document`] splits a Markdown source into metadata (the YAML front-matter as a JSON
+//! map), a title and the body with its byte offset in the source. It tolerates what real wikis
+//! contain: a UTF-8 BOM, CRLF line endings, no front-matter at all, quoted titles with colons,
+//! fields that are sometimes a string and sometimes a list, empty values. Broken YAML is a
+//! [`FrontMatterError`] carrying the line number in the source file (the caller adds the file
+//! name); it never panics. YAML is parsed with `serde-saphyr` (maintained, panic-free; the
+//! archived `serde_yaml` and the unsound `serde_yml` are avoided on purpose).
+//!
+//! [`resolve_includes`] expands DocFX `[!INCLUDE [title](path)]` lines. This crate does no I/O:
+//! the caller supplies an [`IncludeLoader`] that reads a path. Paths are resolved relative to the
+//! including file, included files lose their own front-matter, and cycles are reported.
+
+use serde_json::{Map, Value};
+
+/// A parsed Markdown document: borrowed body, owned metadata.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Document<'a> {
+    /// The front-matter as a JSON object (empty when there is none).
+    pub metadata: Map<String, Value>,
+    /// Front-matter `title`, else the first H1, else the caller's fallback (the file stem).
+    pub title: String,
+    /// The Markdown after the front-matter.
+    pub body: &'a str,
+    /// Byte offset of `body` in the source (BOM and front-matter skipped).
+    pub body_offset: usize,
+    /// Whether the source had a front-matter block.
+    pub has_front_matter: bool,
+}
+
+/// Front-matter that could not be parsed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FrontMatterError {
+    /// The YAML is malformed; `line` is 1-based in the source file.
+    #[error("invalid YAML front-matter at line {line}: {message}")]
+    Yaml { line: usize, message: String },
+    /// The YAML parsed, but is not a mapping of keys to values.
+    #[error("front-matter at line {line} is not a key/value mapping")]
+    NotAMapping { line: usize },
+}
+
+impl FrontMatterError {
+    /// The 1-based line number in the source file.
+    pub fn line(&self) -> usize {
+        match self {
+            Self::Yaml { line, .. } | Self::NotAMapping { line } => *line,
+        }
+    }
+}
+
+/// The raw pieces of a source: YAML text (if any), its first line number, the body and its offset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RawParts<'a> {
+    pub yaml: Option<&'a str>,
+    /// 1-based line in the source where the YAML text starts.
+    pub yaml_line: usize,
+    pub body: &'a str,
+    pub body_offset: usize,
+}
+
+/// Split the front-matter off `source` without parsing it. A block opens with a `---` line at
+/// the very start (after an optional BOM) and closes with a `---` or `...` line; an opening
+/// line with no closing one is not front-matter (it is a thematic break).
+pub fn split_front_matter(source: &str) -> RawParts<'_> {
+    let bom = if source.starts_with('\u{feff}') { 3 } else { 0 };
+    let s = &source[bom..];
+    let no_fm = RawParts {
+        yaml: None,
+        yaml_line: 0,
+        body: s,
+        body_offset: bom,
+    };
+    let first_end = s.find('\n').map_or(s.len(), |i| i + 1);
+    if s[..first_end].trim_end() != "---" {
+        return no_fm;
+    }
+    let yaml_start = first_end;
+    let mut pos = yaml_start;
+    while pos < s.len() {
+        let end = s[pos..].find('\n').map_or(s.len(), |i| pos + i + 1);
+        let line = s[pos..end].trim_end();
+        if line == "---" || line == "..." {
+            return RawParts {
+                yaml: Some(&s[yaml_start..pos]),
+                yaml_line: 2,
+                body: &s[end..],
+                body_offset: bom + end,
+            };
+        }
+        pos = end;
+    }
+    no_fm
+}
+
+/// Parse a YAML front-matter text into a JSON map. `first_line` is the source line of its first
+/// line, used to report errors in file coordinates.
+pub fn parse_yaml(yaml: &str, first_line: usize) -> Result<Map<String, Value>, FrontMatterError> {
+    let normalized;
+    let yaml = if yaml.contains('\r') {
+        normalized = yaml.replace("\r\n", "\n");
+        normalized.as_str()
+    } else {
+        yaml
+    };
+    if yaml.trim().is_empty() {
+        return Ok(Map::new());
+    }
+    let value: Value = serde_saphyr::from_str(yaml).map_err(|e| {
+        let rel = e.location().map_or(1, |l| l.line().max(1) as usize);
+        FrontMatterError::Yaml {
+            line: first_line + rel - 1,
+            message: first_line_of(&e.to_string()),
+        }
+    })?;
+    match value {
+        Value::Object(m) => Ok(m),
+        Value::Null => Ok(Map::new()),
+        _ => Err(FrontMatterError::NotAMapping { line: first_line }),
+    }
+}
+
+fn first_line_of(s: &str) -> String {
+    s.lines().next().unwrap_or("").trim().to_string()
+}
+
+/// The document title from metadata: a non-empty string `title`, or the first non-empty string
+/// of a `title` list.
+pub fn metadata_title(metadata: &Map<String, Value>) -> Option<String> {
+    let t = match metadata.get("title")? {
+        Value::String(s) => s.trim().to_string(),
+        Value::Array(items) => items
+            .iter()
+            .find_map(|v| v.as_str().map(str::trim).filter(|s| !s.is_empty()))?
+            .to_string(),
+        Value::Number(n) => n.to_string(),
+        _ => return None,
+    };
+    (!t.is_empty()).then_some(t)
+}
+
+/// A metadata field as a list of strings, whether it was written as a string or a list.
+pub fn string_list(metadata: &Map<String, Value>, key: &str) -> Vec<String> {
+    match metadata.get(key) {
+        Some(Value::String(s)) => vec![s.clone()],
+        Some(Value::Array(items)) => items
+            .iter()
+            .filter_map(|v| match v {
+                Value::String(s) => Some(s.clone()),
+                Value::Number(n) => Some(n.to_string()),
+                Value::Bool(b) => Some(b.to_string()),
+                _ => None,
+            })
+            .collect(),
+        Some(Value::Number(n)) => vec![n.to_string()],
+        Some(Value::Bool(b)) => vec![b.to_string()],
+        _ => Vec::new(),
+    }
+}
+
+/// Parse a Markdown source: front-matter, title, body. `fallback_title` (the file stem) is used
+/// when neither the front-matter nor an H1 gives a title.
+pub fn parse_document<'a>(
+    source: &'a str,
+    fallback_title: &str,
+) -> Result<Document<'a>, FrontMatterError> {
+    let raw = split_front_matter(source);
+    let metadata = match raw.yaml {
+        Some(y) => parse_yaml(y, raw.yaml_line)?,
+        None => Map::new(),
+    };
+    let title = metadata_title(&metadata)
+        .or_else(|| crate::markdown::first_h1(raw.body))
+        .unwrap_or_else(|| fallback_title.to_string());
+    Ok(Document {
+        metadata,
+        title,
+        body: raw.body,
+        body_offset: raw.body_offset,
+        has_front_matter: raw.yaml.is_some(),
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Includes
+// ---------------------------------------------------------------------------------------------
+
+/// Loads the text of an included file. Implemented by the caller (ingest), which owns I/O.
+pub trait IncludeLoader {
+    /// Read `path` (already resolved relative to the including file, `/`-separated).
+    fn load(&mut self, path: &str) -> Result<String, String>;
+}
+
+impl<F: FnMut(&str) -> Result<String, String>> IncludeLoader for F {
+    fn load(&mut self, path: &str) -> Result<String, String> {
+        self(path)
+    }
+}
+
+/// Why includes could not be resolved.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IncludeError {
+    /// A file includes itself, directly or through others; `chain` ends with the repeated path.
+    #[error("include cycle: {}", chain.join(" -> "))]
+    Cycle { chain: Vec<String> },
+    /// The loader could not read an included file.
+    #[error("cannot load include {path} (from {from}): {message}")]
+    Load {
+        path: String,
+        from: String,
+        message: String,
+    },
+    /// Includes nested deeper than [`MAX_INCLUDE_DEPTH`].
+    #[error("includes nested deeper than {MAX_INCLUDE_DEPTH} levels at {path}")]
+    TooDeep { path: String },
+    /// An included file has broken front-matter.
+    #[error("included file {path}: {source}")]
+    FrontMatter {
+        path: String,
+        source: FrontMatterError,
+    },
+}
+
+/// Maximum include nesting.
+pub const MAX_INCLUDE_DEPTH: usize = 16;
+
+/// One `[!INCLUDE [title](path)]` occurrence: its byte span in the text and its raw target.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IncludeDirective {
+    pub start: usize,
+    pub end: usize,
+    pub target: String,
+}
+
+/// Find include directives outside code fences.
+pub fn find_includes(text: &str) -> Vec<IncludeDirective> {
+    let mut out = Vec::new();
+    let mut fence = None;
+    let mut pos = 0;
+    while pos < text.len() {
+        let end = text[pos..].find('\n').map_or(text.len(), |i| pos + i + 1);
+        let line = &text[pos..end];
+        if let Some(f) = fence {
+            if crate::sentences::fence_close(line, f) {
+                fence = None;
+            }
+        } else if let Some(f) = crate::sentences::fence_open(line) {
+            fence = Some(f);
+        } else {
+            scan_line_includes(line, pos, &mut out);
+        }
+        pos = end;
+    }
+    out
+}
+
+fn scan_line_includes(line: &str, base: usize, out: &mut Vec<IncludeDirective>) {
+    let lower = line.to_ascii_lowercase();
+    let mut from = 0;
+    while let Some(k) = lower[from..].find("[!include") {
+        let start = from + k;
+        from = start + 1;
+        // [!INCLUDE [title](target)]
+        let rest = &line[start + "[!include".len()..];
+        let rest_trim = rest.trim_start();
+        let Some(after_open) = rest_trim.strip_prefix('[') else {
+            continue;
+        };
+        let Some(close_title) = after_open.find("](") else {
+            continue;
+        };
+        let target_part = &after_open[close_title + 2..];
+        let Some(close_paren) = target_part.find(')') else {
+            continue;
+        };
+        let target = target_part[..close_paren]
+            .trim()
+            .trim_start_matches('<')
+            .trim_end_matches('>')
+            .to_string();
+        let tail = target_part[close_paren + 1..].trim_start();
+        if !tail.starts_with(']') || target.is_empty() {
+            continue;
+        }
+        let consumed = line.len() - tail.len() + 1;
+        out.push(IncludeDirective {
+            start: base + start,
+            end: base + consumed,
+            target,
+        });
+        from = consumed;
+    }
+}
+
+/// Resolve `target` relative to the file `current` (`/`-separated): `a/b/c.md` + `../x.md` →
+/// `a/x.md`. Absolute targets and DocFX root paths (`~/…`) are returned normalized as they are.
+pub fn resolve_relative(current: &str, target: &str) -> String {
+    let target = target.split(['#', '?']).next().unwrap_or(target);
+    let target = target.replace('\\', "/");
+    let (root, joined) = if target.starts_with('/') || target.starts_with("~/") {
+        (String::new(), target.clone())
+    } else {
+        let cur = current.replace('\\', "/");
+        let dir = cur.rfind('/').map_or("", |i| &cur[..i]);
+        let joined = if dir.is_empty() {
+            target.clone()
+        } else {
+            format!("{dir}/{target}")
+        };
+        (String::new(), joined)
+    };
+    let absolute = joined.starts_with('/');
+    let mut parts: Vec<&str> = Vec::new();
+    for p in joined.split('/') {
+        match p {
+            "" | "." => {}
+            ".." => {
+                if parts.last().is_some_and(|l| *l != ".." && *l != "~") {
+                    parts.pop();
+                } else if !absolute {
+                    parts.push("..");
+                }
+            }
+            _ => parts.push(p),
+        }
+    }
+    let body = parts.join("/");
+    if absolute {
+        format!("{root}/{body}")
+    } else {
+        format!("{root}{body}")
+    }
+}
+
+/// Expand every `[!INCLUDE [..](path)]` in `body` (recursively), loading files through `loader`.
+/// `current_path` is the including file's path, used to resolve relative targets and to detect
+/// cycles. Included files' front-matter is dropped; their trailing newline is trimmed so an
+/// inline include stays inline.
+pub fn resolve_includes(
+    body: &str,
+    current_path: &str,
+    loader: &mut impl IncludeLoader,
+) -> Result<String, IncludeError> {
+    let mut chain = vec![normalize_key(current_path)];
+    expand(body, current_path, loader, &mut chain)
+}
+
+fn normalize_key(p: &str) -> String {
+    resolve_relative("", p)
+}
+
+fn expand(
+    body: &str,
+    current: &str,
+    loader: &mut impl IncludeLoader,
+    chain: &mut Vec<String>,
+) -> Result<String, IncludeError> {
+    let directives = find_includes(body);
+    if directives.is_empty() {
+        return Ok(body.to_string());
+    }
+    let mut out = String::with_capacity(body.len());
+    let mut last = 0;
+    for d in directives {
+        out.push_str(&body[last..d.start]);
+        let path = resolve_relative(current, &d.target);
+        if chain.contains(&path) {
+            let mut c = chain.clone();
+            c.push(path);
+            return Err(IncludeError::Cycle { chain: c });
+        }
+        if chain.len() > MAX_INCLUDE_DEPTH {
+            return Err(IncludeError::TooDeep { path });
+        }
+        let text = loader.load(&path).map_err(|message| IncludeError::Load {
+            path: path.clone(),
+            from: current.to_string(),
+            message,
+        })?;
+        let doc = parse_document(&text, "").map_err(|source| IncludeError::FrontMatter {
+            path: path.clone(),
+            source,
+        })?;
+        chain.push(path.clone());
+        let expanded = expand(doc.body, &path, loader, chain)?;
+        chain.pop();
+        out.push_str(expanded.trim_end_matches(['\n', '\r']));
+        last = d.end;
+    }
+    out.push_str(&body[last..]);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    #[test]
+    fn no_front_matter() {
+        let d = parse_document("# Hola\n\nTexto.", "stem").unwrap();
+        assert_eq!(d.title, "Hola");
+        assert_eq!(d.body_offset, 0);
+        assert!(d.metadata.is_empty());
+        assert!(!d.has_front_matter);
+        let d = parse_document("Solo texto.", "stem").unwrap();
+        assert_eq!(d.title, "stem");
+    }
+
+    #[test]
+    fn bom_crlf_quoted_title_with_colon() {
+        let src = "\u{feff}---\r\ntitle: \"NuGet: guía rápida\"\r\nms.reviewer: [a, b]\r\n---\r\n# Otro\r\nCuerpo";
+        let d = parse_document(src, "x").unwrap();
+        assert_eq!(d.title, "NuGet: guía rápida");
+        assert_eq!(&src[d.body_offset..], d.body);
+        assert!(d.body.starts_with("# Otro"));
+        assert_eq!(string_list(&d.metadata, "ms.reviewer"), ["a", "b"]);
+    }
+
+    #[test]
+    fn string_or_list_fields_and_nulls() {
+        let src = "---\ntitle: T\nms.reviewer: anangaur\nf1_keywords:\n  - a\n  - b\nempty:\nms.date: 07/01/2025, 7/29/2026\n---\nbody";
+        let d = parse_document(src, "x").unwrap();
+        assert_eq!(string_list(&d.metadata, "ms.reviewer"), ["anangaur"]);
+        assert_eq!(string_list(&d.metadata, "f1_keywords"), ["a", "b"]);
+        assert_eq!(d.metadata.get("empty"), Some(&Value::Null));
+        assert_eq!(
+            d.metadata.get("ms.date").and_then(Value::as_str),
+            Some("07/01/2025, 7/29/2026")
+        );
+        assert_eq!(d.body, "body");
+    }
+
+    #[test]
+    fn title_fallbacks() {
+        let d = parse_document(
+            "---\nauthor: x\n---\n## <a name=\"a\"></a>No\n# <a name=\"t\"></a>Sí\n",
+            "f",
+        )
+        .unwrap();
+        assert_eq!(d.title, "Sí");
+        let d = parse_document("---\ntitle: ''\n---\ntexto", "f").unwrap();
+        assert_eq!(d.title, "f");
+        let d = parse_document("---\ntitle: [Uno, Dos]\n---\n", "f").unwrap();
+        assert_eq!(d.title, "Uno");
+    }
+
+    #[test]
+    fn broken_yaml_reports_line() {
+        let src = "---\ntitle: ok\nbad: [unclosed\nother: 1\n---\nbody";
+        let err = parse_document(src, "x").unwrap_err();
+        assert!(err.line() >= 3, "{err}");
+        assert!(matches!(err, FrontMatterError::Yaml { .. }));
+        let err = parse_document("---\ntitle: a\n  - b: : c\n---\n", "x").unwrap_err();
+        assert!(err.line() >= 2 && err.line() <= 4, "{err}");
+        let err = parse_document("---\n- a\n- b\n---\n", "x").unwrap_err();
+        assert_eq!(err, FrontMatterError::NotAMapping { line: 2 });
+    }
+
+    #[test]
+    fn unclosed_front_matter_is_body() {
+        let d = parse_document("---\ntitle: x\nno close", "f").unwrap();
+        assert!(!d.has_front_matter);
+        assert_eq!(d.body_offset, 0);
+    }
+
+    #[test]
+    fn relative_paths() {
+        assert_eq!(resolve_relative("a/b/c.md", "../x.md"), "a/x.md");
+        assert_eq!(
+            resolve_relative("a/b/c.md", "./includes/y.md"),
+            "a/b/includes/y.md"
+        );
+        assert_eq!(resolve_relative("c.md", "../../x.md"), "../../x.md");
+        assert_eq!(resolve_relative("a/c.md", "y.md#frag"), "a/y.md");
+        assert_eq!(resolve_relative("a\\c.md", "z.md"), "a/z.md");
+    }
+
+    fn loader(files: &[(&str, &str)]) -> impl FnMut(&str) -> Result<String, String> {
+        let map: HashMap<String, String> = files
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |p: &str| {
+            map.get(p)
+                .cloned()
+                .ok_or_else(|| format!("no such file: {p}"))
+        }
+    }
+
+    #[test]
+    fn includes_resolve_recursively() {
+        let mut l = loader(&[
+            (
+                "docs/includes/a.md",
+                "---\nms.topic: include\n---\nTexto A [!INCLUDE [b](b.md)]\n",
+            ),
+            ("docs/includes/b.md", "B"),
+        ]);
+        let body = "Antes\n\n[!INCLUDE [a](includes/a.md)]\n\nDespués";
+        let out = resolve_includes(body, "docs/page.md", &mut l).unwrap();
+        assert_eq!(out, "Antes\n\nTexto A B\n\nDespués");
+        // Directives inside code fences are left alone.
+        let fenced = "```\n[!INCLUDE [a](includes/a.md)]\n```";
+        assert_eq!(
+            resolve_includes(fenced, "docs/page.md", &mut l).unwrap(),
+            fenced
+        );
+    }
+
+    #[test]
+    fn include_cycles_and_missing() {
+        let mut l = loader(&[
+            ("x/a.md", "[!include[b](b.md)]"),
+            ("x/b.md", "[!INCLUDE [a](./a.md)]"),
+        ]);
+        let err = resolve_includes("[!INCLUDE [a](a.md)]", "x/a.md", &mut l).unwrap_err();
+        assert!(matches!(err, IncludeError::Cycle { .. }), "{err}");
+        let err = resolve_includes("[!INCLUDE [z](z.md)]", "x/p.md", &mut l).unwrap_err();
+        assert!(matches!(err, IncludeError::Load { .. }), "{err}");
+        assert!(err.to_string().contains("x/z.md"));
+    }
+
+    #[test]
+    fn find_includes_case_and_spacing() {
+        let t = "a [!INCLUDE[t](p.md)] b [!include [t2]( q.md )] c [!INCLUDE oops]";
+        let found: Vec<_> = find_includes(t).into_iter().map(|d| d.target).collect();
+        assert_eq!(found, ["p.md", "q.md"]);
+    }
+}

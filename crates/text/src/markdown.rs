@@ -1,1 +1,327 @@
-//! Markdown structure on pulldown-cmark. OWNER: text helper.
+//! Markdown block structure with byte spans, on top of pulldown-cmark.
+//!
+//! [`parse_blocks`] returns the document's top-level blocks (headings, paragraphs, lists,
+//! tables, code blocks, blockquotes, HTML, rules), each with its byte span in the input and its
+//! children (list items, the blocks inside an item or a blockquote, table rows). Heading text is
+//! plain text: inline HTML such as `<a name="x"></a>` is dropped. DocFX alert blockquotes
+//! (`> [!Note]`, any case) carry the alert name. Tables, footnotes, strikethrough and task lists
+//! (GFM) are enabled; everything else is CommonMark, so ```` ``` ```` and `~~~` fences (also
+//! indented inside list items) are recognised and a line that merely starts with inline code
+//! does not open a fence.
+
+use pulldown_cmark::{CodeBlockKind, Event, Options, Parser, Tag, TagEnd};
+
+/// What a block is.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum BlockKind {
+    /// ATX or setext heading; `text` is plain text without inline HTML or markup.
+    Heading {
+        level: u8,
+        text: String,
+    },
+    Paragraph,
+    /// A list; `ordered` when numbered. Its children are [`BlockKind::ListItem`]s.
+    List {
+        ordered: bool,
+    },
+    ListItem,
+    Table,
+    /// A table row (the header row included); children of [`BlockKind::Table`].
+    TableRow {
+        header: bool,
+    },
+    /// A code block; `fenced` for ```` ``` ````/`~~~`, else indented. `info` is the info string.
+    CodeBlock {
+        fenced: bool,
+        info: String,
+    },
+    /// A blockquote; `alert` is the DocFX/GFM alert name (`Note`, `TIP`, …) when it opens with one.
+    BlockQuote {
+        alert: Option<String>,
+    },
+    Html,
+    Rule,
+    FootnoteDefinition,
+    /// Anything else pulldown-cmark reports as a block (definition lists, metadata, math).
+    Other,
+}
+
+/// A block with its byte span `[start, end)` in the parsed text and its child blocks.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Block {
+    #[serde(flatten)]
+    pub kind: BlockKind,
+    pub start: usize,
+    pub end: usize,
+    pub children: Vec<Block>,
+}
+
+impl Block {
+    /// The block's source text.
+    pub fn text<'a>(&self, source: &'a str) -> &'a str {
+        source.get(self.start..self.end).unwrap_or("")
+    }
+}
+
+fn options() -> Options {
+    Options::ENABLE_TABLES
+        | Options::ENABLE_FOOTNOTES
+        | Options::ENABLE_STRIKETHROUGH
+        | Options::ENABLE_TASKLISTS
+}
+
+/// The DocFX alert name of a blockquote whose first line is `> [!Name]`.
+fn alert_of(src: &str) -> Option<String> {
+    let first = src.lines().next()?.trim_start();
+    let rest = first.strip_prefix('>')?.trim_start();
+    let rest = rest.strip_prefix("[!")?;
+    let end = rest.find(']')?;
+    let name = &rest[..end];
+    (!name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_alphanumeric() || c == '-' || c == '_'))
+    .then(|| name.to_string())
+}
+
+/// Parse `text` into top-level blocks with nested children.
+pub fn parse_blocks(text: &str) -> Vec<Block> {
+    let mut top: Vec<Block> = Vec::new();
+    // Open container/leaf blocks; `None` marks an inline tag we do not track.
+    let mut stack: Vec<Option<Block>> = Vec::new();
+    let mut heading_text: Option<String> = None;
+
+    fn attach(stack: &mut [Option<Block>], top: &mut Vec<Block>, b: Block) {
+        match stack.iter_mut().rev().find_map(|x| x.as_mut()) {
+            Some(parent) => parent.children.push(b),
+            None => top.push(b),
+        }
+    }
+
+    for (ev, range) in Parser::new_ext(text, options()).into_offset_iter() {
+        match ev {
+            Event::Start(tag) => {
+                let kind = match &tag {
+                    Tag::Heading { level, .. } => {
+                        heading_text = Some(String::new());
+                        Some(BlockKind::Heading {
+                            level: *level as u8,
+                            text: String::new(),
+                        })
+                    }
+                    Tag::Paragraph => Some(BlockKind::Paragraph),
+                    Tag::List(first) => Some(BlockKind::List {
+                        ordered: first.is_some(),
+                    }),
+                    Tag::Item => Some(BlockKind::ListItem),
+                    Tag::Table(_) => Some(BlockKind::Table),
+                    Tag::TableHead => Some(BlockKind::TableRow { header: true }),
+                    Tag::TableRow => Some(BlockKind::TableRow { header: false }),
+                    Tag::CodeBlock(k) => Some(match k {
+                        CodeBlockKind::Fenced(info) => BlockKind::CodeBlock {
+                            fenced: true,
+                            info: info.to_string(),
+                        },
+                        CodeBlockKind::Indented => BlockKind::CodeBlock {
+                            fenced: false,
+                            info: String::new(),
+                        },
+                    }),
+                    Tag::BlockQuote(_) => Some(BlockKind::BlockQuote {
+                        alert: alert_of(text.get(range.clone()).unwrap_or("")),
+                    }),
+                    Tag::HtmlBlock => Some(BlockKind::Html),
+                    Tag::FootnoteDefinition(_) => Some(BlockKind::FootnoteDefinition),
+                    Tag::DefinitionList | Tag::MetadataBlock(_) => Some(BlockKind::Other),
+                    _ => None,
+                };
+                stack.push(kind.map(|kind| Block {
+                    kind,
+                    start: range.start,
+                    end: range.end,
+                    children: Vec::new(),
+                }));
+            }
+            Event::End(tag) => {
+                let Some(entry) = stack.pop() else { continue };
+                let Some(mut b) = entry else { continue };
+                b.end = range.end.max(b.start);
+                if let (TagEnd::Heading(_), BlockKind::Heading { text: t, .. }) = (tag, &mut b.kind)
+                {
+                    *t = normalize_space(&heading_text.take().unwrap_or_default());
+                }
+                attach(&mut stack, &mut top, b);
+            }
+            Event::Text(t) | Event::Code(t) => {
+                if let Some(h) = heading_text.as_mut() {
+                    h.push_str(&t);
+                }
+            }
+            Event::SoftBreak | Event::HardBreak => {
+                if let Some(h) = heading_text.as_mut() {
+                    h.push(' ');
+                }
+            }
+            Event::Rule => attach(
+                &mut stack,
+                &mut top,
+                Block {
+                    kind: BlockKind::Rule,
+                    start: range.start,
+                    end: range.end,
+                    children: Vec::new(),
+                },
+            ),
+            // Inline HTML inside headings (anchors) is dropped; HTML blocks are tracked above.
+            _ => {}
+        }
+    }
+    // Unbalanced input cannot happen with pulldown-cmark, but never lose a block.
+    while let Some(entry) = stack.pop() {
+        if let Some(b) = entry {
+            attach(&mut stack, &mut top, b);
+        }
+    }
+    top
+}
+
+fn normalize_space(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Plain text of an ATX heading line (`## <a name="x"></a>Uso ##` → `Uso`), or `None` when the
+/// line is not an ATX heading. Cheap line-level helper for callers that do not need a full parse.
+pub fn atx_heading(line: &str) -> Option<(u8, String)> {
+    let s = line.trim_start_matches(' ');
+    if line.len() - s.len() > 3 {
+        return None;
+    }
+    let level = s.bytes().take_while(|&b| b == b'#').count();
+    if level == 0 || level > 6 {
+        return None;
+    }
+    let rest = &s[level..];
+    if !rest.is_empty() && !rest.starts_with([' ', '\t', '\r']) {
+        return None;
+    }
+    let rest = rest.trim();
+    // Closing sequence of #s.
+    let rest = rest.trim_end_matches('#');
+    let rest = if rest.ends_with([' ', '\t']) || rest.is_empty() {
+        rest.trim_end()
+    } else {
+        rest
+    };
+    Some((level as u8, normalize_space(&strip_inline_html(rest))))
+}
+
+/// Remove inline HTML tags (`<a name="x"></a>`, `<br/>`) from a line of text.
+pub fn strip_inline_html(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(lt) = rest.find('<') {
+        out.push_str(&rest[..lt]);
+        let after = &rest[lt + 1..];
+        let is_tag = after
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '/' || c == '!');
+        match (is_tag, after.find('>')) {
+            (true, Some(gt)) => rest = &after[gt + 1..],
+            _ => {
+                out.push('<');
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The first level-1 heading's plain text, if any.
+pub fn first_h1(text: &str) -> Option<String> {
+    fn find(blocks: &[Block]) -> Option<String> {
+        blocks.iter().find_map(|b| match &b.kind {
+            BlockKind::Heading { level: 1, text } if !text.is_empty() => Some(text.clone()),
+            _ => None,
+        })
+    }
+    find(&parse_blocks(text))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kinds(src: &str) -> Vec<String> {
+        parse_blocks(src)
+            .iter()
+            .map(|b| match &b.kind {
+                BlockKind::Heading { level, text } => format!("h{level}:{text}"),
+                BlockKind::CodeBlock { fenced, info } => format!("code({fenced},{info})"),
+                BlockKind::BlockQuote { alert } => {
+                    format!("quote({})", alert.clone().unwrap_or_default())
+                }
+                BlockKind::List { ordered } => format!("list({ordered})/{}", b.children.len()),
+                BlockKind::Table => format!("table/{}", b.children.len()),
+                k => format!("{k:?}").to_lowercase(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn headings_strip_anchors() {
+        assert_eq!(
+            kinds("## <a name=\"usage\"></a>Uso\n\nTexto.\n\n# Título `code` *x*\n"),
+            ["h2:Uso", "paragraph", "h1:Título code x"]
+        );
+        assert_eq!(
+            atx_heading("## <a name=\"x\"></a>Uso ##"),
+            Some((2, "Uso".into()))
+        );
+        assert_eq!(atx_heading("#hashtag"), None);
+        assert_eq!(
+            first_h1("texto\n\n# Primero\n# Segundo"),
+            Some("Primero".into())
+        );
+        assert_eq!(first_h1("Título\n======\n"), Some("Título".into()));
+    }
+
+    #[test]
+    fn fences_and_alerts() {
+        let md = "- Paso:\n\n  ```bash\n  dotnet restore\n  ```\n\n~~~\nx\n~~~\n\n```nuget``` no es bloque.\n\n> [!Note]\n> Nota.\n\n> cita\n";
+        assert_eq!(
+            kinds(md),
+            [
+                "list(false)/1",
+                "code(true,)",
+                "paragraph",
+                "quote(Note)",
+                "quote()"
+            ]
+        );
+        let blocks = parse_blocks(md);
+        // The fence inside the list item is a child of the item.
+        let item = &blocks[0].children[0];
+        assert!(item
+            .children
+            .iter()
+            .any(|b| matches!(b.kind, BlockKind::CodeBlock { fenced: true, .. })));
+    }
+
+    #[test]
+    fn spans_point_into_source() {
+        let md = "# A\r\n\r\n| a | b |\r\n|---|---|\r\n| 1 | 2 |\r\n";
+        let blocks = parse_blocks(md);
+        assert_eq!(blocks[0].text(md).trim_end(), "# A");
+        assert!(matches!(blocks[1].kind, BlockKind::Table));
+        assert_eq!(blocks[1].children.len(), 2);
+        assert!(blocks[1].text(md).starts_with("| a | b |"));
+    }
+
+    #[test]
+    fn strip_html() {
+        assert_eq!(strip_inline_html("a <b>x</b> 1 < 2"), "a x 1 < 2");
+    }
+}

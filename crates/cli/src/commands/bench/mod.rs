@@ -3,6 +3,9 @@
 
 use clap::Subcommand;
 
+mod sbd;
+mod split;
+
 #[derive(Debug, clap::Args)]
 pub struct Args {
     #[command(subcommand)]
@@ -10,8 +13,16 @@ pub struct Args {
 }
 
 #[derive(Debug, Subcommand)]
-enum Bench {}
+enum Bench {
+    /// Sentence-boundary accuracy on the SBD golden sets (exact match per case).
+    Sbd(sbd::Args),
+    /// Sentence-splitter throughput (MB/s) on the NuGet wikis, next to UAX #29.
+    Split(split::Args),
+}
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    match args.bench {}
+    match args.bench {
+        Bench::Sbd(a) => sbd::run(a),
+        Bench::Split(a) => split::run(a),
+    }
 }
