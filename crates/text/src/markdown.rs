@@ -239,6 +239,23 @@ pub fn strip_inline_html(s: &str) -> String {
     out
 }
 
+/// Whether `text` ends inside a fenced code block that was opened and never closed (line-based,
+/// the same fence rules the sentence splitter uses). Chunks must never end this way.
+pub fn has_unclosed_fence(text: &str) -> bool {
+    let mut fence = None;
+    for line in text.split('\n') {
+        match fence {
+            Some(f) => {
+                if crate::sentences::fence_close(line, f) {
+                    fence = None;
+                }
+            }
+            None => fence = crate::sentences::fence_open(line),
+        }
+    }
+    fence.is_some()
+}
+
 /// The first level-1 heading's plain text, if any.
 pub fn first_h1(text: &str) -> Option<String> {
     fn find(blocks: &[Block]) -> Option<String> {
@@ -318,6 +335,14 @@ mod tests {
         assert!(matches!(blocks[1].kind, BlockKind::Table));
         assert_eq!(blocks[1].children.len(), 2);
         assert!(blocks[1].text(md).starts_with("| a | b |"));
+    }
+
+    #[test]
+    fn unclosed_fences() {
+        assert!(!has_unclosed_fence("a\n```\nx\n```\nb"));
+        assert!(has_unclosed_fence("a\n~~~\nx\n"));
+        assert!(!has_unclosed_fence("```x``` inline only"));
+        assert!(has_unclosed_fence("````\n```\n"));
     }
 
     #[test]

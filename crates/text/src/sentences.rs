@@ -757,7 +757,11 @@ fn no_space_boundary(s: &str, i: usize) -> bool {
         return false;
     }
     // Not inside an address, path or identifier-like token.
-    let tok_start = s[..i].rfind(char::is_whitespace).map_or(0, |p| p + 1);
+    let tok_start = s[..i]
+        .char_indices()
+        .rev()
+        .find(|&(_, c)| c.is_whitespace())
+        .map_or(0, |(p, c)| p + c.len_utf8());
     let tok_end = s[i..].find(char::is_whitespace).map_or(s.len(), |p| i + p);
     let tok = &s[tok_start..tok_end];
     if tok.contains(['@', '/', '\\', '_', '=', ':', '<', '>']) {
