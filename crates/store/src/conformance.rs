@@ -173,6 +173,14 @@ fn apply_and_read_back(s: &dyn Store) {
     assert_eq!(c.metadata["tags"], json!(["a", "b"]));
     assert_eq!(c.tokens_estimate, ch.upserts[0].tokens_estimate);
     assert_eq!((c.span_start, c.span_end), (0, 9));
+    let all = s.document_chunks("guides/intro.md").unwrap();
+    assert_eq!(
+        all.iter().map(|c| c.chunk_index).collect::<Vec<_>>(),
+        vec![0, 1, 2]
+    );
+    assert_eq!(all[0], *c);
+    assert_eq!(all[2].content, "third");
+    assert!(s.document_chunks("nope.md").unwrap().is_empty());
     let v = s.get_vectors(&[c.id]).unwrap();
     assert_eq!(v.len(), 1);
     assert_eq!(v[0].1, ch.upserts[0].embedding);

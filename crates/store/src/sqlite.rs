@@ -534,6 +534,72 @@ impl SqliteStore {
     }
 }
 
+const CHUNK_SELECT: &str = "SELECT c.id, c.node_id, d.path, d.title, d.metadata, c.chunk_index, \
+     c.prefix, c.heading_path, c.content, c.content_hash, c.tokens_estimate, c.tokens_model, \
+     c.span_start, c.span_end, c.model_id FROM chunks c JOIN documents d ON d.node_id = c.node_id";
+
+type RawChunk = (
+    i64,
+    i64,
+    String,
+    String,
+    String,
+    i64,
+    String,
+    String,
+    String,
+    String,
+    i64,
+    i64,
+    i64,
+    i64,
+    String,
+);
+
+fn chunk_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawChunk> {
+    Ok((
+        r.get(0)?,
+        r.get(1)?,
+        r.get(2)?,
+        r.get(3)?,
+        r.get(4)?,
+        r.get(5)?,
+        r.get(6)?,
+        r.get(7)?,
+        r.get(8)?,
+        r.get(9)?,
+        r.get(10)?,
+        r.get(11)?,
+        r.get(12)?,
+        r.get(13)?,
+        r.get(14)?,
+    ))
+}
+
+fn chunk_record(r: RawChunk) -> Result<ChunkRecord, StoreError> {
+    let heading: Vec<String> = serde_json::from_str(&r.7).map_err(|err| StoreError::Corrupt {
+        what: "heading path".into(),
+        reason: err.to_string(),
+    })?;
+    Ok(ChunkRecord {
+        id: r.0,
+        node_id: r.1,
+        path: r.2,
+        title: r.3,
+        metadata: parse_json("document metadata", &r.4)?,
+        chunk_index: to_u32(r.5),
+        prefix: r.6,
+        heading_path: heading,
+        content: r.8,
+        content_hash: r.9,
+        tokens_estimate: to_u32(r.10),
+        tokens_model: to_u32(r.11),
+        span_start: r.12.max(0) as u64,
+        span_end: r.13.max(0) as u64,
+        model_id: r.14,
+    })
+}
+
 fn validate(change: &DocumentChange) -> Result<(), StoreError> {
     if change.path.is_empty() {
         return Err(StoreError::Invalid("document path is empty".into()));
@@ -680,60 +746,36 @@ impl Store for SqliteStore {
     fn get_chunks(&self, ids: &[ChunkId]) -> Result<Vec<ChunkRecord>, StoreError> {
         let conn = self.conn();
         let mut stmt = conn
-            .prepare_cached(
-                "SELECT c.id, c.node_id, d.path, d.title, d.metadata, c.chunk_index, c.prefix, \
-                 c.heading_path, c.content, c.content_hash, c.tokens_estimate, c.tokens_model, \
-                 c.span_start, c.span_end, c.model_id \
-                 FROM chunks c JOIN documents d ON d.node_id = c.node_id WHERE c.id = ?1",
-            )
+            .prepare_cached(&format!("{CHUNK_SELECT} WHERE c.id = ?1"))
             .map_err(StoreError::sqlite("get chunks"))?;
         let mut out = Vec::with_capacity(ids.len());
         for id in ids {
             let row = stmt
-                .query_row(params![id], |r| {
-                    Ok((
-                        r.get::<_, i64>(0)?,
-                        r.get::<_, i64>(1)?,
-                        r.get::<_, String>(2)?,
-                        r.get::<_, String>(3)?,
-                        r.get::<_, String>(4)?,
-                        r.get::<_, i64>(5)?,
-                        r.get::<_, String>(6)?,
-                        r.get::<_, String>(7)?,
-                        r.get::<_, String>(8)?,
-                        r.get::<_, String>(9)?,
-                        r.get::<_, i64>(10)?,
-                        r.get::<_, i64>(11)?,
-                        r.get::<_, i64>(12)?,
-                        r.get::<_, i64>(13)?,
-                        r.get::<_, String>(14)?,
-                    ))
-                })
+                .query_row(params![id], chunk_row)
                 .optional()
                 .map_err(StoreError::sqlite("get chunks"))?;
-            let Some(r) = row else { continue };
-            let heading: Vec<String> =
-                serde_json::from_str(&r.7).map_err(|err| StoreError::Corrupt {
-                    what: "heading path".into(),
-                    reason: err.to_string(),
-                })?;
-            out.push(ChunkRecord {
-                id: r.0,
-                node_id: r.1,
-                path: r.2,
-                title: r.3,
-                metadata: parse_json("document metadata", &r.4)?,
-                chunk_index: to_u32(r.5),
-                prefix: r.6,
-                heading_path: heading,
-                content: r.8,
-                content_hash: r.9,
-                tokens_estimate: to_u32(r.10),
-                tokens_model: to_u32(r.11),
-                span_start: r.12.max(0) as u64,
-                span_end: r.13.max(0) as u64,
-                model_id: r.14,
-            });
+            if let Some(r) = row {
+                out.push(chunk_record(r)?);
+            }
+        }
+        Ok(out)
+    }
+
+    fn document_chunks(&self, path: &str) -> Result<Vec<ChunkRecord>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn
+            .prepare_cached(&format!(
+                "{CHUNK_SELECT} WHERE d.path = ?1 ORDER BY c.chunk_index"
+            ))
+            .map_err(StoreError::sqlite("document chunks"))?;
+        let rows = stmt
+            .query_map(params![path], chunk_row)
+            .map_err(StoreError::sqlite("document chunks"))?;
+        let mut out = Vec::new();
+        for r in rows {
+            out.push(chunk_record(
+                r.map_err(StoreError::sqlite("document chunks"))?,
+            )?);
         }
         Ok(out)
     }

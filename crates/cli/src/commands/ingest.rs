@@ -1,8 +1,195 @@
-//! `bib ingest` — placeholder until its owner lands it.
+//! `bib ingest <dir>` — register, chunk, embed and index a Markdown wiki (phases A/B/C).
+//!
+//! Thin: opens the store and the default embedding model, runs `bib_ingest::ingest` (or
+//! `watch`), draws progress bars when stderr is a terminal, and prints a summary or, with
+//! `--json`, the run record. Exits non-zero when the run failed.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use anyhow::Context;
+use bib_ingest::{IngestOptions, NoProgress, Progress, RunReport};
+use bib_store::{SqliteStore, DEFAULT_STORE_PATH};
+use indicatif::{ProgressBar, ProgressStyle};
 
 #[derive(Debug, clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Directory of Markdown files (the wiki root).
+    pub dir: PathBuf,
+    /// Knowledge-base file.
+    #[arg(long, env = "BIB_STORE", default_value = DEFAULT_STORE_PATH)]
+    pub store: PathBuf,
+    /// Print the run record as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Keep running and re-ingest whenever files change (until interrupted).
+    #[arg(long)]
+    pub watch: bool,
+    /// Skip (and report) files larger than this many bytes.
+    #[arg(long, default_value_t = 10 * 1024 * 1024)]
+    pub max_file_bytes: u64,
+    /// Chunks embedded before their documents are committed (smaller = less work lost to a crash).
+    #[arg(long, default_value_t = 256)]
+    pub window_chunks: usize,
+    /// Watch mode: wait this long after the last change before re-ingesting.
+    #[arg(long, default_value_t = 500)]
+    pub debounce_ms: u64,
+}
 
-pub fn run(_args: Args) -> anyhow::Result<()> {
-    anyhow::bail!("`bib ingest` is not available yet")
+/// indicatif bars, one per phase.
+struct Bars {
+    bar: Mutex<Option<ProgressBar>>,
+}
+
+impl Progress for Bars {
+    fn start(&self, phase: &str, total: u64) {
+        let b = ProgressBar::new(total);
+        if let Ok(style) = ProgressStyle::with_template(
+            "{prefix:>9} [{bar:40}] {pos}/{len} {elapsed_precise} eta {eta}",
+        ) {
+            b.set_style(style.progress_chars("=> "));
+        }
+        b.set_prefix(phase.to_string());
+        *self.bar.lock().unwrap_or_else(|p| p.into_inner()) = Some(b);
+    }
+    fn advance(&self, n: u64) {
+        if let Some(b) = self.bar.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+            b.inc(n);
+        }
+    }
+    fn finish(&self) {
+        if let Some(b) = self.bar.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            b.finish_and_clear();
+        }
+    }
+}
+
+/// One-paragraph human summary of a run.
+pub fn summary(r: &RunReport) -> String {
+    let mut s = format!(
+        "ingest #{} {} in {:.2} s: {}/{} documents registered",
+        r.id,
+        r.status,
+        r.duration_ms as f64 / 1000.0,
+        r.phase_a.registered,
+        r.phase_a.files
+    );
+    if let Some(b) = &r.phase_b {
+        s.push_str(&format!(
+            "\n  chunks {}: created {}, updated {}, skipped {}, pruned {}, errors {}; \
+             documents written {}, unchanged {}, removed {}",
+            b.chunks_total,
+            b.chunks_created,
+            b.chunks_updated,
+            b.chunks_skipped,
+            b.chunks_pruned,
+            b.errors,
+            b.documents_written,
+            b.documents_unchanged,
+            b.documents_removed
+        ));
+        s.push_str(&format!(
+            "\n  embedded {} chunks ({} tokens, {} batches, {} vectors reused) in {:.2} s = {:.0}% of the run; {:.1} chunks/s",
+            b.chunks_embedded,
+            b.tokens_embedded,
+            b.batches,
+            b.vectors_reused,
+            b.embed_ms as f64 / 1000.0,
+            r.embed_fraction * 100.0,
+            r.chunks_per_sec
+        ));
+        s.push_str(&format!("\n  prune: {}", b.prune));
+    }
+    if let Some(c) = &r.phase_c {
+        s.push_str(&format!(
+            "\n  audit: {} ({} documents, {} chunks, {} vectors, {} lexical entries)",
+            if c.coherent { "coherent" } else { "INCOHERENT" },
+            c.audit.documents,
+            c.audit.chunks,
+            c.audit.vectors,
+            c.audit.lexical_entries
+        ));
+    }
+    if let Some(g) = &r.git_commit {
+        s.push_str(&format!("\n  wiki commit {g}"));
+    }
+    if !r.errors.is_empty() {
+        s.push_str(&format!("\n  {} problems:", r.errors.len()));
+        for e in &r.errors {
+            s.push_str(&format!("\n    [{}] {}: {}", e.phase, e.path, e.reason));
+        }
+    }
+    if let Some(f) = &r.failure {
+        s.push_str(&format!("\n  FAILED: {f}"));
+    }
+    s
+}
+
+fn print(r: &RunReport, json: bool) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string(r)?);
+    } else {
+        println!("{}", summary(r));
+    }
+    Ok(())
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    if !args.dir.is_dir() {
+        anyhow::bail!("cannot ingest {}: not a directory", args.dir.display());
+    }
+    let store = SqliteStore::open(&args.store)
+        .with_context(|| format!("opening the knowledge base {}", args.store.display()))?;
+    let embedder =
+        bib_embed::UseM3::load_default().context("loading the default embedding model")?;
+    let opts = IngestOptions {
+        max_file_bytes: args.max_file_bytes,
+        window_chunks: args.window_chunks.max(1),
+        ..IngestOptions::default()
+    };
+    let bars = Bars {
+        bar: Mutex::new(None),
+    };
+    let progress: &dyn Progress = if !args.json && std::io::stderr().is_terminal() {
+        &bars
+    } else {
+        &NoProgress
+    };
+    if args.watch {
+        let stop = AtomicBool::new(false);
+        let mut on_run = |r: &RunReport| {
+            if let Err(e) = print(r, args.json) {
+                eprintln!("bib ingest --watch: {e}");
+            }
+        };
+        if !args.json {
+            eprintln!(
+                "watching {} (Ctrl-C to stop; stopping mid-run is safe)",
+                args.dir.display()
+            );
+        }
+        bib_ingest::watch(
+            &args.dir,
+            &store,
+            &embedder,
+            &opts,
+            progress,
+            Duration::from_millis(args.debounce_ms),
+            &stop,
+            &mut on_run,
+        )?;
+        return Ok(());
+    }
+    let report = bib_ingest::ingest(&args.dir, &store, &embedder, &opts, progress)?;
+    print(&report, args.json)?;
+    if report.status != "completed" {
+        anyhow::bail!(
+            "ingest failed: {}",
+            report.failure.as_deref().unwrap_or("see the run record")
+        );
+    }
+    Ok(())
 }
