@@ -181,6 +181,8 @@ fn apply_and_read_back(s: &dyn Store) {
     assert_eq!(all[0], *c);
     assert_eq!(all[2].content, "third");
     assert!(s.document_chunks("nope.md").unwrap().is_empty());
+    let ids = s.chunk_ids().unwrap();
+    assert_eq!(ids, all.iter().map(|c| c.id).collect::<Vec<_>>());
     let v = s.get_vectors(&[c.id]).unwrap();
     assert_eq!(v.len(), 1);
     assert_eq!(v[0].1, ch.upserts[0].embedding);

@@ -50,6 +50,8 @@ pub trait Store: Send + Sync {
     fn remove_documents(&self, paths: &[String]) -> Result<u64, StoreError>;
     /// Fetch chunks by id, in the order asked; unknown ids are skipped.
     fn get_chunks(&self, ids: &[ChunkId]) -> Result<Vec<ChunkRecord>, StoreError>;
+    /// Ids of every stored chunk, ascending (for exports, migrations and corpus-wide scans).
+    fn chunk_ids(&self) -> Result<Vec<ChunkId>, StoreError>;
     /// All chunks of one document (by path), ordered by chunk_index.
     fn document_chunks(&self, path: &str) -> Result<Vec<ChunkRecord>, StoreError>;
     /// Stored vectors of the given chunks (same order as asked; unknown ids skipped).

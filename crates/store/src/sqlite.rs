@@ -761,6 +761,18 @@ impl Store for SqliteStore {
         Ok(out)
     }
 
+    fn chunk_ids(&self) -> Result<Vec<ChunkId>, StoreError> {
+        let conn = self.conn();
+        let mut stmt = conn
+            .prepare_cached("SELECT id FROM chunks ORDER BY id")
+            .map_err(StoreError::sqlite("chunk ids"))?;
+        let rows = stmt
+            .query_map([], |r| r.get::<_, i64>(0))
+            .map_err(StoreError::sqlite("chunk ids"))?;
+        rows.collect::<Result<Vec<_>, _>>()
+            .map_err(StoreError::sqlite("chunk ids"))
+    }
+
     fn document_chunks(&self, path: &str) -> Result<Vec<ChunkRecord>, StoreError> {
         let conn = self.conn();
         let mut stmt = conn
