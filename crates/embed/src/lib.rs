@@ -11,12 +11,14 @@ pub mod batch;
 pub mod cache;
 pub mod models;
 pub mod npy;
+pub mod openai;
 pub mod spm;
 pub mod use_m3;
 
 pub use batch::{embed_in_batches, split_batches, BatchPlan};
 pub use cache::{content_key, CachedEmbedder, ContentKey, MemoryCache, VectorCache};
 pub use models::{model_dir, DEFAULT_MODEL};
+pub use openai::{OpenAiConfig, OpenAiEmbedder};
 pub use use_m3::UseM3;
 
 /// Whether a text is a search query or a passage being indexed. Symmetric models ignore it;
