@@ -152,10 +152,12 @@ pub fn history_from_value(v: &Value) -> Result<Vec<Message>, InputError> {
                     }
                 }
             }
-            other => return Err(err(format!(
+            other => {
+                return Err(err(format!(
                 "field `content` must be a string, null or an array of content blocks, found {}",
                 kind(other)
-            ))),
+            )))
+            }
         }
         // OpenAI function calls
         if let Some(Value::Array(tcs)) = obj.get("tool_calls") {

@@ -47,7 +47,7 @@ use serde::{Deserialize, Serialize};
 pub use embed_cache::EmbedCache;
 pub use input::{parse_history, InputError};
 pub use options::{autotune, PackOptions, Tuned};
-pub use packer::{mark_superseded, output_tokens, PackStats, Packed, Packer};
+pub use packer::{mark_superseded, output_tokens, PackStats, Packed, Packer, Session};
 pub use tokens::{estimate_tokens, truncate_to_fit, truncate_to_tokens};
 
 /// One history message. `ts` is the message's own time (epoch milliseconds), used to resolve

@@ -94,8 +94,8 @@ pub struct Packer {
     lines: Vec<LineInfo>,
     msg_ids: FxHashMap<Box<str>, u32>,
     msgs: Vec<MsgInfo>,
-    /// (content, UTC day) → annotated content (None = unchanged).
-    annotations: FxHashMap<(Box<str>, i64), Option<Arc<str>>>,
+    /// content → [(UTC day, annotated content)] (None = unchanged).
+    annotations: FxHashMap<Box<str>, Vec<(i64, Option<Arc<str>>)>>,
     qmark: Vec<u16>,
     embed_cache: EmbedCache,
 }
@@ -334,26 +334,27 @@ impl Packer {
         id
     }
 
-    /// The history's contents with relative dates annotated (cached per content and day).
-    fn dated(&mut self, history: &[Message]) -> Vec<Option<Arc<str>>> {
+    /// One message's content with relative dates annotated (`None` = unchanged), cached per
+    /// content and UTC day.
+    fn dated_one(&mut self, m: &Message) -> Option<Arc<str>> {
         let o = &self.opts;
-        history
-            .iter()
-            .map(|m| {
-                let c = m.content.as_str();
-                if !o.dates || c.is_empty() || o.is_tool(c) {
-                    return None;
-                }
-                let r = m.ts.or(o.now)?;
-                let day = r.div_euclid(86_400_000);
-                if let Some(v) = self.annotations.get(&(Box::<str>::from(c), day)) {
-                    return v.clone();
-                }
-                let v: Option<Arc<str>> = annotate_dates(c, r).map(Arc::from);
-                self.annotations.insert((c.into(), day), v.clone());
-                v
-            })
-            .collect()
+        let c = m.content.as_str();
+        if !o.dates || c.is_empty() || o.is_tool(c) {
+            return None;
+        }
+        let r = m.ts.or(o.now)?;
+        let day = r.div_euclid(86_400_000);
+        if let Some(v) = self.annotations.get(c) {
+            if let Some((_, a)) = v.iter().find(|(d, _)| *d == day) {
+                return a.clone();
+            }
+        }
+        let a: Option<Arc<str>> = annotate_dates(c, r).map(Arc::from);
+        self.annotations
+            .entry(c.into())
+            .or_default()
+            .push((day, a.clone()));
+        a
     }
 
     fn run(
@@ -363,6 +364,24 @@ impl Packer {
         embedder: Option<&dyn Embedder>,
     ) -> Packed {
         self.maybe_trim_caches();
+        let dated: Vec<Option<Arc<str>>> = history.iter().map(|m| self.dated_one(m)).collect();
+        let contents: Vec<&str> = history
+            .iter()
+            .zip(&dated)
+            .map(|(m, d)| d.as_deref().unwrap_or(m.content.as_str()))
+            .collect();
+        let msg_ids: Vec<u32> = contents.iter().map(|c| self.msg_id(c)).collect();
+        self.run_prepared(history, &contents, &msg_ids, budget, embedder)
+    }
+
+    fn run_prepared(
+        &mut self,
+        history: &[Message],
+        contents: &[&str],
+        msg_ids: &[u32],
+        budget: usize,
+        embedder: Option<&dyn Embedder>,
+    ) -> Packed {
         if history.is_empty() {
             return Packed {
                 messages: Vec::new(),
@@ -373,13 +392,7 @@ impl Packer {
                 },
             };
         }
-        let dated = self.dated(history);
-        let contents: Vec<&str> = history
-            .iter()
-            .zip(&dated)
-            .map(|(m, d)| d.as_deref().unwrap_or(m.content.as_str()))
-            .collect();
-        let mut ctx = self.prepare(history, &contents, budget);
+        let mut ctx = self.prepare(history, contents, msg_ids, budget);
         let mut stats = PackStats {
             mode: "lexical".into(),
             budget,
@@ -445,20 +458,28 @@ impl Packer {
         mut stats: PackStats,
         budget: usize,
     ) -> Packed {
-        if self.opts.strict_budget && output_tokens(&messages) > budget {
+        let mut total = output_tokens(&messages);
+        if self.opts.strict_budget && total > budget {
             if ctx.keep.len() != ctx.items.len() {
                 ctx.keep = vec![false; ctx.items.len()];
             }
             messages = self.enforce_budget(&mut ctx, history, budget);
+            total = output_tokens(&messages);
         }
-        stats.output_tokens = output_tokens(&messages);
+        stats.output_tokens = total;
         stats.output_messages = messages.len();
         stats.recent = ctx.recent.len();
         stats.head = ctx.head.len();
         Packed { messages, stats }
     }
 
-    fn prepare(&mut self, history: &[Message], contents: &[&str], budget: usize) -> Ctx {
+    fn prepare(
+        &mut self,
+        history: &[Message],
+        contents: &[&str],
+        msg_ids: &[u32],
+        budget: usize,
+    ) -> Ctx {
         let o = self.opts.clone();
         // The two write-time fixes come first: dates change the material (already applied to
         // `contents`), and the card is charged before the budget is split, which keeps it
@@ -489,7 +510,6 @@ impl Packer {
         };
         let budget = 1usize.max(budget.saturating_sub(card_tok));
 
-        let msg_ids: Vec<u32> = contents.iter().map(|c| self.msg_id(c)).collect();
         let history_tokens: usize = msg_ids
             .iter()
             .map(|&id| self.msgs[id as usize].tok as usize)
@@ -862,7 +882,14 @@ impl Packer {
         let mut pool: Vec<usize> = (0..items.len())
             .filter(|&i| !items[i].dup && !keep[i])
             .collect();
-        by_score_desc(items, &mut pool);
+        if o.elastic && !o.mmr {
+            // Only the relevant stratum is ever visited: the fill stops at the first filler
+            // line, so sorting the filler would be wasted work (same order, stable).
+            pool.retain(|&i| items[i].score >= RELEVANT);
+            by_score_desc(items, &mut pool);
+        } else {
+            by_score_desc(items, &mut pool);
+        }
 
         if o.mmr {
             used = mmr(
@@ -1224,4 +1251,86 @@ struct Sel {
     pinned: usize,
     realized: usize,
     dropped_msgs: usize,
+}
+
+/// A session indexed at write time: each message is date-annotated, split, tokenised and
+/// estimated when it is pushed, so packing does no hashing or term extraction at all. The
+/// spec's principle — index when writing, not when reading — as an API.
+#[derive(Debug)]
+pub struct Session {
+    packer: Packer,
+    history: Vec<Message>,
+    dated: Vec<Option<Arc<str>>>,
+    ids: Vec<u32>,
+}
+
+impl Session {
+    /// An empty session packed with these options.
+    pub fn new(opts: PackOptions) -> Self {
+        Self {
+            packer: Packer::new(opts),
+            history: Vec::new(),
+            dated: Vec::new(),
+            ids: Vec::new(),
+        }
+    }
+
+    /// Append a message (indexed now).
+    pub fn push(&mut self, m: Message) {
+        let d = self.packer.dated_one(&m);
+        let id = self
+            .packer
+            .msg_id(d.as_deref().unwrap_or(m.content.as_str()));
+        self.history.push(m);
+        self.dated.push(d);
+        self.ids.push(id);
+    }
+
+    /// Remove and return the last message.
+    pub fn pop(&mut self) -> Option<Message> {
+        self.dated.pop();
+        self.ids.pop();
+        self.history.pop()
+    }
+
+    /// The messages as pushed.
+    pub fn messages(&self) -> &[Message] {
+        &self.history
+    }
+
+    /// Number of messages.
+    pub fn len(&self) -> usize {
+        self.history.len()
+    }
+
+    /// Whether the session is empty.
+    pub fn is_empty(&self) -> bool {
+        self.history.is_empty()
+    }
+
+    /// Lexical pack of the whole session (same result as [`Packer::pack`] on its messages).
+    pub fn pack(&mut self, budget: usize) -> Packed {
+        self.pack_with(budget, None)
+    }
+
+    /// Hybrid pack of the whole session (same result as [`Packer::pack_hybrid`]).
+    pub fn pack_hybrid(&mut self, budget: usize, embedder: &dyn Embedder) -> Packed {
+        let e = if self.packer.opts.semantic {
+            Some(embedder)
+        } else {
+            None
+        };
+        self.pack_with(budget, e)
+    }
+
+    fn pack_with(&mut self, budget: usize, e: Option<&dyn Embedder>) -> Packed {
+        let contents: Vec<&str> = self
+            .history
+            .iter()
+            .zip(&self.dated)
+            .map(|(m, d)| d.as_deref().unwrap_or(m.content.as_str()))
+            .collect();
+        self.packer
+            .run_prepared(&self.history, &contents, &self.ids, budget, e)
+    }
 }

@@ -1,8 +1,102 @@
-//! `bib pack` — placeholder until its owner lands it.
+//! `bib pack` — pack a chat/agent history (JSON on stdin) into a token budget (JSON on stdout).
+//!
+//! Input: OpenAI-style `[{role, content, ts?}]` or Anthropic-style content blocks (also
+//! wrapped as `{"messages": [...]}`). Output: `{"messages": [{role, content}], "stats": {...}}`
+//! — a stable shape; `--stats` also prints a one-line summary to stderr.
+
+use std::io::{Read, Write};
+
+use anyhow::Context;
+use bib_pack::{parse_history, PackOptions, Packer};
 
 #[derive(Debug, clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// Token budget (packer's own estimate, +4 per message).
+    #[arg(long)]
+    budget: usize,
+    /// Fuse BM25 with embeddings of the default local model (falls back to lexical on error).
+    #[arg(long)]
+    hybrid: bool,
+    /// Print a one-line summary of the stats to stderr.
+    #[arg(long)]
+    stats: bool,
+    /// Fallback time for messages without a timestamp (RFC 3339 or epoch seconds), used to
+    /// annotate relative dates. Without it such messages are not annotated.
+    #[arg(long)]
+    now: Option<String>,
+    /// Reproduce the reference's budget bookkeeping (may exceed the budget by a few percent).
+    #[arg(long)]
+    reference_budget: bool,
+    /// Add the tally card (files read/edited, commands, errors).
+    #[arg(long)]
+    card: bool,
+    /// Read the history from this file instead of stdin.
+    #[arg(long)]
+    input: Option<std::path::PathBuf>,
+}
 
-pub fn run(_args: Args) -> anyhow::Result<()> {
-    anyhow::bail!("`bib pack` is not available yet")
+/// The default local embedder for hybrid packing.
+pub fn default_embedder() -> anyhow::Result<Box<dyn bib_embed::Embedder>> {
+    anyhow::bail!("no local embedding model is available in this build yet (use-m3 pending)")
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let text = match &args.input {
+        Some(p) => {
+            std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?
+        }
+        None => {
+            let mut s = String::new();
+            std::io::stdin()
+                .read_to_string(&mut s)
+                .context("reading the history from stdin")?;
+            s
+        }
+    };
+    let history = parse_history(&text).context("reading the history")?;
+    let mut opts = PackOptions::default();
+    if let Some(now) = &args.now {
+        let v = match now.parse::<f64>() {
+            Ok(n) => serde_json::json!(n),
+            Err(_) => serde_json::json!(now),
+        };
+        opts.now = Some(bib_pack::dates::time_value(&v).with_context(|| {
+            format!("--now: `{now}` is not a date (RFC 3339 or epoch seconds)")
+        })?);
+    }
+    opts.strict_budget = !args.reference_budget;
+    opts.summary = args.card;
+    let mut packer = Packer::new(opts);
+    let packed = if args.hybrid {
+        match default_embedder() {
+            Ok(e) => packer.pack_hybrid(&history, args.budget, e.as_ref()),
+            Err(err) => {
+                let mut p = packer.pack(&history, args.budget);
+                p.stats.semantic_error = Some(format!("{err:#}"));
+                p
+            }
+        }
+    } else {
+        packer.pack(&history, args.budget)
+    };
+    if args.stats {
+        let s = &packed.stats;
+        eprintln!(
+            "mode={} budget={} history_tokens={} output_tokens={} messages={}→{} pinned={} deduped={} dropped_msgs={}{}",
+            s.mode,
+            s.budget,
+            s.history_tokens,
+            s.output_tokens,
+            s.input_messages,
+            s.output_messages,
+            s.pinned,
+            s.deduped,
+            s.dropped_msgs,
+            s.semantic_error.as_deref().map(|e| format!(" fallback=\"{e}\"")).unwrap_or_default()
+        );
+    }
+    let mut out = std::io::stdout().lock();
+    serde_json::to_writer(&mut out, &packed).context("writing the packed history")?;
+    writeln!(out)?;
+    Ok(())
 }

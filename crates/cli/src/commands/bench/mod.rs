@@ -3,6 +3,7 @@
 
 use clap::Subcommand;
 
+mod locomo;
 mod sbd;
 mod split;
 
@@ -14,6 +15,8 @@ pub struct Args {
 
 #[derive(Debug, Subcommand)]
 enum Bench {
+    /// History packer evidence recall on LoCoMo, side by side with the JS reference.
+    Locomo(locomo::Args),
     /// Sentence-boundary accuracy on the SBD golden sets (exact match per case).
     Sbd(sbd::Args),
     /// Sentence-splitter throughput (MB/s) on the NuGet wikis, next to UAX #29.
@@ -22,6 +25,7 @@ enum Bench {
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     match args.bench {
+        Bench::Locomo(a) => locomo::run(a),
         Bench::Sbd(a) => sbd::run(a),
         Bench::Split(a) => split::run(a),
     }
