@@ -380,6 +380,27 @@ mod tests {
         assert_eq!(t.total, 3);
     }
 
+    /// The spec example through the real splitter and prefix handling.
+    #[test]
+    fn spec_example_through_the_splitter() {
+        let content = format!("[Doc: Arquitectura › Datos]\n{SPEC}");
+        let p = Prepared::new(&content);
+        assert_eq!(p.sentences.len(), 3, "{:?}", p.sentences);
+        assert_eq!(&content[..p.body_offset], "[Doc: Arquitectura › Datos]\n");
+        let s = SentenceScores {
+            cosine: vec![0.52, 0.21, 0.40],
+            fused: vec![0.0; 3],
+        };
+        let t = apply(&p, &s, &TrimOptions::default());
+        assert_eq!(
+            t.content,
+            "[Doc: Arquitectura › Datos]\nLa multi-tenancy aislaba datos. [...] Las queries explícitas mantenían la RLS."
+        );
+        // Window 1 brings the middle sentence back: the whole chunk, no marker.
+        let t = apply(&p, &s, &TrimOptions { window: 1, ..TrimOptions::default() });
+        assert_eq!(t.content, content);
+    }
+
     #[test]
     fn selection_table() {
         // (cosine, threshold, min, window, expected kept)

@@ -1,0 +1,353 @@
+//! Settings of `bib ask`, resolved in layers: built-in defaults < `bib.toml` < environment <
+//! command-line flags. Each layer is a [`Layer`] of optional values; [`AskSettings::resolve`]
+//! stacks them. Errors name the file and key, or the variable, that holds the bad value.
+//!
+//! `bib.toml` (other sections belong to other commands and are ignored here):
+//!
+//! ```toml
+//! [store]
+//! path = ".bib/kb.sqlite"
+//!
+//! [ask]
+//! top_k = 5
+//! mode = "hybrid"            # hybrid | bm25 | vector
+//! trim = false
+//! trim_threshold = 0.38
+//! trim_window = 1
+//! trim_min_sentences = 1
+//! trim_scorer = "cosine"     # cosine | hybrid
+//! rrf_k = 60
+//! candidates = 50
+//! filters = ["app=core"]
+//!
+//! [llm]
+//! base_url = "http://localhost:11434/v1"
+//! model = "qwen2.5:3b"
+//! api_key = "…"
+//! ```
+//!
+//! Environment: `RETRIEVAL_TRIM` (`1`/`0`), `RETRIEVAL_TRIM_THRESHOLD`, `RETRIEVAL_TRIM_WINDOW`,
+//! `BIB_STORE`, `BIB_LLM_BASE_URL`, `BIB_LLM_MODEL`, `BIB_LLM_API_KEY`.
+
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use crate::error::RetrieveError;
+use crate::retrieve::{Mode, RetrieveOptions};
+use crate::trim::{TrimOptions, TrimScorer, USE_M3_THRESHOLD};
+
+/// One layer of optional settings.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Layer {
+    pub store: Option<PathBuf>,
+    pub top_k: Option<usize>,
+    pub mode: Option<Mode>,
+    pub trim: Option<bool>,
+    pub trim_threshold: Option<f32>,
+    pub trim_window: Option<usize>,
+    pub trim_min_sentences: Option<usize>,
+    pub trim_scorer: Option<TrimScorer>,
+    pub rrf_k: Option<f64>,
+    pub candidates: Option<usize>,
+    /// `key=value` filters; the highest layer that sets any wins (they do not add up).
+    pub filters: Option<Vec<String>>,
+    pub llm_base_url: Option<String>,
+    pub llm_model: Option<String>,
+    pub llm_api_key: Option<String>,
+}
+
+impl Layer {
+    /// Values of `self` where set, else of `lower`.
+    pub fn over(self, lower: Layer) -> Layer {
+        Layer {
+            store: self.store.or(lower.store),
+            top_k: self.top_k.or(lower.top_k),
+            mode: self.mode.or(lower.mode),
+            trim: self.trim.or(lower.trim),
+            trim_threshold: self.trim_threshold.or(lower.trim_threshold),
+            trim_window: self.trim_window.or(lower.trim_window),
+            trim_min_sentences: self.trim_min_sentences.or(lower.trim_min_sentences),
+            trim_scorer: self.trim_scorer.or(lower.trim_scorer),
+            rrf_k: self.rrf_k.or(lower.rrf_k),
+            candidates: self.candidates.or(lower.candidates),
+            filters: self.filters.or(lower.filters),
+            llm_base_url: self.llm_base_url.or(lower.llm_base_url),
+            llm_model: self.llm_model.or(lower.llm_model),
+            llm_api_key: self.llm_api_key.or(lower.llm_api_key),
+        }
+    }
+
+    /// Read the `[store]`, `[ask]` and `[llm]` sections of a `bib.toml` text. `origin` names
+    /// the file in errors.
+    pub fn from_toml(text: &str, origin: &str) -> Result<Layer, RetrieveError> {
+        let bad = |key: &str, reason: String| RetrieveError::InvalidOption {
+            name: format!("{origin}: {key}"),
+            reason,
+        };
+        let doc: toml::Table = text
+            .parse()
+            .map_err(|e: toml::de::Error| bad("(syntax)", e.to_string()))?;
+        let section = |name: &str| -> Result<Option<&toml::Table>, RetrieveError> {
+            match doc.get(name) {
+                None => Ok(None),
+                Some(toml::Value::Table(t)) => Ok(Some(t)),
+                Some(_) => Err(bad(name, "must be a table".into())),
+            }
+        };
+        let mut l = Layer::default();
+        let str_of = |t: &toml::Table, sec: &str, k: &str| -> Result<Option<String>, RetrieveError> {
+            match t.get(k) {
+                None => Ok(None),
+                Some(toml::Value::String(s)) => Ok(Some(s.clone())),
+                Some(_) => Err(bad(&format!("{sec}.{k}"), "must be a string".into())),
+            }
+        };
+        let uint_of = |t: &toml::Table, k: &str| -> Result<Option<usize>, RetrieveError> {
+            match t.get(k) {
+                None => Ok(None),
+                Some(toml::Value::Integer(i)) if *i >= 0 => Ok(Some(*i as usize)),
+                Some(_) => Err(bad(&format!("ask.{k}"), "must be a non-negative integer".into())),
+            }
+        };
+        let float_of = |t: &toml::Table, k: &str| -> Result<Option<f64>, RetrieveError> {
+            match t.get(k) {
+                None => Ok(None),
+                Some(toml::Value::Float(f)) => Ok(Some(*f)),
+                Some(toml::Value::Integer(i)) => Ok(Some(*i as f64)),
+                Some(_) => Err(bad(&format!("ask.{k}"), "must be a number".into())),
+            }
+        };
+        if let Some(s) = section("store")? {
+            l.store = str_of(s, "store", "path")?.map(PathBuf::from);
+        }
+        if let Some(a) = section("ask")? {
+            l.top_k = uint_of(a, "top_k")?;
+            l.mode = str_of(a, "ask", "mode")?
+                .map(|m| Mode::from_str(&m).map_err(|e| bad("ask.mode", e.to_string())))
+                .transpose()?;
+            l.trim = match a.get("trim") {
+                None => None,
+                Some(toml::Value::Boolean(b)) => Some(*b),
+                Some(_) => return Err(bad("ask.trim", "must be true or false".into())),
+            };
+            l.trim_threshold = float_of(a, "trim_threshold")?.map(|f| f as f32);
+            l.trim_window = uint_of(a, "trim_window")?;
+            l.trim_min_sentences = uint_of(a, "trim_min_sentences")?;
+            l.trim_scorer = str_of(a, "ask", "trim_scorer")?
+                .map(|m| TrimScorer::from_str(&m).map_err(|e| bad("ask.trim_scorer", e.to_string())))
+                .transpose()?;
+            l.rrf_k = float_of(a, "rrf_k")?;
+            l.candidates = uint_of(a, "candidates")?;
+            l.filters = match a.get("filters") {
+                None => None,
+                Some(toml::Value::Array(items)) => Some(
+                    items
+                        .iter()
+                        .map(|v| {
+                            v.as_str()
+                                .map(str::to_string)
+                                .ok_or_else(|| bad("ask.filters", "must be a list of \"key=value\" strings".into()))
+                        })
+                        .collect::<Result<_, _>>()?,
+                ),
+                Some(_) => return Err(bad("ask.filters", "must be a list of \"key=value\" strings".into())),
+            };
+        }
+        if let Some(s) = section("llm")? {
+            l.llm_base_url = str_of(s, "llm", "base_url")?;
+            l.llm_model = str_of(s, "llm", "model")?;
+            l.llm_api_key = str_of(s, "llm", "api_key")?;
+        }
+        Ok(l)
+    }
+
+    /// Read the environment through `get` (so tests need not touch the process environment).
+    pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Result<Layer, RetrieveError> {
+        let bad = |var: &str, reason: &str| RetrieveError::InvalidOption {
+            name: var.to_string(),
+            reason: reason.to_string(),
+        };
+        let get = |k: &str| get(k).filter(|v| !v.trim().is_empty());
+        let mut l = Layer::default();
+        if let Some(v) = get("RETRIEVAL_TRIM") {
+            l.trim = Some(match v.trim().to_ascii_lowercase().as_str() {
+                "1" | "true" | "yes" | "on" => true,
+                "0" | "false" | "no" | "off" => false,
+                _ => return Err(bad("RETRIEVAL_TRIM", "must be 1 or 0")),
+            });
+        }
+        if let Some(v) = get("RETRIEVAL_TRIM_THRESHOLD") {
+            l.trim_threshold = Some(
+                v.trim()
+                    .parse()
+                    .map_err(|_| bad("RETRIEVAL_TRIM_THRESHOLD", "must be a number"))?,
+            );
+        }
+        if let Some(v) = get("RETRIEVAL_TRIM_WINDOW") {
+            l.trim_window = Some(
+                v.trim()
+                    .parse()
+                    .map_err(|_| bad("RETRIEVAL_TRIM_WINDOW", "must be a non-negative integer"))?,
+            );
+        }
+        l.store = get("BIB_STORE").map(PathBuf::from);
+        l.llm_base_url = get("BIB_LLM_BASE_URL");
+        l.llm_model = get("BIB_LLM_MODEL");
+        l.llm_api_key = get("BIB_LLM_API_KEY");
+        Ok(l)
+    }
+}
+
+/// Fully resolved settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AskSettings {
+    pub store: PathBuf,
+    pub options: RetrieveOptions,
+    pub filters: Vec<String>,
+    pub llm_base_url: Option<String>,
+    pub llm_model: Option<String>,
+    pub llm_api_key: Option<String>,
+}
+
+impl AskSettings {
+    /// Stack `flags` over `env` over `file` over the defaults (window 1 in ask, as the spec's
+    /// ask integration; threshold calibrated for the default model; trimming off).
+    pub fn resolve(flags: Layer, env: Layer, file: Layer, default_store: &str) -> Result<Self, RetrieveError> {
+        let l = flags.over(env).over(file);
+        let d = RetrieveOptions::default();
+        let trim = l.trim.unwrap_or(false).then(|| TrimOptions {
+            threshold: l.trim_threshold.unwrap_or(USE_M3_THRESHOLD),
+            min_sentences: l.trim_min_sentences.unwrap_or(1),
+            window: l.trim_window.unwrap_or(1),
+            scorer: l.trim_scorer.unwrap_or_default(),
+            rrf_k: l.rrf_k.unwrap_or(d.rrf_k),
+        });
+        if let Some(t) = &trim {
+            t.validate()?;
+        }
+        let options = RetrieveOptions {
+            top_k: l.top_k.unwrap_or(d.top_k),
+            mode: l.mode.unwrap_or(d.mode),
+            candidates: l.candidates.unwrap_or(d.candidates),
+            rrf_k: l.rrf_k.unwrap_or(d.rrf_k),
+            trim,
+        };
+        if options.top_k == 0 {
+            return Err(RetrieveError::InvalidOption {
+                name: "top_k".into(),
+                reason: "must be at least 1".into(),
+            });
+        }
+        Ok(Self {
+            store: l.store.unwrap_or_else(|| PathBuf::from(default_store)),
+            options,
+            filters: l.filters.unwrap_or_default(),
+            llm_base_url: l.llm_base_url,
+            llm_model: l.llm_model,
+            llm_api_key: l.llm_api_key,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn env(pairs: &[(&str, &str)]) -> Layer {
+        let m: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Layer::from_env(|k| m.get(k).cloned()).unwrap()
+    }
+
+    const FILE: &str = r#"
+[store]
+path = "kb/file.sqlite"
+[ask]
+top_k = 7
+mode = "bm25"
+trim = true
+trim_threshold = 0.5
+trim_window = 2
+filters = ["app=core"]
+[llm]
+base_url = "http://file/v1"
+model = "file-model"
+[ingest]
+whatever = 1
+"#;
+
+    #[test]
+    fn defaults() {
+        let s = AskSettings::resolve(Layer::default(), Layer::default(), Layer::default(), "d.sqlite").unwrap();
+        assert_eq!(s.store, PathBuf::from("d.sqlite"));
+        assert_eq!(s.options.top_k, 5);
+        assert_eq!(s.options.mode, Mode::Hybrid);
+        assert!(s.options.trim.is_none(), "trimming is off by default");
+        assert!(s.filters.is_empty());
+    }
+
+    #[test]
+    fn precedence_flags_env_file_defaults() {
+        let file = Layer::from_toml(FILE, "bib.toml").unwrap();
+        // File alone.
+        let s = AskSettings::resolve(Layer::default(), Layer::default(), file.clone(), "d").unwrap();
+        assert_eq!(s.store, PathBuf::from("kb/file.sqlite"));
+        assert_eq!(s.options.top_k, 7);
+        assert_eq!(s.options.mode, Mode::Bm25);
+        let t = s.options.trim.unwrap();
+        assert_eq!((t.threshold, t.window, t.min_sentences), (0.5, 2, 1));
+        assert_eq!(s.filters, vec!["app=core".to_string()]);
+        assert_eq!(s.llm_model.as_deref(), Some("file-model"));
+        // Env over file.
+        let e = env(&[("RETRIEVAL_TRIM", "0"), ("BIB_LLM_MODEL", "env-model"), ("BIB_STORE", "env.sqlite")]);
+        let s = AskSettings::resolve(Layer::default(), e.clone(), file.clone(), "d").unwrap();
+        assert!(s.options.trim.is_none());
+        assert_eq!(s.llm_model.as_deref(), Some("env-model"));
+        assert_eq!(s.llm_base_url.as_deref(), Some("http://file/v1"));
+        assert_eq!(s.store, PathBuf::from("env.sqlite"));
+        // Flags over env.
+        let flags = Layer {
+            trim: Some(true),
+            trim_threshold: Some(0.3),
+            top_k: Some(2),
+            ..Layer::default()
+        };
+        let s = AskSettings::resolve(flags, e, file, "d").unwrap();
+        let t = s.options.trim.unwrap();
+        assert_eq!(t.threshold, 0.3);
+        assert_eq!(t.window, 2, "window still from the file");
+        assert_eq!(s.options.top_k, 2);
+        // Env threshold applies when the flag does not set it; ask's default window is 1.
+        let e = env(&[("RETRIEVAL_TRIM", "1"), ("RETRIEVAL_TRIM_THRESHOLD", "0.42")]);
+        let s = AskSettings::resolve(Layer::default(), e, Layer::default(), "d").unwrap();
+        let t = s.options.trim.unwrap();
+        assert_eq!((t.threshold, t.window), (0.42, 1));
+    }
+
+    #[test]
+    fn errors_name_the_source() {
+        let cases = [
+            ("[ask]\ntop_k = \"five\"", "ask.top_k"),
+            ("[ask]\nmode = \"fuzzy\"", "ask.mode"),
+            ("[ask]\ntrim = 1", "ask.trim"),
+            ("[ask]\nfilters = \"app=core\"", "ask.filters"),
+            ("[ask\n", "(syntax)"),
+            ("ask = 3", "ask"),
+        ];
+        for (text, key) in cases {
+            let e = Layer::from_toml(text, "my/bib.toml").unwrap_err().to_string();
+            assert!(e.contains("my/bib.toml") && e.contains(key), "{text:?} → {e}");
+        }
+        let m = |k: &str| (k == "RETRIEVAL_TRIM_THRESHOLD").then(|| "high".to_string());
+        let e = Layer::from_env(m).unwrap_err().to_string();
+        assert!(e.contains("RETRIEVAL_TRIM_THRESHOLD"), "{e}");
+        let m = |k: &str| (k == "RETRIEVAL_TRIM").then(|| "maybe".to_string());
+        assert!(Layer::from_env(m).is_err());
+        let flags = Layer {
+            trim: Some(true),
+            trim_threshold: Some(3.0),
+            ..Layer::default()
+        };
+        assert!(AskSettings::resolve(flags, Layer::default(), Layer::default(), "d").is_err());
+    }
+}
