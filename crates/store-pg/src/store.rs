@@ -1,0 +1,1359 @@
+//! [`PgStore`]: the [`Store`] trait over a sqlx connection pool.
+//!
+//! The trait is synchronous, so the store owns a small current-thread tokio runtime and runs
+//! each call to completion on it ([`PgStore::block`]). Called from inside another tokio
+//! runtime (an async server), the call moves to a scoped helper thread instead of panicking.
+
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::str::FromStr;
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bib_store::lexical::term_counts;
+use bib_store::{
+    qualified_name, ApplyOutcome, AuditReport, ChunkId, ChunkRecord, ChunkState, DocRecord,
+    DocumentChange, Filter, Hit, LexicalStats, NodeId, QueryLogEntry, RunRow, Store, StoreError,
+};
+use bib_text::bm25::{idf, tf_factor, Bm25Params};
+use bib_text::terms::terms;
+use pgvector::Vector;
+use serde_json::Value;
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
+use sqlx::{AssertSqlSafe, Connection, Executor, PgConnection, Row};
+
+use crate::schema::{self, HNSW_MAX_DIMS};
+use crate::url::{PgOptions, VectorSearch};
+
+const BACKEND: &str = "postgres";
+/// With a filter matching at most this many documents, HNSW mode scans their chunks exactly
+/// (cheap through the `(node_id, chunk_index)` index, and never short of results).
+const EXACT_FILTER_MAX_DOCS: usize = 1000;
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
+
+fn pg(op: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
+    move |e| StoreError::Backend {
+        backend: BACKEND,
+        op,
+        message: e.to_string(),
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+fn parse_json(what: &str, s: &str) -> Result<Value, StoreError> {
+    serde_json::from_str(s).map_err(|e| StoreError::Corrupt {
+        what: what.to_string(),
+        reason: e.to_string(),
+    })
+}
+
+fn to_u32(x: i64) -> u32 {
+    u32::try_from(x).unwrap_or(0)
+}
+
+/// `"name"` with inner quotes doubled.
+fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+fn get<'r, T>(row: &'r PgRow, idx: usize, op: &'static str) -> Result<T, StoreError>
+where
+    T: sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Postgres>,
+{
+    row.try_get::<T, _>(idx).map_err(pg(op))
+}
+
+/// Same checks as the SQLite store, so both reject the same changes.
+fn validate(change: &DocumentChange) -> Result<(), StoreError> {
+    if change.path.is_empty() {
+        return Err(StoreError::Invalid("document path is empty".into()));
+    }
+    let mut seen = HashSet::new();
+    for c in &change.upserts {
+        if c.chunk_index >= change.chunk_count {
+            return Err(StoreError::Invalid(format!(
+                "{}: chunk_index {} is not below chunk_count {}",
+                change.path, c.chunk_index, change.chunk_count
+            )));
+        }
+        if !seen.insert(c.chunk_index) {
+            return Err(StoreError::Invalid(format!(
+                "{}: chunk_index {} given twice",
+                change.path, c.chunk_index
+            )));
+        }
+        if c.embedding.is_empty() || c.embedding.iter().any(|x| !x.is_finite()) {
+            return Err(StoreError::Invalid(format!(
+                "{}: chunk {} has an empty or non-finite embedding",
+                change.path, c.chunk_index
+            )));
+        }
+        if c.embedding.len() > usize::from(u16::MAX) {
+            return Err(StoreError::Invalid(format!(
+                "{}: chunk {} has {} dimensions; pgvector stores at most 16000",
+                change.path,
+                c.chunk_index,
+                c.embedding.len()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The PostgreSQL + pgvector store. Share it behind an `Arc`; calls may come from any thread.
+pub struct PgStore {
+    rt: Option<tokio::runtime::Runtime>,
+    pool: PgPool,
+    opts: PgOptions,
+    location: String,
+    /// Dimensions that already have their partial HNSW index.
+    hnsw_dims: Mutex<HashSet<i32>>,
+}
+
+impl std::fmt::Debug for PgStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgStore")
+            .field("location", &self.location)
+            .field("vector_search", &self.opts.vector_search)
+            .finish()
+    }
+}
+
+fn run_on<F>(rt: &tokio::runtime::Runtime, f: F) -> F::Output
+where
+    F: Future + Send,
+    F::Output: Send,
+{
+    if tokio::runtime::Handle::try_current().is_ok() {
+        // Blocking inside someone else's runtime would panic; drive ours from a helper thread.
+        std::thread::scope(|s| match s.spawn(|| rt.block_on(f)).join() {
+            Ok(v) => v,
+            Err(panic) => std::panic::resume_unwind(panic),
+        })
+    } else {
+        rt.block_on(f)
+    }
+}
+
+impl PgStore {
+    /// Connect to the store named by a `postgres://` URL (see [`crate::url`] for the extra
+    /// parameters), creating its schema and applying migrations as needed.
+    pub fn connect(url: &str) -> Result<Self, StoreError> {
+        Self::connect_with(PgOptions::parse(url)?)
+    }
+
+    /// Connect with explicit options.
+    pub fn connect_with(opts: PgOptions) -> Result<Self, StoreError> {
+        let location = opts.location();
+        let open_err = |reason: String| StoreError::Open {
+            path: location.clone(),
+            reason,
+        };
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| open_err(format!("cannot start the async runtime: {e}")))?;
+        let (pool, dims) = run_on(&rt, Self::open_async(&opts, &location))?;
+        Ok(Self {
+            rt: Some(rt),
+            pool,
+            opts,
+            location,
+            hnsw_dims: Mutex::new(dims),
+        })
+    }
+
+    async fn open_async(
+        opts: &PgOptions,
+        location: &str,
+    ) -> Result<(PgPool, HashSet<i32>), StoreError> {
+        let open_err = |reason: String| StoreError::Open {
+            path: location.to_string(),
+            reason,
+        };
+        let base = PgConnectOptions::from_str(&opts.url)
+            .map_err(|e| open_err(format!("bad URL: {e}")))?
+            .application_name("bib");
+        let mut conn =
+            match tokio::time::timeout(CONNECT_TIMEOUT, PgConnection::connect_with(&base)).await {
+                Ok(Ok(c)) => c,
+                Ok(Err(e)) => return Err(open_err(format!("cannot connect: {e}"))),
+                Err(_) => {
+                    return Err(open_err(format!(
+                        "no answer within {}s",
+                        CONNECT_TIMEOUT.as_secs()
+                    )))
+                }
+            };
+        let ext_schema = Self::ensure_vector_extension(&mut conn)
+            .await
+            .map_err(open_err)?;
+        let search_path = format!(
+            "{}, {}",
+            quote_ident(&opts.schema),
+            quote_ident(&ext_schema)
+        );
+        Self::migrate(&mut conn, opts, &search_path, location).await?;
+        let dims = Self::existing_hnsw_dims(&mut conn, &opts.schema).await?;
+        let _ = conn.close().await;
+
+        let mut session = format!("SET search_path TO {search_path};");
+        if let VectorSearch::Hnsw { ef_search } = opts.vector_search {
+            // Iterative scans (pgvector 0.8) keep filtered HNSW queries from coming back short.
+            session.push_str(&format!(
+                " SET hnsw.ef_search = {ef_search}; SET hnsw.iterative_scan = strict_order;"
+            ));
+        }
+        let pool = PgPoolOptions::new()
+            .max_connections(opts.max_connections)
+            .acquire_timeout(Duration::from_secs(60))
+            .after_connect(move |conn, _meta| {
+                let session = session.clone();
+                Box::pin(async move {
+                    conn.execute(sqlx::raw_sql(AssertSqlSafe(session))).await?;
+                    Ok(())
+                })
+            })
+            .connect_with(base)
+            .await
+            .map_err(|e| open_err(format!("cannot open the connection pool: {e}")))?;
+        Ok((pool, dims))
+    }
+
+    /// The schema holding the `vector` extension, creating the extension when allowed.
+    async fn ensure_vector_extension(conn: &mut PgConnection) -> Result<String, String> {
+        const FIND: &str = "SELECT n.nspname::text FROM pg_extension e \
+             JOIN pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'vector'";
+        let found: Option<String> = sqlx::query_scalar(FIND)
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(|e| format!("cannot inspect extensions: {e}"))?;
+        if let Some(s) = found {
+            return Ok(s);
+        }
+        if let Err(e) = sqlx::query("CREATE EXTENSION IF NOT EXISTS vector")
+            .execute(&mut *conn)
+            .await
+        {
+            return Err(format!(
+                "the pgvector extension is not installed in this database and this role cannot \
+                 create it ({e}); as a superuser run `CREATE EXTENSION vector;` in it \
+                 (scripts/postgres-dev.sh sets up a server that has it)"
+            ));
+        }
+        sqlx::query_scalar(FIND)
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(|e| format!("pgvector extension missing after CREATE EXTENSION: {e}"))
+    }
+
+    async fn migrate(
+        conn: &mut PgConnection,
+        opts: &PgOptions,
+        search_path: &str,
+        location: &str,
+    ) -> Result<(), StoreError> {
+        let e = pg("migrate");
+        let mut tx = conn.begin().await.map_err(pg("migrate"))?;
+        sqlx::query("SELECT pg_advisory_xact_lock(hashtext('bib-migrate:' || $1))")
+            .bind(&opts.schema)
+            .execute(&mut *tx)
+            .await
+            .map_err(pg("migrate"))?;
+        let setup = format!(
+            "CREATE SCHEMA IF NOT EXISTS {schema}; SET LOCAL search_path TO {search_path}; \
+             CREATE TABLE IF NOT EXISTS meta (key text PRIMARY KEY, value text NOT NULL);",
+            schema = quote_ident(&opts.schema)
+        );
+        tx.execute(sqlx::raw_sql(AssertSqlSafe(setup)))
+            .await
+            .map_err(|err| StoreError::Open {
+                path: location.to_string(),
+                reason: format!("cannot create schema {}: {err}", opts.schema),
+            })?;
+        let found: Option<String> =
+            sqlx::query_scalar("SELECT value FROM meta WHERE key = 'schema_version'")
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(pg("migrate"))?;
+        let found = match found {
+            None => 0,
+            Some(v) => v.parse::<i64>().unwrap_or(-1),
+        };
+        let expected = schema::current_version();
+        if found < 0 || found > expected {
+            return Err(StoreError::Schema {
+                path: location.to_string(),
+                found,
+                expected,
+            });
+        }
+        for m in &schema::MIGRATIONS[found as usize..] {
+            tx.execute(sqlx::raw_sql(*m)).await.map_err(pg("migrate"))?;
+        }
+        sqlx::query(
+            "INSERT INTO meta (key, value) VALUES ('schema_version', $1) \
+             ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+        )
+        .bind(expected.to_string())
+        .execute(&mut *tx)
+        .await
+        .map_err(pg("migrate"))?;
+        tx.commit().await.map_err(e)?;
+        Ok(())
+    }
+
+    async fn existing_hnsw_dims(
+        conn: &mut PgConnection,
+        schema: &str,
+    ) -> Result<HashSet<i32>, StoreError> {
+        let names: Vec<String> = sqlx::query_scalar(
+            "SELECT indexname::text FROM pg_indexes WHERE schemaname = $1 \
+             AND tablename = 'chunks' AND indexname LIKE 'chunks_hnsw_%'",
+        )
+        .bind(schema)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(pg("list indexes"))?;
+        Ok(names
+            .iter()
+            .filter_map(|n| n.strip_prefix("chunks_hnsw_")?.parse().ok())
+            .collect())
+    }
+
+    /// Run a future to completion on the store's runtime.
+    fn block<F>(&self, f: F) -> F::Output
+    where
+        F: Future + Send,
+        F::Output: Send,
+    {
+        let rt = self
+            .rt
+            .as_ref()
+            .expect("runtime lives as long as the store");
+        run_on(rt, f)
+    }
+
+    /// The options this store was opened with.
+    pub fn options(&self) -> &PgOptions {
+        &self.opts
+    }
+
+    /// The same store answering vector queries another way (shares nothing but the URL).
+    pub fn reopen_with(&self, v: VectorSearch) -> Result<Self, StoreError> {
+        let mut o = self.opts.clone().with_vector_search(v);
+        o.drop_schema_on_drop = false;
+        Self::connect_with(o)
+    }
+
+    /// Insert a run row as it is (used by `bib migrate` to keep the audit history).
+    pub fn import_run(&self, row: &RunRow) -> Result<i64, StoreError> {
+        self.block(async {
+            sqlx::query_scalar::<_, i64>(
+                "INSERT INTO runs (started_at_ms, finished_at_ms, status, record) \
+                 VALUES ($1, $2, $3, $4) RETURNING id",
+            )
+            .bind(row.started_at_ms)
+            .bind(row.finished_at_ms)
+            .bind(&row.status)
+            .bind(row.record.to_string())
+            .fetch_one(&self.pool)
+            .await
+            .map_err(pg("import run"))
+        })
+    }
+
+    /// Build the HNSW indexes missing for the dimensions in use. Ingest does this as it goes;
+    /// a bulk load can skip that and call this once at the end.
+    pub fn ensure_hnsw_indexes(&self) -> Result<(), StoreError> {
+        let dims: Vec<i32> = self.block(async {
+            sqlx::query_scalar("SELECT DISTINCT dims FROM chunks")
+                .fetch_all(&self.pool)
+                .await
+                .map_err(pg("list dimensions"))
+        })?;
+        for d in dims {
+            self.ensure_hnsw_index(d)?;
+        }
+        Ok(())
+    }
+
+    fn ensure_hnsw_index(&self, dims: i32) -> Result<(), StoreError> {
+        if !(1..=HNSW_MAX_DIMS).contains(&dims) {
+            return Ok(());
+        }
+        if self
+            .hnsw_dims
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(&dims)
+        {
+            return Ok(());
+        }
+        let res = self.block(async {
+            sqlx::query(AssertSqlSafe(schema::hnsw_index_sql(dims)))
+                .execute(&self.pool)
+                .await
+        });
+        match res {
+            Ok(_) => {}
+            // Two writers creating the same index at once: one wins, which is all we need.
+            Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some("23505") => {}
+            Err(e) => return Err(pg("create hnsw index")(e)),
+        }
+        self.hnsw_dims
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(dims);
+        Ok(())
+    }
+
+    /// PostgreSQL's plan for an unfiltered vector query of `dims` dimensions in this store's
+    /// mode (`EXPLAIN` text), to check which index a query uses.
+    pub fn vector_plan(&self, dims: i32) -> Result<String, StoreError> {
+        let q = Vector::from(vec![1.0_f32; dims.max(1) as usize]);
+        let sql = match self.opts.vector_search {
+            VectorSearch::Hnsw { .. } if dims <= HNSW_MAX_DIMS => format!(
+                "EXPLAIN SELECT id FROM chunks WHERE dims = {dims} \
+                 ORDER BY embedding::vector({dims}) <=> $1::vector({dims}) LIMIT 10"
+            ),
+            _ => "EXPLAIN SELECT id FROM chunks WHERE dims = $2 ORDER BY embedding <=> $1, id \
+                  LIMIT 10"
+                .to_string(),
+        };
+        self.block(async {
+            let mut query = sqlx::query_scalar::<_, String>(AssertSqlSafe(sql.clone())).bind(&q);
+            if sql.contains("$2") {
+                query = query.bind(dims);
+            }
+            let lines = query.fetch_all(&self.pool).await.map_err(pg("explain"))?;
+            Ok(lines.join("\n"))
+        })
+    }
+
+    /// Node ids passing `filter`, or `None` when the filter is empty.
+    async fn allowed_nodes(&self, filter: &Filter) -> Result<Option<Vec<NodeId>>, StoreError> {
+        if filter.is_empty() {
+            return Ok(None);
+        }
+        let prefix = filter.path_prefix.clone().unwrap_or_default();
+        let rows = sqlx::query(
+            "SELECT node_id, path, metadata FROM documents WHERE starts_with(path, $1)",
+        )
+        .bind(prefix)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(pg("filter"))?;
+        let mut out = Vec::new();
+        for r in &rows {
+            let id: i64 = get(r, 0, "filter")?;
+            let path: String = get(r, 1, "filter")?;
+            let meta = if filter.fields.is_empty() {
+                Value::Null
+            } else {
+                parse_json("document metadata", &get::<String>(r, 2, "filter")?)?
+            };
+            if filter.matches(&path, &meta) {
+                out.push(id);
+            }
+        }
+        out.sort_unstable();
+        Ok(Some(out))
+    }
+
+    async fn hits_from(&self, scored: Vec<(ChunkId, f64)>) -> Result<Vec<Hit>, StoreError> {
+        if scored.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<i64> = scored.iter().map(|(id, _)| *id).collect();
+        let rows = sqlx::query(
+            "SELECT c.id, c.node_id, c.chunk_index, d.path FROM chunks c \
+             JOIN documents d ON d.node_id = c.node_id WHERE c.id = ANY($1)",
+        )
+        .bind(&ids)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(pg("hits"))?;
+        let mut by_id: HashMap<i64, (i64, i64, String)> = HashMap::with_capacity(rows.len());
+        for r in &rows {
+            by_id.insert(
+                get(r, 0, "hits")?,
+                (get(r, 1, "hits")?, get(r, 2, "hits")?, get(r, 3, "hits")?),
+            );
+        }
+        let mut out = Vec::with_capacity(scored.len());
+        for (id, score) in scored {
+            if let Some((node_id, idx, path)) = by_id.remove(&id) {
+                out.push(Hit {
+                    chunk_id: id,
+                    node_id,
+                    path,
+                    chunk_index: to_u32(idx),
+                    score,
+                    rank: out.len() + 1,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    async fn apply_async(&self, change: &DocumentChange) -> Result<ApplyOutcome, StoreError> {
+        let meta = serde_json::to_string(&change.metadata)
+            .map_err(|err| StoreError::Invalid(format!("metadata of {}: {err}", change.path)))?;
+        let mut tx = self.pool.begin().await.map_err(pg("begin"))?;
+        let row = sqlx::query(
+            "INSERT INTO documents (qualified_name, path, title, metadata, content_hash, \
+             chunk_count, updated_at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7) \
+             ON CONFLICT (path) DO UPDATE SET title = EXCLUDED.title, \
+             metadata = EXCLUDED.metadata, content_hash = EXCLUDED.content_hash, \
+             chunk_count = EXCLUDED.chunk_count, updated_at_ms = EXCLUDED.updated_at_ms \
+             RETURNING node_id, (xmax = 0) AS inserted",
+        )
+        .bind(qualified_name(&change.path))
+        .bind(&change.path)
+        .bind(&change.title)
+        .bind(&meta)
+        .bind(&change.content_hash)
+        .bind(i64::from(change.chunk_count))
+        .bind(now_ms())
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(pg("upsert document"))?;
+        let node_id: i64 = get(&row, 0, "upsert document")?;
+        let mut out = ApplyOutcome {
+            node_id,
+            document_created: get(&row, 1, "upsert document")?,
+            ..ApplyOutcome::default()
+        };
+
+        if !change.upserts.is_empty() {
+            let n = change.upserts.len();
+            let mut idx = Vec::with_capacity(n);
+            let mut prefix = Vec::with_capacity(n);
+            let mut heading = Vec::with_capacity(n);
+            let mut content = Vec::with_capacity(n);
+            let mut hash = Vec::with_capacity(n);
+            let mut tok_est = Vec::with_capacity(n);
+            let mut tok_model = Vec::with_capacity(n);
+            let mut span_s = Vec::with_capacity(n);
+            let mut span_e = Vec::with_capacity(n);
+            let mut model = Vec::with_capacity(n);
+            let mut dims = Vec::with_capacity(n);
+            let mut emb = Vec::with_capacity(n);
+            let mut lex_len = Vec::with_capacity(n);
+            let mut counts = Vec::with_capacity(n);
+            for c in &change.upserts {
+                let tc = term_counts(&c.text());
+                let len: u64 = tc.iter().map(|(_, k)| u64::from(*k)).sum();
+                idx.push(i64::from(c.chunk_index));
+                prefix.push(c.prefix.clone());
+                heading
+                    .push(serde_json::to_string(&c.heading_path).unwrap_or_else(|_| "[]".into()));
+                content.push(c.content.clone());
+                hash.push(c.content_hash.clone());
+                tok_est.push(i64::from(c.tokens_estimate));
+                tok_model.push(i64::from(c.tokens_model));
+                span_s.push(c.span_start as i64);
+                span_e.push(c.span_end as i64);
+                model.push(c.model_id.clone());
+                dims.push(c.embedding.len() as i32);
+                emb.push(Vector::from(c.embedding.clone()));
+                lex_len.push(i32::try_from(len).map_err(|_| {
+                    StoreError::Invalid(format!(
+                        "{}: chunk {} has too many terms",
+                        change.path, c.chunk_index
+                    ))
+                })?);
+                counts.push(tc);
+            }
+            let rows = sqlx::query(
+                "INSERT INTO chunks (node_id, chunk_index, prefix, heading_path, content, \
+                 content_hash, tokens_estimate, tokens_model, span_start, span_end, model_id, \
+                 dims, embedding, lex_len) \
+                 SELECT $1, * FROM UNNEST($2::bigint[], $3::text[], $4::text[], $5::text[], \
+                 $6::text[], $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[], \
+                 $11::text[], $12::integer[], $13::vector[], $14::integer[]) \
+                 ON CONFLICT (node_id, chunk_index) DO UPDATE SET prefix = EXCLUDED.prefix, \
+                 heading_path = EXCLUDED.heading_path, content = EXCLUDED.content, \
+                 content_hash = EXCLUDED.content_hash, \
+                 tokens_estimate = EXCLUDED.tokens_estimate, \
+                 tokens_model = EXCLUDED.tokens_model, span_start = EXCLUDED.span_start, \
+                 span_end = EXCLUDED.span_end, model_id = EXCLUDED.model_id, \
+                 dims = EXCLUDED.dims, embedding = EXCLUDED.embedding, \
+                 lex_len = EXCLUDED.lex_len \
+                 RETURNING id, chunk_index, (xmax = 0) AS inserted",
+            )
+            .bind(node_id)
+            .bind(&idx)
+            .bind(&prefix)
+            .bind(&heading)
+            .bind(&content)
+            .bind(&hash)
+            .bind(&tok_est)
+            .bind(&tok_model)
+            .bind(&span_s)
+            .bind(&span_e)
+            .bind(&model)
+            .bind(&dims)
+            .bind(&emb)
+            .bind(&lex_len)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(pg("upsert chunks"))?;
+            let mut id_of: HashMap<i64, i64> = HashMap::with_capacity(n);
+            let mut updated_ids = Vec::new();
+            for r in &rows {
+                let id: i64 = get(r, 0, "upsert chunks")?;
+                let ci: i64 = get(r, 1, "upsert chunks")?;
+                if get::<bool>(r, 2, "upsert chunks")? {
+                    out.created += 1;
+                } else {
+                    out.updated += 1;
+                    updated_ids.push(id);
+                }
+                id_of.insert(ci, id);
+            }
+            if !updated_ids.is_empty() {
+                sqlx::query("DELETE FROM postings WHERE chunk_id = ANY($1)")
+                    .bind(&updated_ids)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(pg("delete postings"))?;
+            }
+            let mut p_term = Vec::new();
+            let mut p_chunk = Vec::new();
+            let mut p_tf = Vec::new();
+            let mut p_dl = Vec::new();
+            for (i, tc) in counts.into_iter().enumerate() {
+                let Some(&cid) = id_of.get(&idx[i]) else {
+                    return Err(StoreError::Backend {
+                        backend: BACKEND,
+                        op: "upsert chunks",
+                        message: format!("no id returned for chunk {}", idx[i]),
+                    });
+                };
+                for (t, k) in tc {
+                    p_term.push(t);
+                    p_chunk.push(cid);
+                    p_tf.push(k as i32);
+                    p_dl.push(lex_len[i]);
+                }
+            }
+            sqlx::query(
+                "INSERT INTO postings (term, chunk_id, node_id, tf, dl) \
+                 SELECT t, c, $1, f, l FROM UNNEST($2::text[], $3::bigint[], $4::integer[], \
+                 $5::integer[]) AS u(t, c, f, l)",
+            )
+            .bind(node_id)
+            .bind(&p_term)
+            .bind(&p_chunk)
+            .bind(&p_tf)
+            .bind(&p_dl)
+            .execute(&mut *tx)
+            .await
+            .map_err(pg("insert postings"))?;
+        }
+
+        let limit = i64::from(change.chunk_count);
+        sqlx::query(
+            "DELETE FROM postings WHERE chunk_id IN \
+             (SELECT id FROM chunks WHERE node_id = $1 AND chunk_index >= $2)",
+        )
+        .bind(node_id)
+        .bind(limit)
+        .execute(&mut *tx)
+        .await
+        .map_err(pg("prune postings"))?;
+        let pruned = sqlx::query("DELETE FROM chunks WHERE node_id = $1 AND chunk_index >= $2")
+            .bind(node_id)
+            .bind(limit)
+            .execute(&mut *tx)
+            .await
+            .map_err(pg("prune chunks"))?
+            .rows_affected();
+        out.pruned = pruned as u32;
+        tx.commit().await.map_err(pg("commit"))?;
+        Ok(out)
+    }
+
+    async fn exact_search(
+        &self,
+        query: &Vector,
+        dims: i32,
+        limit: i64,
+        allowed: Option<&[i64]>,
+    ) -> Result<Vec<PgRow>, StoreError> {
+        sqlx::query(
+            "SELECT c.id, c.embedding <=> $1 AS dist FROM chunks c \
+             WHERE c.dims = $2 AND ($4::bigint[] IS NULL OR c.node_id = ANY($4)) \
+             ORDER BY dist, c.id LIMIT $3",
+        )
+        .bind(query)
+        .bind(dims)
+        .bind(limit)
+        .bind(allowed)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(pg("vector search"))
+    }
+
+    async fn hnsw_search(
+        &self,
+        query: &Vector,
+        dims: i32,
+        limit: i64,
+        allowed: Option<&[i64]>,
+    ) -> Result<Vec<PgRow>, StoreError> {
+        // The typmod must be a literal to match the partial expression index.
+        let sql = format!(
+            "SELECT id, dist FROM (SELECT id, embedding::vector({dims}) <=> $1::vector({dims}) \
+             AS dist FROM chunks WHERE dims = {dims} \
+             AND ($3::bigint[] IS NULL OR node_id = ANY($3)) \
+             ORDER BY embedding::vector({dims}) <=> $1::vector({dims}) LIMIT $2) s \
+             ORDER BY dist, id"
+        );
+        sqlx::query(AssertSqlSafe(sql))
+            .bind(query)
+            .bind(limit)
+            .bind(allowed)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(pg("vector search"))
+    }
+}
+
+impl Drop for PgStore {
+    fn drop(&mut self) {
+        let Some(rt) = self.rt.take() else { return };
+        let pool = self.pool.clone();
+        let drop_schema = self.opts.drop_schema_on_drop.then(|| {
+            format!(
+                "DROP SCHEMA IF EXISTS {} CASCADE",
+                quote_ident(&self.opts.schema)
+            )
+        });
+        run_on(&rt, async move {
+            if let Some(sql) = drop_schema {
+                let _ = sqlx::query(AssertSqlSafe(sql)).execute(&pool).await;
+            }
+            pool.close().await;
+        });
+        rt.shutdown_background();
+    }
+}
+
+fn doc_from_row(r: &PgRow) -> Result<DocRecord, StoreError> {
+    let op = "documents";
+    Ok(DocRecord {
+        node_id: get(r, 0, op)?,
+        qualified_name: get(r, 1, op)?,
+        path: get(r, 2, op)?,
+        title: get(r, 3, op)?,
+        metadata: parse_json("document metadata", &get::<String>(r, 4, op)?)?,
+        content_hash: get(r, 5, op)?,
+        chunk_count: to_u32(get(r, 6, op)?),
+    })
+}
+
+fn chunk_from_row(r: &PgRow) -> Result<ChunkRecord, StoreError> {
+    let op = "get chunks";
+    let heading: String = get(r, 7, op)?;
+    Ok(ChunkRecord {
+        id: get(r, 0, op)?,
+        node_id: get(r, 1, op)?,
+        path: get(r, 2, op)?,
+        title: get(r, 3, op)?,
+        metadata: parse_json("document metadata", &get::<String>(r, 4, op)?)?,
+        chunk_index: to_u32(get(r, 5, op)?),
+        prefix: get(r, 6, op)?,
+        heading_path: serde_json::from_str(&heading).map_err(|err| StoreError::Corrupt {
+            what: "heading path".into(),
+            reason: err.to_string(),
+        })?,
+        content: get(r, 8, op)?,
+        content_hash: get(r, 9, op)?,
+        tokens_estimate: to_u32(get(r, 10, op)?),
+        tokens_model: to_u32(get(r, 11, op)?),
+        span_start: get::<i64>(r, 12, op)?.max(0) as u64,
+        span_end: get::<i64>(r, 13, op)?.max(0) as u64,
+        model_id: get(r, 14, op)?,
+    })
+}
+
+impl Store for PgStore {
+    fn backend(&self) -> &'static str {
+        BACKEND
+    }
+
+    fn location(&self) -> String {
+        self.location.clone()
+    }
+
+    fn documents(&self) -> Result<Vec<DocRecord>, StoreError> {
+        self.block(async {
+            // COLLATE "C": byte order, the order SQLite gives, whatever the database locale.
+            let rows = sqlx::query(
+                "SELECT node_id, qualified_name, path, title, metadata, content_hash, \
+                 chunk_count FROM documents ORDER BY path COLLATE \"C\"",
+            )
+            .fetch_all(&self.pool)
+            .await
+            .map_err(pg("documents"))?;
+            rows.iter().map(doc_from_row).collect()
+        })
+    }
+
+    fn chunk_states(&self) -> Result<Vec<ChunkState>, StoreError> {
+        self.block(async {
+            let rows = sqlx::query(
+                "SELECT d.path, c.node_id, c.chunk_index, c.content_hash, c.model_id \
+                 FROM chunks c JOIN documents d ON d.node_id = c.node_id \
+                 ORDER BY d.path COLLATE \"C\", c.chunk_index",
+            )
+            .fetch_all(&self.pool)
+            .await
+            .map_err(pg("chunk states"))?;
+            let op = "chunk states";
+            rows.iter()
+                .map(|r| {
+                    Ok(ChunkState {
+                        path: get(r, 0, op)?,
+                        node_id: get(r, 1, op)?,
+                        chunk_index: to_u32(get(r, 2, op)?),
+                        content_hash: get(r, 3, op)?,
+                        model_id: get(r, 4, op)?,
+                    })
+                })
+                .collect()
+        })
+    }
+
+    fn apply_document(&self, change: &DocumentChange) -> Result<ApplyOutcome, StoreError> {
+        validate(change)?;
+        let out = self.block(self.apply_async(change))?;
+        let dims: HashSet<i32> = change
+            .upserts
+            .iter()
+            .map(|c| c.embedding.len() as i32)
+            .collect();
+        for d in dims {
+            self.ensure_hnsw_index(d)?;
+        }
+        Ok(out)
+    }
+
+    fn remove_documents(&self, paths: &[String]) -> Result<u64, StoreError> {
+        if paths.is_empty() {
+            return Ok(0);
+        }
+        self.block(async {
+            let mut tx = self.pool.begin().await.map_err(pg("begin"))?;
+            let ids: Vec<i64> = sqlx::query_scalar(
+                "SELECT node_id FROM documents WHERE path = ANY($1) ORDER BY node_id FOR UPDATE",
+            )
+            .bind(paths)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(pg("find documents"))?;
+            if ids.is_empty() {
+                tx.commit().await.map_err(pg("commit"))?;
+                return Ok(0);
+            }
+            sqlx::query("DELETE FROM postings WHERE node_id = ANY($1)")
+                .bind(&ids)
+                .execute(&mut *tx)
+                .await
+                .map_err(pg("delete postings"))?;
+            let removed = sqlx::query("DELETE FROM chunks WHERE node_id = ANY($1)")
+                .bind(&ids)
+                .execute(&mut *tx)
+                .await
+                .map_err(pg("delete chunks"))?
+                .rows_affected();
+            sqlx::query("DELETE FROM documents WHERE node_id = ANY($1)")
+                .bind(&ids)
+                .execute(&mut *tx)
+                .await
+                .map_err(pg("delete documents"))?;
+            tx.commit().await.map_err(pg("commit"))?;
+            Ok(removed)
+        })
+    }
+
+    fn get_chunks(&self, ids: &[ChunkId]) -> Result<Vec<ChunkRecord>, StoreError> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.block(async {
+            let rows = sqlx::query(
+                "SELECT c.id, c.node_id, d.path, d.title, d.metadata, c.chunk_index, c.prefix, \
+                 c.heading_path, c.content, c.content_hash, c.tokens_estimate, c.tokens_model, \
+                 c.span_start, c.span_end, c.model_id \
+                 FROM chunks c JOIN documents d ON d.node_id = c.node_id WHERE c.id = ANY($1)",
+            )
+            .bind(ids)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(pg("get chunks"))?;
+            let mut by_id = HashMap::with_capacity(rows.len());
+            for r in &rows {
+                let c = chunk_from_row(r)?;
+                by_id.insert(c.id, c);
+            }
+            Ok(ids.iter().filter_map(|id| by_id.get(id).cloned()).collect())
+        })
+    }
+
+    fn chunk_ids(&self) -> Result<Vec<ChunkId>, StoreError> {
+        self.block(async {
+            sqlx::query_scalar("SELECT id FROM chunks ORDER BY id")
+                .fetch_all(&self.pool)
+                .await
+                .map_err(pg("chunk ids"))
+        })
+    }
+
+    fn document_chunks(&self, path: &str) -> Result<Vec<ChunkRecord>, StoreError> {
+        self.block(async {
+            let rows = sqlx::query(
+                "SELECT c.id, c.node_id, d.path, d.title, d.metadata, c.chunk_index, c.prefix, \
+                 c.heading_path, c.content, c.content_hash, c.tokens_estimate, c.tokens_model, \
+                 c.span_start, c.span_end, c.model_id \
+                 FROM chunks c JOIN documents d ON d.node_id = c.node_id WHERE d.path = $1 \
+                 ORDER BY c.chunk_index",
+            )
+            .bind(path)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(pg("document chunks"))?;
+            rows.iter().map(chunk_from_row).collect()
+        })
+    }
+
+    fn get_vectors(&self, ids: &[ChunkId]) -> Result<Vec<(ChunkId, Vec<f32>)>, StoreError> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.block(async {
+            let rows = sqlx::query("SELECT id, embedding FROM chunks WHERE id = ANY($1)")
+                .bind(ids)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(pg("get vectors"))?;
+            let mut by_id = HashMap::with_capacity(rows.len());
+            for r in &rows {
+                let id: i64 = get(r, 0, "get vectors")?;
+                let v: Vector = get(r, 1, "get vectors")?;
+                by_id.insert(id, v.to_vec());
+            }
+            Ok(ids
+                .iter()
+                .filter_map(|id| by_id.get(id).map(|v| (*id, v.clone())))
+                .collect())
+        })
+    }
+
+    fn bm25_search(
+        &self,
+        query: &str,
+        limit: usize,
+        filter: &Filter,
+    ) -> Result<Vec<Hit>, StoreError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let q = terms(query);
+        if q.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.block(async {
+            let allowed = self.allowed_nodes(filter).await?;
+            // One statement, one snapshot: the corpus statistics and the postings agree.
+            let rows = sqlx::query(
+                "SELECT s.n_chunks, s.total_len, p.term, p.chunk_id, p.node_id, p.tf, p.dl \
+                 FROM lex_stats s LEFT JOIN postings p ON p.term = ANY($1) WHERE s.id = 1",
+            )
+            .bind(&q)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(pg("bm25"))?;
+            let Some(first) = rows.first() else {
+                return Err(StoreError::Corrupt {
+                    what: "lex_stats".into(),
+                    reason: "the statistics row is missing".into(),
+                });
+            };
+            let stats = LexicalStats {
+                chunks: get::<i64>(first, 0, "bm25")?.max(0) as u64,
+                total_len: get::<i64>(first, 1, "bm25")?.max(0) as u64,
+                terms: 0,
+            };
+            let avg = stats.avg_len();
+            let params = Bm25Params::default();
+            let mut by_term: HashMap<String, Vec<(i64, i64, i32, i32)>> = HashMap::new();
+            for r in &rows {
+                let Some(t) = get::<Option<String>>(r, 2, "bm25")? else {
+                    continue;
+                };
+                by_term.entry(t).or_default().push((
+                    get(r, 3, "bm25")?,
+                    get(r, 4, "bm25")?,
+                    get(r, 5, "bm25")?,
+                    get(r, 6, "bm25")?,
+                ));
+            }
+            let allowed: Option<HashSet<i64>> = allowed.map(|v| v.into_iter().collect());
+            // Same arithmetic in the same order as the SQLite store: term by term, in query order.
+            let mut scores: HashMap<ChunkId, f64> = HashMap::new();
+            for t in &q {
+                let Some(post) = by_term.get(t) else { continue };
+                let w = idf(stats.chunks as usize, post.len());
+                for &(cid, node, tf, dl) in post {
+                    if let Some(a) = &allowed {
+                        if !a.contains(&node) {
+                            continue;
+                        }
+                    }
+                    let s = w * tf_factor(f64::from(tf), f64::from(dl), avg, params);
+                    *scores.entry(cid).or_insert(0.0) += s;
+                }
+            }
+            let mut scored: Vec<(ChunkId, f64)> = scores.into_iter().collect();
+            scored.sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+            scored.truncate(limit);
+            self.hits_from(scored).await
+        })
+    }
+
+    fn vector_search(
+        &self,
+        query: &[f32],
+        limit: usize,
+        filter: &Filter,
+    ) -> Result<Vec<Hit>, StoreError> {
+        if limit == 0 || query.is_empty() || query.len() > usize::from(u16::MAX) {
+            return Ok(Vec::new());
+        }
+        let norm: f32 = query.iter().map(|x| x * x).sum::<f32>().sqrt();
+        if norm == 0.0 || !norm.is_finite() {
+            // Cosine is undefined; pgvector would answer NaN for every row.
+            return Ok(Vec::new());
+        }
+        let dims = query.len() as i32;
+        let q = Vector::from(query.to_vec());
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.block(async {
+            let allowed = self.allowed_nodes(filter).await?;
+            if allowed.as_ref().is_some_and(|a| a.is_empty()) {
+                return Ok(Vec::new());
+            }
+            let small_filter = allowed
+                .as_ref()
+                .is_some_and(|a| a.len() <= EXACT_FILTER_MAX_DOCS);
+            let rows = match self.opts.vector_search {
+                VectorSearch::Hnsw { .. } if dims <= HNSW_MAX_DIMS && !small_filter => {
+                    self.hnsw_search(&q, dims, limit, allowed.as_deref())
+                        .await?
+                }
+                _ => {
+                    self.exact_search(&q, dims, limit, allowed.as_deref())
+                        .await?
+                }
+            };
+            let mut scored = Vec::with_capacity(rows.len());
+            for r in &rows {
+                let id: i64 = get(r, 0, "vector search")?;
+                let dist: f64 = get(r, 1, "vector search")?;
+                scored.push((id, 1.0 - dist));
+            }
+            self.hits_from(scored).await
+        })
+    }
+
+    fn lexical_stats(&self) -> Result<LexicalStats, StoreError> {
+        self.block(async {
+            let r = sqlx::query(
+                "SELECT n_chunks, total_len, (SELECT count(DISTINCT term) FROM postings) \
+                 FROM lex_stats WHERE id = 1",
+            )
+            .fetch_one(&self.pool)
+            .await
+            .map_err(pg("lexical stats"))?;
+            Ok(LexicalStats {
+                chunks: get::<i64>(&r, 0, "lexical stats")?.max(0) as u64,
+                total_len: get::<i64>(&r, 1, "lexical stats")?.max(0) as u64,
+                terms: get::<i64>(&r, 2, "lexical stats")?.max(0) as u64,
+            })
+        })
+    }
+
+    fn cached_vectors(
+        &self,
+        model_id: &str,
+        hashes: &[String],
+    ) -> Result<Vec<(String, Vec<f32>)>, StoreError> {
+        if hashes.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.block(async {
+            let mut found: HashMap<String, Vec<f32>> = HashMap::new();
+            let rows = sqlx::query(
+                "SELECT DISTINCT ON (content_hash) content_hash, embedding FROM chunks \
+                 WHERE model_id = $1 AND content_hash = ANY($2) ORDER BY content_hash, id",
+            )
+            .bind(model_id)
+            .bind(hashes)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(pg("cached vectors"))?;
+            for r in &rows {
+                let v: Vector = get(r, 1, "cached vectors")?;
+                found.insert(get(r, 0, "cached vectors")?, v.to_vec());
+            }
+            let missing: Vec<String> = hashes
+                .iter()
+                .filter(|h| !found.contains_key(*h))
+                .cloned()
+                .collect();
+            if !missing.is_empty() {
+                let rows = sqlx::query(
+                    "SELECT content_hash, vector FROM embed_cache \
+                     WHERE model_id = $1 AND content_hash = ANY($2)",
+                )
+                .bind(model_id)
+                .bind(&missing)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(pg("cached vectors"))?;
+                for r in &rows {
+                    let v: Vector = get(r, 1, "cached vectors")?;
+                    found.insert(get(r, 0, "cached vectors")?, v.to_vec());
+                }
+            }
+            Ok(hashes
+                .iter()
+                .filter_map(|h| found.get(h).map(|v| (h.clone(), v.clone())))
+                .collect())
+        })
+    }
+
+    fn cache_vectors(
+        &self,
+        model_id: &str,
+        items: &[(String, Vec<f32>)],
+    ) -> Result<(), StoreError> {
+        if items.is_empty() {
+            return Ok(());
+        }
+        for (h, v) in items {
+            if v.is_empty() || v.iter().any(|x| !x.is_finite()) {
+                return Err(StoreError::Invalid(format!(
+                    "cached vector for {h} is empty or not finite"
+                )));
+            }
+        }
+        // Last write wins for a hash given twice, as with SQLite's INSERT OR REPLACE.
+        let mut last: HashMap<&str, &Vec<f32>> = HashMap::new();
+        for (h, v) in items {
+            last.insert(h.as_str(), v);
+        }
+        let hashes: Vec<String> = last.keys().map(|h| h.to_string()).collect();
+        let vectors: Vec<Vector> = hashes
+            .iter()
+            .map(|h| Vector::from(last[h.as_str()].clone()))
+            .collect();
+        self.block(async {
+            sqlx::query(
+                "INSERT INTO embed_cache (model_id, content_hash, vector) \
+                 SELECT $1, h, v FROM UNNEST($2::text[], $3::vector[]) AS u(h, v) \
+                 ON CONFLICT (model_id, content_hash) DO UPDATE SET vector = EXCLUDED.vector",
+            )
+            .bind(model_id)
+            .bind(&hashes)
+            .bind(&vectors)
+            .execute(&self.pool)
+            .await
+            .map_err(pg("cache vectors"))?;
+            Ok(())
+        })
+    }
+
+    fn audit(&self) -> Result<AuditReport, StoreError> {
+        self.block(async {
+            let op = "audit";
+            let mut tx = self.pool.begin().await.map_err(pg("begin"))?;
+            sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                .execute(&mut *tx)
+                .await
+                .map_err(pg(op))?;
+            let r = sqlx::query(
+                "SELECT \
+                 (SELECT count(*) FROM documents), \
+                 (SELECT count(*) FROM chunks), \
+                 (SELECT count(*) FROM chunks WHERE dims > 0 AND vector_dims(embedding) = dims), \
+                 (SELECT count(*) FROM chunks c WHERE c.lex_len = \
+                    (SELECT coalesce(sum(p.tf), 0) FROM postings p WHERE p.chunk_id = c.id) \
+                  AND NOT EXISTS (SELECT 1 FROM postings p WHERE p.chunk_id = c.id AND \
+                    (p.dl <> c.lex_len OR p.node_id <> c.node_id))), \
+                 (SELECT count(*) FROM chunks c WHERE NOT EXISTS \
+                    (SELECT 1 FROM documents d WHERE d.node_id = c.node_id)), \
+                 (SELECT count(*) FROM postings p WHERE NOT EXISTS \
+                    (SELECT 1 FROM chunks c WHERE c.id = p.chunk_id)), \
+                 (SELECT n_chunks FROM lex_stats WHERE id = 1), \
+                 (SELECT total_len FROM lex_stats WHERE id = 1), \
+                 (SELECT coalesce(sum(lex_len), 0)::bigint FROM chunks)",
+            )
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(pg(op))?;
+            let incomplete: Vec<String> = sqlx::query_scalar(
+                "SELECT d.path FROM documents d LEFT JOIN \
+                 (SELECT node_id, count(*) AS n, min(chunk_index) AS lo, max(chunk_index) AS hi \
+                  FROM chunks GROUP BY node_id) c ON c.node_id = d.node_id \
+                 WHERE coalesce(c.n, 0) <> d.chunk_count \
+                    OR (d.chunk_count > 0 AND (c.lo <> 0 OR c.hi <> d.chunk_count - 1)) \
+                 ORDER BY d.path COLLATE \"C\"",
+            )
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(pg(op))?;
+            tx.commit().await.map_err(pg("commit"))?;
+            let n = |i: usize| -> Result<i64, StoreError> {
+                Ok(get::<Option<i64>>(&r, i, op)?.unwrap_or(-1))
+            };
+            let (documents, chunks, vectors, lexical) = (n(0)?, n(1)?, n(2)?, n(3)?);
+            let (orphan_chunks, orphan_postings) = (n(4)?, n(5)?);
+            let stats_consistent = n(6)? == chunks && n(7)? == n(8)?;
+            let coherent = orphan_chunks == 0
+                && orphan_postings == 0
+                && incomplete.is_empty()
+                && vectors == chunks
+                && lexical == chunks
+                && stats_consistent;
+            Ok(AuditReport {
+                documents: documents.max(0) as u64,
+                chunks: chunks.max(0) as u64,
+                vectors: vectors.max(0) as u64,
+                lexical_entries: lexical.max(0) as u64,
+                orphan_chunks: orphan_chunks.max(0) as u64,
+                incomplete_documents: incomplete,
+                orphan_postings: orphan_postings.max(0) as u64,
+                stats_consistent,
+                coherent,
+            })
+        })
+    }
+
+    fn begin_run(&self, record: &Value) -> Result<i64, StoreError> {
+        self.block(async {
+            let mut tx = self.pool.begin().await.map_err(pg("begin"))?;
+            sqlx::query("UPDATE runs SET status = 'interrupted' WHERE status = 'running'")
+                .execute(&mut *tx)
+                .await
+                .map_err(pg("begin run"))?;
+            let id: i64 = sqlx::query_scalar(
+                "INSERT INTO runs (started_at_ms, status, record) VALUES ($1, 'running', $2) \
+                 RETURNING id",
+            )
+            .bind(now_ms())
+            .bind(record.to_string())
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(pg("begin run"))?;
+            tx.commit().await.map_err(pg("commit"))?;
+            Ok(id)
+        })
+    }
+
+    fn finish_run(&self, id: i64, status: &str, record: &Value) -> Result<(), StoreError> {
+        let n = self.block(async {
+            sqlx::query(
+                "UPDATE runs SET status = $2, finished_at_ms = $3, record = $4 WHERE id = $1",
+            )
+            .bind(id)
+            .bind(status)
+            .bind(now_ms())
+            .bind(record.to_string())
+            .execute(&self.pool)
+            .await
+            .map_err(pg("finish run"))
+        })?;
+        if n.rows_affected() == 0 {
+            return Err(StoreError::Invalid(format!("no run with id {id}")));
+        }
+        Ok(())
+    }
+
+    fn runs(&self, limit: usize) -> Result<Vec<RunRow>, StoreError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.block(async {
+            let rows = sqlx::query(
+                "SELECT id, started_at_ms, finished_at_ms, status, record FROM runs \
+                 ORDER BY id DESC LIMIT $1",
+            )
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(pg("runs"))?;
+            rows.iter()
+                .map(|r| {
+                    Ok(RunRow {
+                        id: get(r, 0, "runs")?,
+                        started_at_ms: get(r, 1, "runs")?,
+                        finished_at_ms: get(r, 2, "runs")?,
+                        status: get(r, 3, "runs")?,
+                        record: parse_json("run record", &get::<String>(r, 4, "runs")?)?,
+                    })
+                })
+                .collect()
+        })
+    }
+
+    fn log_query(&self, entry: &QueryLogEntry) -> Result<i64, StoreError> {
+        let rec = serde_json::to_string(entry)
+            .map_err(|err| StoreError::Invalid(format!("query log entry: {err}")))?;
+        self.block(async {
+            sqlx::query_scalar(
+                "INSERT INTO query_log (at_ms, query, mode, record) VALUES ($1, $2, $3, $4) \
+                 RETURNING id",
+            )
+            .bind(entry.at_ms)
+            .bind(&entry.query)
+            .bind(&entry.mode)
+            .bind(&rec)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(pg("log query"))
+        })
+    }
+
+    fn recent_queries(&self, limit: usize) -> Result<Vec<QueryLogEntry>, StoreError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.block(async {
+            let rows = sqlx::query("SELECT id, record FROM query_log ORDER BY id DESC LIMIT $1")
+                .bind(limit)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(pg("recent queries"))?;
+            let mut out = Vec::with_capacity(rows.len());
+            for r in &rows {
+                let id: i64 = get(r, 0, "recent queries")?;
+                let rec: String = get(r, 1, "recent queries")?;
+                let mut entry: QueryLogEntry =
+                    serde_json::from_str(&rec).map_err(|err| StoreError::Corrupt {
+                        what: format!("query log entry {id}"),
+                        reason: err.to_string(),
+                    })?;
+                entry.id = id;
+                out.push(entry);
+            }
+            Ok(out)
+        })
+    }
+}

@@ -1,0 +1,413 @@
+//! The shared conformance suite on PostgreSQL, and the same workload run against SQLite and
+//! PostgreSQL side by side: same documents, chunks and hashes; same BM25 ranking; with exact
+//! vector search the same top-10; with HNSW, recall@10 >= 0.98 against exact.
+//!
+//! Needs `BIB_TEST_PG_URL` (see `bib_store_pg::testing`); fails without it unless
+//! `BIB_SKIP_PG_TESTS=1`.
+
+use bib_store::conformance::{self, sample_chunk};
+use bib_store::{DocumentChange, Filter, Hit, SqliteStore, Store};
+use bib_store_pg::testing::{admin_exec, fresh_store, test_url, with_param};
+use bib_store_pg::{PgStore, VectorSearch, DEFAULT_EF_SEARCH};
+use serde_json::json;
+
+const HNSW: VectorSearch = VectorSearch::Hnsw {
+    ef_search: DEFAULT_EF_SEARCH,
+};
+
+#[test]
+fn conformance_exact() {
+    let Some(url) = test_url() else { return };
+    conformance::run_all(&|| Box::new(fresh_store(&url, "cx", VectorSearch::Exact)));
+}
+
+#[test]
+fn conformance_hnsw() {
+    let Some(url) = test_url() else { return };
+    conformance::run_all(&|| Box::new(fresh_store(&url, "ch", HNSW)));
+}
+
+/// splitmix64: deterministic test data without a dependency.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+    fn unit_vector(&mut self, dims: usize) -> Vec<f32> {
+        let v: Vec<f32> = (0..dims)
+            .map(|_| (self.next() >> 11) as f32 / (1u64 << 53) as f32 * 2.0 - 1.0)
+            .collect();
+        let n = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-6);
+        v.iter().map(|x| x / n).collect()
+    }
+}
+
+const VOCAB: &[&str] = &[
+    "package",
+    "packages",
+    "install",
+    "nuget",
+    "restore",
+    "feed",
+    "source",
+    "push",
+    "api",
+    "key",
+    "version",
+    "semver",
+    "dependency",
+    "graph",
+    "lock",
+    "file",
+    "cli",
+    "dotnet",
+    "msbuild",
+    "target",
+    "framework",
+    "symbols",
+    "signing",
+    "certificate",
+    "trust",
+    "mañana",
+    "instalación",
+    "paquete",
+    "configuración",
+    "src/utils.js",
+    "nuget.config",
+    "the",
+    "a",
+    "of",
+    "and",
+    "to",
+    "is",
+    "cache",
+    "global",
+    "folder",
+    "http",
+    "retry",
+    "timeout",
+    "mirror",
+];
+
+fn sentence(rng: &mut Rng, words: usize) -> String {
+    let mut s: Vec<&str> = (0..words).map(|_| VOCAB[rng.below(VOCAB.len())]).collect();
+    s.push(".");
+    s.join(" ")
+}
+
+/// A document change with random text and random `dims`-dimensional vectors.
+fn random_change(rng: &mut Rng, path: &str, chunks: usize, dims: usize) -> DocumentChange {
+    let contents: Vec<String> = (0..chunks)
+        .map(|_| {
+            let w = 3 + rng.below(40);
+            sentence(rng, w)
+        })
+        .collect();
+    let refs: Vec<&str> = contents.iter().map(String::as_str).collect();
+    let app = ["core", "server"][rng.below(2)];
+    let tag = VOCAB[rng.below(5)];
+    let mut ch =
+        conformance::sample_change_meta(path, &refs, json!({"app": app, "tags": ["t", tag]}));
+    for c in &mut ch.upserts {
+        c.embedding = rng.unit_vector(dims);
+        c.model_id = format!("rand-{dims}");
+    }
+    ch
+}
+
+/// The same history of writes on both stores: creates, updates, shrinks, growths, removals.
+fn same_history(stores: &[&dyn Store], docs: usize, dims: usize, seed: u64) {
+    let mut rng = Rng(seed);
+    let mut changes = Vec::new();
+    for i in 0..docs {
+        let n = 1 + rng.below(6);
+        changes.push(random_change(
+            &mut rng,
+            &format!("d{:03}/doc{i}.md", i % 7),
+            n,
+            dims,
+        ));
+    }
+    // Rewrite some documents: chunk 0 changed and the tail pruned (the chunks kept in
+    // between untouched), or grown with new chunks.
+    for i in (0..docs).step_by(5) {
+        let old = changes[i].chunk_count as usize;
+        let n = 1 + rng.below(8);
+        let mut ch = random_change(&mut rng, &format!("d{:03}/doc{i}.md", i % 7), n, dims);
+        if n <= old {
+            ch.upserts.truncate(1);
+        } else {
+            ch.upserts.drain(1..old);
+        }
+        changes.push(ch);
+    }
+    let removed: Vec<String> = (0..docs)
+        .step_by(11)
+        .map(|i| format!("d{:03}/doc{i}.md", i % 7))
+        .collect();
+    for s in stores {
+        for ch in &changes {
+            s.apply_document(ch).unwrap();
+        }
+        s.remove_documents(&removed).unwrap();
+    }
+}
+
+/// (path, chunk_index) of a hit: ids are store-local, positions are not.
+fn key(h: &Hit) -> (String, u32) {
+    (h.path.clone(), h.chunk_index)
+}
+
+/// Hits ordered by score, ties by position, so stores that number chunks differently compare.
+fn normalised(hits: &[Hit]) -> Vec<((String, u32), f64)> {
+    let mut v: Vec<((String, u32), f64)> = hits.iter().map(|h| (key(h), h.score)).collect();
+    v.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    v
+}
+
+fn sqlite_and_pg(url: &str, tag: &str, v: VectorSearch) -> (SqliteStore, PgStore) {
+    (
+        SqliteStore::open_in_memory().unwrap(),
+        fresh_store(url, tag, v),
+    )
+}
+
+#[test]
+fn same_ingest_same_documents_chunks_and_hashes() {
+    let Some(url) = test_url() else { return };
+    let (lite, pg) = sqlite_and_pg(&url, "same", VectorSearch::Exact);
+    same_history(&[&lite, &pg], 60, 24, 7);
+    let strip = |mut d: bib_store::DocRecord| {
+        d.node_id = 0;
+        d
+    };
+    let a: Vec<_> = lite.documents().unwrap().into_iter().map(strip).collect();
+    let b: Vec<_> = pg.documents().unwrap().into_iter().map(strip).collect();
+    assert!(!a.is_empty());
+    assert_eq!(a, b, "documents differ");
+    let states = |s: &dyn Store| {
+        s.chunk_states()
+            .unwrap()
+            .into_iter()
+            .map(|mut c| {
+                c.node_id = 0;
+                c
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(states(&lite), states(&pg), "chunk states (hashes) differ");
+    for d in &a {
+        let ca = lite.document_chunks(&d.path).unwrap();
+        let cb = pg.document_chunks(&d.path).unwrap();
+        assert_eq!(ca.len(), cb.len(), "{}", d.path);
+        for (x, y) in ca.iter().zip(&cb) {
+            let (mut x2, mut y2) = (x.clone(), y.clone());
+            (x2.id, x2.node_id, y2.id, y2.node_id) = (0, 0, 0, 0);
+            assert_eq!(x2, y2, "chunk {} of {} differs", x.chunk_index, d.path);
+            let vx = lite.get_vectors(&[x.id]).unwrap();
+            let vy = pg.get_vectors(&[y.id]).unwrap();
+            assert_eq!(
+                vx[0].1, vy[0].1,
+                "vector of chunk {} of {}",
+                x.chunk_index, d.path
+            );
+        }
+    }
+    assert_eq!(lite.lexical_stats().unwrap(), pg.lexical_stats().unwrap());
+    let (aa, ab) = (lite.audit().unwrap(), pg.audit().unwrap());
+    assert!(aa.coherent && ab.coherent, "{aa:?} {ab:?}");
+    assert_eq!(aa, ab);
+}
+
+#[test]
+fn same_bm25_ranking() {
+    let Some(url) = test_url() else { return };
+    let (lite, pg) = sqlite_and_pg(&url, "bm25", HNSW);
+    same_history(&[&lite, &pg], 80, 8, 11);
+    let mut rng = Rng(99);
+    let mut queries: Vec<String> = VOCAB.iter().map(|w| w.to_string()).collect();
+    for _ in 0..40 {
+        let n = 2 + rng.below(5);
+        queries.push(sentence(&mut rng, n));
+    }
+    let filters = [
+        Filter::none(),
+        Filter::path_prefix("d003/"),
+        Filter::none().with_field("app", "server"),
+    ];
+    let mut compared = 0;
+    for q in &queries {
+        for f in &filters {
+            let a = lite.bm25_search(q, 10_000, f).unwrap();
+            let b = pg.bm25_search(q, 10_000, f).unwrap();
+            let (na, nb) = (normalised(&a), normalised(&b));
+            assert_eq!(na.len(), nb.len(), "{q:?}: hit counts differ");
+            for (x, y) in na.iter().zip(&nb) {
+                assert_eq!(x.0, y.0, "{q:?} {f:?}: ranking differs");
+                assert!(
+                    (x.1 - y.1).abs() <= 1e-12 * x.1.abs().max(1.0),
+                    "{q:?}: score {} vs {}",
+                    x.1,
+                    y.1
+                );
+            }
+            // The top-10 cut picks the same chunks (up to a tie straddling the cut).
+            let ta = lite.bm25_search(q, 10, f).unwrap();
+            let tb = pg.bm25_search(q, 10, f).unwrap();
+            assert_eq!(ta.len(), tb.len());
+            if a.len() <= 10 || a[9].score > a[10].score {
+                assert_eq!(normalised(&ta), normalised(&tb), "{q:?}: top-10 differs");
+            }
+            compared += a.len();
+        }
+    }
+    assert!(compared > 1000, "queries matched too little: {compared}");
+}
+
+#[test]
+fn exact_vector_search_same_top10() {
+    let Some(url) = test_url() else { return };
+    let (lite, pg) = sqlite_and_pg(&url, "vx", VectorSearch::Exact);
+    same_history(&[&lite, &pg], 150, 48, 5);
+    let mut rng = Rng(1234);
+    for i in 0..50 {
+        let q = rng.unit_vector(48);
+        let f = if i % 5 == 0 {
+            Filter::none().with_field("app", "core")
+        } else {
+            Filter::none()
+        };
+        let a = lite.vector_search(&q, 10, &f).unwrap();
+        let b = pg.vector_search(&q, 10, &f).unwrap();
+        assert_eq!(a.len(), 10);
+        let ka: Vec<_> = a.iter().map(key).collect();
+        let kb: Vec<_> = b.iter().map(key).collect();
+        assert_eq!(ka, kb, "query {i}: top-10 differs");
+        for (x, y) in a.iter().zip(&b) {
+            assert!(
+                (x.score - y.score).abs() < 1e-5,
+                "{} vs {}",
+                x.score,
+                y.score
+            );
+        }
+    }
+}
+
+#[test]
+fn hnsw_recall_at_10_against_exact() {
+    let Some(url) = test_url() else { return };
+    let pg = fresh_store(&url, "recall", HNSW);
+    let dims = 64;
+    let mut rng = Rng(42);
+    for d in 0..400 {
+        let path = format!("r/doc{d}.md");
+        let contents: Vec<String> = (0..10).map(|i| format!("chunk {i} of {d}")).collect();
+        let refs: Vec<&str> = contents.iter().map(String::as_str).collect();
+        let mut ch = conformance::sample_change(&path, &refs);
+        for c in &mut ch.upserts {
+            c.embedding = rng.unit_vector(dims);
+        }
+        pg.apply_document(&ch).unwrap();
+    }
+    let plan = pg.vector_plan(dims as i32).unwrap();
+    assert!(
+        plan.contains("chunks_hnsw_64"),
+        "HNSW mode does not use the HNSW index:\n{plan}"
+    );
+    let exact = pg.reopen_with(VectorSearch::Exact).unwrap();
+    let (mut found, mut total) = (0usize, 0usize);
+    for _ in 0..100 {
+        let q = rng.unit_vector(dims);
+        let truth: Vec<i64> = exact
+            .vector_search(&q, 10, &Filter::none())
+            .unwrap()
+            .iter()
+            .map(|h| h.chunk_id)
+            .collect();
+        let approx = pg.vector_search(&q, 10, &Filter::none()).unwrap();
+        assert_eq!(approx.len(), 10);
+        total += truth.len();
+        found += approx
+            .iter()
+            .filter(|h| truth.contains(&h.chunk_id))
+            .count();
+    }
+    let recall = found as f64 / total as f64;
+    eprintln!("HNSW recall@10 over 4000 random 64-d vectors: {recall:.4}");
+    assert!(recall >= 0.98, "recall@10 {recall:.4} < 0.98");
+    // Filtered HNSW queries still fill the limit from matching documents.
+    let f = Filter::path_prefix("r/doc1");
+    let hits = pg.vector_search(&rng.unit_vector(dims), 10, &f).unwrap();
+    assert_eq!(hits.len(), 10);
+    assert!(hits.iter().all(|h| h.path.starts_with("r/doc1")));
+}
+
+#[test]
+fn reopen_keeps_data_and_refuses_newer_schema() {
+    let Some(url) = test_url() else { return };
+    let a = fresh_store(&url, "reopen", HNSW);
+    a.apply_document(&conformance::sample_change("a.md", &["hello world"]))
+        .unwrap();
+    let b = a.reopen_with(HNSW).unwrap();
+    assert_eq!(b.documents().unwrap().len(), 1);
+    // Writes through one connection are visible to the other at once.
+    a.apply_document(&DocumentChange {
+        upserts: vec![sample_chunk("b.md", 0, "second doc")],
+        ..conformance::sample_change("b.md", &["second doc"])
+    })
+    .unwrap();
+    assert_eq!(
+        b.bm25_search("second", 5, &Filter::none()).unwrap().len(),
+        1
+    );
+    drop(b);
+    let url_schema = with_param(&url, "schema", &a.options().schema);
+    let c = PgStore::connect(&url_schema).unwrap();
+    assert_eq!(c.documents().unwrap().len(), 2);
+    // Pretend a newer bib wrote the schema.
+    c.log_query(&bib_store::QueryLogEntry {
+        id: 0,
+        at_ms: 1,
+        query: "q".into(),
+        mode: "bm25".into(),
+        chunk_ids: vec![],
+        scores: vec![],
+        tokens_before: 0,
+        tokens_in_context: 0,
+        extra: json!(null),
+    })
+    .unwrap();
+    drop(c);
+    let raw = admin_exec(
+        &url,
+        &format!(
+            "UPDATE {}.meta SET value = '99' WHERE key = 'schema_version'",
+            a.options().schema
+        ),
+    );
+    raw.unwrap();
+    match PgStore::connect(&url_schema) {
+        Err(bib_store::StoreError::Schema { found: 99, .. }) => {}
+        other => panic!("expected a schema error, got {other:?}"),
+    }
+}
+
+#[test]
+fn bad_urls_fail_clearly() {
+    let Some(url) = test_url() else { return };
+    let e = PgStore::connect("postgres://bib:wrong@127.0.0.1:1/bib").unwrap_err();
+    let msg = e.to_string();
+    assert!(msg.contains("cannot connect"), "{msg}");
+    assert!(!msg.contains("wrong"), "password leaked: {msg}");
+    let e = PgStore::connect(&with_param(&url, "schema", "Bad")).unwrap_err();
+    assert!(e.to_string().contains("schema"), "{e}");
+}
