@@ -425,8 +425,14 @@ fn is_cjk_terminator(c: char) -> bool {
     matches!(c, '。' | '！' | '？' | '｡')
 }
 
+/// Sentence terminators of caseless scripts that, like `?`/`!`, need whitespace after them:
+/// Arabic question mark and full stop, Devanagari danda, Ethiopic and Myanmar full stops.
+fn is_other_terminator(c: char) -> bool {
+    matches!(c, '؟' | '۔' | '।' | '॥' | '።' | '፧' | '။')
+}
+
 fn is_terminator(c: char) -> bool {
-    matches!(c, '.' | '!' | '?' | '…') || is_cjk_terminator(c)
+    matches!(c, '.' | '!' | '?' | '…') || is_cjk_terminator(c) || is_other_terminator(c)
 }
 
 fn char_at(s: &str, i: usize) -> Option<char> {
@@ -588,7 +594,11 @@ fn find_cuts(
             i = closed.unwrap_or(i + run);
             continue;
         }
-        let is_term_start = matches!(c, b'.' | b'!' | b'?') || c == 0xE2 || c == 0xE3 || c == 0xEF;
+        // ASCII terminators, or the lead byte of a multi-byte one (…, CJK, Arabic, Indic, …).
+        let is_term_start = matches!(
+            c,
+            b'.' | b'!' | b'?' | 0xD8 | 0xDB | 0xE0 | 0xE1 | 0xE2 | 0xE3 | 0xEF
+        );
         if !is_term_start {
             i += 1;
             continue;
@@ -630,6 +640,7 @@ fn handle_terminator(
                     '.' => dots += 1,
                     '…' => ellipsis_char = true,
                     '!' | '?' => has_bang_q = true,
+                    c if is_other_terminator(c) => has_bang_q = true,
                     _ => cjk = true,
                 }
                 j += c.len_utf8();
@@ -693,7 +704,8 @@ fn handle_terminator(
     let Some(first) = first else {
         return k;
     };
-    let upper = first.is_uppercase();
+    // Caseless scripts (CJK, Arabic, Devanagari, …) can start a sentence with any letter.
+    let upper = first.is_uppercase() || (first.is_alphabetic() && !first.is_lowercase());
     let digit = first.is_ascii_digit();
     let open_ok = spec_opener && (first.is_alphanumeric() || first == '¿' || first == '¡');
     let starts_sentence = upper || digit || open_ok;
@@ -1110,6 +1122,13 @@ mod tests {
             &["今日は晴れです。", "明日は雨です。"],
         );
         check("你好！你是谁？我是。", &["你好！", "你是谁？", "我是。"]);
+    }
+
+    #[test]
+    fn caseless_scripts() {
+        check("यह पहला है। यह दूसरा है।", &["यह पहला है।", "यह दूसरा है।"]);
+        check("هل أنت بخير؟ نعم.", &["هل أنت بخير؟", "نعم."]);
+        check("Он пришёл. Она ушла.", &["Он пришёл.", "Она ушла."]);
     }
 
     #[test]
