@@ -3,6 +3,7 @@
 
 use clap::Subcommand;
 
+mod embed;
 mod locomo;
 mod sbd;
 mod split;
@@ -15,6 +16,8 @@ pub struct Args {
 
 #[derive(Debug, Subcommand)]
 enum Bench {
+    /// Embedding throughput vs the reference Python package (same vectors), SciFact vector nDCG@10.
+    Embed(embed::Args),
     /// History packer evidence recall on LoCoMo, side by side with the JS reference.
     Locomo(locomo::Args),
     /// Sentence-boundary accuracy on the SBD golden sets (exact match per case).
@@ -25,6 +28,7 @@ enum Bench {
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     match args.bench {
+        Bench::Embed(a) => embed::run(a),
         Bench::Locomo(a) => locomo::run(a),
         Bench::Sbd(a) => sbd::run(a),
         Bench::Split(a) => split::run(a),

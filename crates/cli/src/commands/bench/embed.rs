@@ -1,0 +1,321 @@
+//! `bib bench embed` — embedding throughput side by side with the reference Python package,
+//! parity of the vectors, and SciFact vector-only nDCG@10 next to published anchors.
+//!
+//! Throughput texts are windows of 20 and 200 consecutive words from the SciFact corpus. The
+//! Python side runs through `scripts/bench-embed-python.sh` (a throwaway venv with the pinned
+//! package, created on first use) on the same texts in the same run, with the same number of
+//! threads; the report gives texts/s for both, the ratio, and the mean/min cosine between the two
+//! outputs.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::{bail, Context};
+use bib_embed::{cosine, EmbedKind, Embedder};
+use serde_json::{json, Value};
+
+fn data_dir(arg: Option<PathBuf>) -> PathBuf {
+    arg.unwrap_or_else(|| PathBuf::from("../shared/bench/data"))
+}
+
+fn read_jsonl<T: serde::de::DeserializeOwned>(path: &Path) -> anyhow::Result<Vec<T>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+        .map(|(i, l)| {
+            serde_json::from_str(l)
+                .with_context(|| format!("{}:{}: bad JSON row", path.display(), i + 1))
+        })
+        .collect()
+}
+
+/// nDCG@k with binary relevance.
+fn ndcg_at(ranked: &[String], relevant: &[String], k: usize) -> f64 {
+    let gain = |i: usize| 1.0 / ((i + 2) as f64).log2();
+    let dcg: f64 = ranked
+        .iter()
+        .take(k)
+        .enumerate()
+        .filter(|(_, d)| relevant.contains(d))
+        .map(|(i, _)| gain(i))
+        .sum();
+    let ideal: f64 = (0..relevant.len().min(k)).map(gain).sum();
+    if ideal == 0.0 {
+        0.0
+    } else {
+        dcg / ideal
+    }
+}
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Benchmark data folder (holds scifact/ and anchors.json). Default: ../shared/bench/data.
+    #[arg(long)]
+    data: Option<PathBuf>,
+    /// Model to measure.
+    #[arg(long, default_value = "use-m3")]
+    model: String,
+    /// Number of 20-word texts.
+    #[arg(long, default_value_t = 1000)]
+    short: usize,
+    /// Number of 200-word texts.
+    #[arg(long, default_value_t = 100)]
+    long: usize,
+    /// Threads for both sides (default: all cores).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Skip the Python side-by-side.
+    #[arg(long)]
+    no_python: bool,
+    /// Skip SciFact.
+    #[arg(long)]
+    no_scifact: bool,
+    /// Where to write the JSON report.
+    #[arg(long, default_value = ".bib/bench-embed.json")]
+    out: PathBuf,
+}
+
+fn load(model: &str) -> anyhow::Result<Box<dyn Embedder>> {
+    match model {
+        "use-m3" => Ok(Box::new(bib_embed::UseM3::load_default()?)),
+        other => bail!("unknown model `{other}` (known: use-m3)"),
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct Doc {
+    #[serde(rename = "_id")]
+    id: String,
+    #[serde(default)]
+    title: String,
+    #[serde(default)]
+    text: String,
+}
+
+#[derive(serde::Deserialize)]
+struct Query {
+    #[serde(rename = "_id")]
+    id: String,
+    text: String,
+}
+
+/// `count` windows of `words` consecutive words, cycling over the corpus.
+fn windows(all: &[&str], words: usize, count: usize) -> Vec<String> {
+    (0..count)
+        .map(|i| {
+            let start = (i * words * 7 + i) % all.len().saturating_sub(words).max(1);
+            all[start..(start + words).min(all.len())].join(" ")
+        })
+        .collect()
+}
+
+struct Side {
+    per_s: f64,
+    vectors: Vec<Vec<f32>>,
+}
+
+fn rust_side(e: &dyn Embedder, texts: &[String]) -> anyhow::Result<Side> {
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    e.embed(&refs[..refs.len().min(16)], EmbedKind::Passage)?; // warm-up
+    let t = Instant::now();
+    let vectors = e.embed(&refs, EmbedKind::Passage)?;
+    Ok(Side {
+        per_s: texts.len() as f64 / t.elapsed().as_secs_f64(),
+        vectors,
+    })
+}
+
+fn python_side(texts: &[String], threads: usize, tmp: &Path) -> anyhow::Result<Side> {
+    let input = tmp.join("in.json");
+    let output = tmp.join("out.json");
+    std::fs::write(&input, serde_json::to_vec(texts)?)?;
+    let script = Path::new("scripts/bench-embed-python.sh");
+    if !script.is_file() {
+        bail!(
+            "{} not found: run the benchmark from the repository root",
+            script.display()
+        );
+    }
+    let status = Command::new("bash")
+        .arg(script)
+        .arg("bench")
+        .arg(&input)
+        .arg(&output)
+        .arg(threads.to_string())
+        .status()
+        .context("running scripts/bench-embed-python.sh")?;
+    if !status.success() {
+        bail!("the Python side failed ({status})");
+    }
+    let v: Value = serde_json::from_slice(&std::fs::read(&output)?)?;
+    let secs = v["seconds"]
+        .as_f64()
+        .context("python report lacks seconds")?;
+    let vectors: Vec<Vec<f32>> = serde_json::from_value(v["vectors"].clone())?;
+    Ok(Side {
+        per_s: texts.len() as f64 / secs,
+        vectors,
+    })
+}
+
+pub fn run(a: Args) -> anyhow::Result<()> {
+    let threads = a.threads.unwrap_or_else(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    });
+    // The embedder runs on rayon's global pool, which reads this before its first use.
+    std::env::set_var("RAYON_NUM_THREADS", threads.to_string());
+    let data = data_dir(a.data.clone());
+    let docs: Vec<Doc> = read_jsonl(&data.join("scifact/corpus.jsonl"))?;
+    let t = Instant::now();
+    let embedder = load(&a.model)?;
+    let load_s = t.elapsed().as_secs_f64();
+    println!(
+        "## Embeddings: {} ({threads} threads, model load {:.0} ms)\n",
+        a.model,
+        load_s * 1e3
+    );
+
+    let all_words: Vec<&str> = docs
+        .iter()
+        .flat_map(|d| d.text.split_whitespace())
+        .collect();
+    let mut report = json!({"model": a.model, "threads": threads, "load_ms": load_s * 1e3});
+    let tmp = std::env::temp_dir().join(format!("bib-bench-embed-{}", std::process::id()));
+    std::fs::create_dir_all(&tmp)?;
+    println!("| texts | n | bib texts/s | python texts/s | ratio | mean cos | min cos |");
+    println!("|---|---:|---:|---:|---:|---:|---:|");
+    let mut rows = Vec::new();
+    for (label, words, n) in [("20 words", 20, a.short), ("200 words", 200, a.long)] {
+        if n == 0 {
+            continue;
+        }
+        let texts = windows(&all_words, words, n);
+        let ours = rust_side(embedder.as_ref(), &texts)?;
+        let theirs = if a.no_python || a.model != "use-m3" {
+            None
+        } else {
+            Some(python_side(&texts, threads, &tmp)?)
+        };
+        let (py, ratio, mean_cos, min_cos) = match &theirs {
+            Some(p) => {
+                let cos: Vec<f32> = ours
+                    .vectors
+                    .iter()
+                    .zip(&p.vectors)
+                    .map(|(x, y)| cosine(x, y))
+                    .collect();
+                let mean = cos.iter().sum::<f32>() / cos.len().max(1) as f32;
+                let min = cos.iter().copied().fold(f32::INFINITY, f32::min);
+                (
+                    Some(p.per_s),
+                    Some(ours.per_s / p.per_s),
+                    Some(mean),
+                    Some(min),
+                )
+            }
+            None => (None, None, None, None),
+        };
+        let f = |v: Option<f64>, d: usize| v.map_or("-".to_string(), |x| format!("{x:.d$}"));
+        let g = |v: Option<f32>| v.map_or("-".to_string(), |x| format!("{x:.5}"));
+        println!(
+            "| {label} | {n} | {:.1} | {} | {} | {} | {} |",
+            ours.per_s,
+            f(py, 1),
+            f(ratio, 2),
+            g(mean_cos),
+            g(min_cos)
+        );
+        rows.push(
+            json!({"texts": label, "n": n, "bib_per_s": ours.per_s, "python_per_s": py,
+            "ratio": ratio, "mean_cosine": mean_cos, "min_cosine": min_cos}),
+        );
+    }
+    report["throughput"] = json!(rows);
+    let _ = std::fs::remove_dir_all(&tmp);
+
+    if !a.no_scifact {
+        let (ndcg, secs) = scifact(embedder.as_ref(), &data, &docs)?;
+        let anchors: Value = std::fs::read_to_string(data.join("anchors.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .unwrap_or(Value::Null);
+        let mteb = &anchors["scifact_test_ndcg10"]["MTEB_results"];
+        let e5 = mteb["multilingual-e5-small"]["ndcg10"].as_f64();
+        let minilm = mteb["all-MiniLM-L6-v2"]["ndcg10"].as_f64();
+        println!("\n| SciFact test (300 queries), vector only | nDCG@10 |\n|---|---:|");
+        println!("| bib {} | {ndcg:.4} |", a.model);
+        if let Some(x) = e5 {
+            println!("| multilingual-e5-small (MTEB anchor) | {x:.4} |");
+        }
+        if let Some(x) = minilm {
+            println!("| all-MiniLM-L6-v2 (MTEB anchor) | {x:.4} |");
+        }
+        println!(
+            "\n(corpus of {} documents embedded in {secs:.1} s = {:.1} docs/s)",
+            docs.len(),
+            docs.len() as f64 / secs
+        );
+        report["scifact"] = json!({"ndcg10": ndcg, "corpus_embed_s": secs,
+            "anchor_multilingual_e5_small": e5, "anchor_all_minilm": minilm});
+    }
+    if let Some(dir) = a.out.parent() {
+        std::fs::create_dir_all(dir).ok();
+    }
+    std::fs::write(&a.out, serde_json::to_string_pretty(&report)? + "\n")
+        .with_context(|| format!("writing {}", a.out.display()))?;
+    println!("\nreport: {}", a.out.display());
+    Ok(())
+}
+
+/// Brute-force cosine retrieval over title + text; mean nDCG@10 over the test queries.
+fn scifact(e: &dyn Embedder, data: &Path, docs: &[Doc]) -> anyhow::Result<(f64, f64)> {
+    let dir = data.join("scifact");
+    let queries: Vec<Query> = read_jsonl(&dir.join("queries_test.jsonl"))?;
+    let qrels = std::fs::read_to_string(dir.join("qrels_test.tsv"))
+        .with_context(|| format!("reading {}", dir.join("qrels_test.tsv").display()))?;
+    let mut relevant: std::collections::HashMap<String, Vec<String>> = Default::default();
+    for line in qrels.lines().skip(1) {
+        let cols: Vec<&str> = line.split('\t').collect();
+        if cols.len() >= 3 && cols[2].trim() != "0" {
+            relevant
+                .entry(cols[0].to_string())
+                .or_default()
+                .push(cols[1].to_string());
+        }
+    }
+    let texts: Vec<String> = docs
+        .iter()
+        .map(|d| format!("{} {}", d.title, d.text).trim().to_string())
+        .collect();
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let t = Instant::now();
+    let doc_vecs = e.embed(&refs, EmbedKind::Passage)?;
+    let secs = t.elapsed().as_secs_f64();
+    let qs: Vec<&Query> = queries
+        .iter()
+        .filter(|q| relevant.contains_key(&q.id))
+        .collect();
+    let qtexts: Vec<&str> = qs.iter().map(|q| q.text.as_str()).collect();
+    let qvecs = e.embed(&qtexts, EmbedKind::Query)?;
+    let mut total = 0.0;
+    for (q, qv) in qs.iter().zip(&qvecs) {
+        let mut scored: Vec<(f32, usize)> = doc_vecs
+            .iter()
+            .enumerate()
+            .map(|(i, dv)| (cosine(qv, dv), i))
+            .collect();
+        scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+        let ranked: Vec<String> = scored
+            .iter()
+            .take(10)
+            .map(|&(_, i)| docs[i].id.clone())
+            .collect();
+        total += ndcg_at(&ranked, &relevant[&q.id], 10);
+    }
+    Ok((total / qs.len().max(1) as f64, secs))
+}

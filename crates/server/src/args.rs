@@ -1,0 +1,261 @@
+//! Typed arguments of every operation, shared by MCP tools and HTTP endpoints.
+//!
+//! Each struct rejects unknown fields and derives a JSON Schema (the MCP `inputSchema`). JSON
+//! is decoded with [`parse_args`], which names the offending field (`top_k`,
+//! `chunks[2].chunk_index`) in every error instead of serde's field-less type message.
+
+use std::collections::BTreeMap;
+
+use schemars::JsonSchema;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::error::ServiceError;
+
+/// Decode `value` into `T`; errors name the field path.
+pub fn parse_args<T: DeserializeOwned>(value: Value) -> Result<T, ServiceError> {
+    let value = match value {
+        Value::Null => Value::Object(Default::default()),
+        v => v,
+    };
+    serde_path_to_error::deserialize::<_, T>(value).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner().to_string();
+        // Unknown and missing fields sit one level above the field they name: serde says
+        // which in the message (`unknown field `foo``), so lift it into the path.
+        let field = match (path.as_str(), quoted_field(&inner)) {
+            (".", Some(f)) => f,
+            (p, Some(f)) if p == f || p.ends_with(&format!(".{f}")) => p.to_string(),
+            (p, Some(f)) => format!("{p}.{f}"),
+            (".", None) => "(arguments)".to_string(),
+            (p, _) => p.to_string(),
+        };
+        ServiceError::invalid(field, inner)
+    })
+}
+
+/// The first backquoted name in a serde message (`unknown field `foo`, expected …`).
+fn quoted_field(msg: &str) -> Option<String> {
+    if !(msg.starts_with("unknown field") || msg.starts_with("missing field")) {
+        return None;
+    }
+    let start = msg.find('`')? + 1;
+    let len = msg[start..].find('`')?;
+    Some(msg[start..start + len].to_string())
+}
+
+/// Retrieval mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ModeArg {
+    /// BM25 and vector lists fused by reciprocal rank.
+    Hybrid,
+    /// BM25 only.
+    Bm25,
+    /// Cosine over embeddings only.
+    Vector,
+}
+
+impl From<ModeArg> for bib_retrieve::Mode {
+    fn from(m: ModeArg) -> Self {
+        match m {
+            ModeArg::Hybrid => bib_retrieve::Mode::Hybrid,
+            ModeArg::Bm25 => bib_retrieve::Mode::Bm25,
+            ModeArg::Vector => bib_retrieve::Mode::Vector,
+        }
+    }
+}
+
+/// `bib_ask` / `POST /ask`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AskArgs {
+    /// The question.
+    pub query: String,
+    /// Chunks returned (1–100; default 5 or the server's setting).
+    #[serde(default)]
+    pub top_k: Option<usize>,
+    /// Retrieval mode (default hybrid).
+    #[serde(default)]
+    pub mode: Option<ModeArg>,
+    /// Trim every chunk to the sentences relevant to the question (default off, or
+    /// RETRIEVAL_TRIM=1 on the server).
+    #[serde(default)]
+    pub trim: Option<bool>,
+    /// Minimum sentence–question cosine kept when trimming.
+    #[serde(default)]
+    pub trim_threshold: Option<f32>,
+    /// Neighbouring sentences kept on each side of a kept sentence.
+    #[serde(default)]
+    pub trim_window: Option<usize>,
+    /// Metadata filters, all of which must hold: front-matter `field: value`, or `path` for a
+    /// path prefix.
+    #[serde(default)]
+    pub filters: Option<BTreeMap<String, String>>,
+}
+
+/// `bib_eval_retrieval` / `POST /eval`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EvalRetrievalArgs {
+    /// Questions to evaluate; without them the last real questions of the query log are
+    /// replayed.
+    #[serde(default)]
+    pub questions: Option<Vec<String>>,
+    /// Chunks per question (default 5).
+    #[serde(default)]
+    pub top_k: Option<usize>,
+    /// Cosine threshold of the trimming variant.
+    #[serde(default)]
+    pub trim_threshold: Option<f32>,
+    /// Neighbours kept around each kept sentence.
+    #[serde(default)]
+    pub trim_window: Option<usize>,
+    /// Ask the configured chat endpoint for an answer per variant (default false).
+    #[serde(default)]
+    pub synthesize: Option<bool>,
+}
+
+/// `bib_register_doc` / `POST /docs`: create or update one document (its row and metadata).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RegisterDocArgs {
+    /// Wiki-relative path (`guides/setup.md`); a leading `public/` is stripped.
+    pub path: String,
+    /// The whole Markdown source, front-matter included. Give this, or `front_matter` + `body`.
+    #[serde(default)]
+    pub content: Option<String>,
+    /// The front-matter as an object (with `body`, instead of `content`).
+    #[serde(default)]
+    pub front_matter: Option<BTreeMap<String, Value>>,
+    /// The Markdown body (with `front_matter`, instead of `content`).
+    #[serde(default)]
+    pub body: Option<String>,
+    /// Also chunk, embed and index the body now (default false: chunks arrive through
+    /// `bib_index_chunks`).
+    #[serde(default)]
+    pub index: Option<bool>,
+    /// The server's token (over stdio, and over HTTP when no `Authorization` header is sent).
+    #[serde(default)]
+    pub token: Option<String>,
+}
+
+/// One chunk of `bib_index_chunks`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ChunkArg {
+    /// The document, as returned by `bib_register_doc`.
+    pub node_id: i64,
+    /// Position of the chunk in its document (0, 1, 2 …); re-sending an index overwrites it.
+    pub chunk_index: u32,
+    /// The chunk's Markdown.
+    pub content: String,
+    /// Headings enclosing the chunk, outermost first (used in the `[Doc: …]` prefix).
+    #[serde(default)]
+    pub heading_path: Option<Vec<String>>,
+}
+
+/// One entry of the prune list: keep chunks `0..keep_count` of the document, delete the rest.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PruneArg {
+    pub node_id: i64,
+    pub keep_count: u32,
+}
+
+/// `bib_index_chunks` / `POST /chunks`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct IndexChunksArgs {
+    /// Chunks to create or overwrite (embedded by the server).
+    #[serde(default)]
+    pub chunks: Vec<ChunkArg>,
+    /// Documents whose tail chunks (index ≥ keep_count) are deleted, after the upserts.
+    #[serde(default)]
+    pub prune: Option<Vec<PruneArg>>,
+    /// The server's token (over stdio, and over HTTP when no `Authorization` header is sent).
+    #[serde(default)]
+    pub token: Option<String>,
+}
+
+/// One history message of `bib_pack`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MessageArg {
+    /// `user`, `assistant`, `system`, `tool` …
+    pub role: String,
+    pub content: String,
+    /// The message's own time (Unix milliseconds), for relative dates.
+    #[serde(default)]
+    pub ts: Option<i64>,
+}
+
+/// `bib_pack` / `POST /pack`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PackArgs {
+    /// The history, oldest first; the live question is the last user message.
+    pub messages: Vec<MessageArg>,
+    /// Token budget of the packed output.
+    pub budget: usize,
+    /// Fuse embeddings with BM25 (needs the model; falls back to lexical without it).
+    #[serde(default)]
+    pub hybrid: Option<bool>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn wrong_type_names_the_field() {
+        let e = parse_args::<AskArgs>(json!({"query": "q", "top_k": "five"})).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("top_k"));
+        assert!(e.message.contains("top_k"), "{}", e.message);
+    }
+
+    #[test]
+    fn unknown_field_is_rejected_and_named() {
+        let e = parse_args::<AskArgs>(json!({"query": "q", "topk": 3})).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("topk"));
+        let e = parse_args::<IndexChunksArgs>(json!({
+            "chunks": [{"node_id": 1, "chunk_index": 0, "content": "x", "extra": 1}]
+        }))
+        .unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("chunks[0].extra"));
+    }
+
+    #[test]
+    fn nested_type_error_has_the_path() {
+        let e = parse_args::<IndexChunksArgs>(json!({
+            "chunks": [{"node_id": 1, "chunk_index": 0, "content": "x"},
+                       {"node_id": "one", "chunk_index": 1, "content": "y"}]
+        }))
+        .unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("chunks[1].node_id"));
+    }
+
+    #[test]
+    fn missing_field_is_named() {
+        let e = parse_args::<AskArgs>(json!({"top_k": 2})).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("query"));
+        let e = parse_args::<PackArgs>(json!({"messages": []})).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("budget"));
+    }
+
+    #[test]
+    fn null_arguments_mean_empty_object() {
+        let a = parse_args::<EvalRetrievalArgs>(Value::Null).unwrap();
+        assert_eq!(a, EvalRetrievalArgs::default());
+    }
+
+    #[test]
+    fn schemas_are_objects_without_extra_properties() {
+        let s = serde_json::to_value(schemars::schema_for!(AskArgs)).unwrap();
+        assert_eq!(s["type"], "object");
+        assert_eq!(s["additionalProperties"], false);
+        assert!(s["properties"].get("trim_window").is_some());
+    }
+}

@@ -1,0 +1,250 @@
+//! The MCP server (official Rust SDK, `rmcp`): five tools over the [`Service`], served over
+//! stdio (`bib mcp`) or streamable HTTP at `/mcp` (`bib serve`, see [`crate::http`]).
+//!
+//! Arguments are typed structs ([`crate::args`]) whose JSON Schemas are the tools'
+//! `inputSchema`. They are decoded by this module's [`Parameters`] extractor, which — unlike the
+//! SDK's own — names the offending field (`invalid_params: invalid argument `top_k`: invalid
+//! type: string "five", expected usize`) and puts `{code, message, field}` in the error's
+//! `data`. Results carry the same JSON both as text and as structured content; failures other
+//! than bad arguments are tool results with `isError: true` and `{"error": {code, message}}`.
+
+use std::sync::Arc;
+
+use rmcp::handler::server::common::FromContextPart;
+use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::tool::{schema_for_output, ToolCallContext};
+use rmcp::model::{CallToolResult, Implementation, ServerCapabilities, ServerConfig};
+use rmcp::service::RequestContext;
+use rmcp::{tool, tool_handler, tool_router, ErrorData, RoleServer, ServerHandler, ServiceExt};
+use schemars::JsonSchema;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::args::{parse_args, AskArgs, EvalRetrievalArgs, IndexChunksArgs, PackArgs, RegisterDocArgs};
+use crate::error::{ErrorCode, ServiceError};
+use crate::service::{AskOutput, IndexOutput, PackOutput, RegisterOutput, Service};
+use crate::{ServerError, SERVER_NAME, SERVER_VERSION};
+
+/// Tool-argument extractor that names the bad field (see the module docs). The `#[tool]` macro
+/// recognises it by name and uses `T`'s schema as the tool's input schema.
+#[derive(Debug, Clone)]
+pub struct Parameters<T>(pub T);
+
+impl<T: JsonSchema> JsonSchema for Parameters<T> {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        T::schema_name()
+    }
+    fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        T::json_schema(generator)
+    }
+}
+
+impl<S, T: DeserializeOwned> FromContextPart<ToolCallContext<'_, S>> for Parameters<T> {
+    fn from_context_part(context: &mut ToolCallContext<'_, S>) -> Result<Self, ErrorData> {
+        let args = context.arguments.take().unwrap_or_default();
+        parse_args(Value::Object(args)).map(Parameters).map_err(|e| to_error_data(&e))
+    }
+}
+
+/// A service error as a JSON-RPC error (bad arguments → `invalid_params`).
+pub fn to_error_data(e: &ServiceError) -> ErrorData {
+    let data = Some(e.to_json()["error"].clone());
+    match e.code {
+        ErrorCode::InvalidArgument => ErrorData::invalid_params(e.message.clone(), data),
+        _ => ErrorData::internal_error(e.message.clone(), data),
+    }
+}
+
+/// Run a service call on the blocking pool and shape its answer as a tool result.
+async fn run_tool<T, F>(f: F) -> Result<CallToolResult, ErrorData>
+where
+    T: Serialize + Send + 'static,
+    F: FnOnce() -> Result<T, ServiceError> + Send + 'static,
+{
+    let r = match tokio::task::spawn_blocking(f).await {
+        Ok(r) => r,
+        Err(e) => Err(ServiceError::internal(format!("the operation failed: {e}"))),
+    };
+    match r {
+        Ok(v) => match serde_json::to_value(v) {
+            Ok(v) => Ok(CallToolResult::structured(v)),
+            Err(e) => Ok(CallToolResult::structured_error(ServiceError::internal(e.to_string()).to_json())),
+        },
+        Err(e) if e.code == ErrorCode::InvalidArgument => Err(to_error_data(&e)),
+        Err(e) => {
+            tracing::info!(code = e.code.as_str(), "tool call refused or failed: {}", e.message);
+            Ok(CallToolResult::structured_error(e.to_json()))
+        }
+    }
+}
+
+/// The bearer token of the HTTP request carrying this tool call (streamable HTTP only).
+fn http_bearer(ctx: &RequestContext<RoleServer>) -> Option<String> {
+    let parts = ctx.extensions.get::<axum::http::request::Parts>()?;
+    let h = parts.headers.get(axum::http::header::AUTHORIZATION)?.to_str().ok()?;
+    crate::auth::bearer(Some(h)).map(str::to_string)
+}
+
+/// The MCP handler: one per session, all sharing one [`Service`].
+#[derive(Clone)]
+pub struct BibMcp {
+    service: Arc<Service>,
+    tool_router: ToolRouter<Self>,
+}
+
+impl std::fmt::Debug for BibMcp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BibMcp").field("service", &self.service).finish()
+    }
+}
+
+#[tool_router]
+impl BibMcp {
+    pub fn new(service: Arc<Service>) -> Self {
+        Self {
+            service,
+            tool_router: Self::tool_router(),
+        }
+    }
+
+    /// Ask the knowledge base: hybrid (BM25 + vector) retrieval of the best chunks, optionally
+    /// trimmed to the sentences relevant to the question, with token counts before and after.
+    #[tool(
+        name = "bib_ask",
+        output_schema = schema_for_output::<AskOutput>(),
+        annotations(read_only_hint = true, open_world_hint = false)
+    )]
+    async fn bib_ask(&self, Parameters(a): Parameters<AskArgs>) -> Result<CallToolResult, ErrorData> {
+        let s = self.service.clone();
+        run_tool(move || s.ask(a)).await
+    }
+
+    /// A/B evaluation of retrieval: whole chunks (baseline) against sentence trimming and other
+    /// variants, over the given questions or the last real ones — tokens, reduction %, overlap
+    /// with the baseline, and a verdict.
+    #[tool(name = "bib_eval_retrieval", annotations(read_only_hint = true, open_world_hint = false))]
+    async fn bib_eval_retrieval(
+        &self,
+        Parameters(a): Parameters<EvalRetrievalArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let s = self.service.clone();
+        run_tool(move || s.eval(a)).await
+    }
+
+    /// Create or update one document (path + Markdown, or front-matter + body). Returns its
+    /// node_id and whether it was created. Writes: needs the server's token.
+    #[tool(
+        name = "bib_register_doc",
+        output_schema = schema_for_output::<RegisterOutput>(),
+        annotations(read_only_hint = false, destructive_hint = false, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn bib_register_doc(
+        &self,
+        Parameters(a): Parameters<RegisterDocArgs>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let s = self.service.clone();
+        let bearer = http_bearer(&ctx);
+        run_tool(move || s.register_doc(a, bearer.as_deref())).await
+    }
+
+    /// Index chunks of registered documents by (node_id, chunk_index), embedding them, and
+    /// prune tail chunks (prune list of {node_id, keep_count}). Returns created / updated /
+    /// skipped / pruned / errors. Writes: needs the server's token.
+    #[tool(
+        name = "bib_index_chunks",
+        output_schema = schema_for_output::<IndexOutput>(),
+        annotations(read_only_hint = false, destructive_hint = true, idempotent_hint = true, open_world_hint = false)
+    )]
+    async fn bib_index_chunks(
+        &self,
+        Parameters(a): Parameters<IndexChunksArgs>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let s = self.service.clone();
+        let bearer = http_bearer(&ctx);
+        run_tool(move || s.index_chunks(a, bearer.as_deref())).await
+    }
+
+    /// Pack a chat or agent history into a token budget, keeping the lines most relevant to
+    /// the live question (BM25, or hybrid with embeddings) and the last turns verbatim.
+    #[tool(
+        name = "bib_pack",
+        output_schema = schema_for_output::<PackOutput>(),
+        annotations(read_only_hint = true, open_world_hint = false)
+    )]
+    async fn bib_pack(&self, Parameters(a): Parameters<PackArgs>) -> Result<CallToolResult, ErrorData> {
+        let s = self.service.clone();
+        run_tool(move || s.pack(a)).await
+    }
+}
+
+#[tool_handler(router = self.tool_router)]
+impl ServerHandler for BibMcp {
+    fn get_info(&self) -> ServerConfig {
+        let mut implementation = Implementation::new(SERVER_NAME, SERVER_VERSION);
+        implementation.title = Some("bibliotecario".into());
+        implementation.description = Some("A local-first librarian for Markdown knowledge bases".into());
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(implementation)
+            .with_instructions(
+                "bibliotecario answers questions from a Markdown knowledge base. Use bib_ask to \
+                 retrieve the most relevant passages (trim: true keeps only relevant sentences), \
+                 bib_pack to fit a long history into a token budget, bib_eval_retrieval to compare \
+                 retrieval settings. bib_register_doc and bib_index_chunks write and need the \
+                 server's token.",
+            )
+    }
+}
+
+/// Serve MCP over stdin/stdout until the client closes stdin.
+pub async fn serve_stdio(service: Arc<Service>) -> Result<(), ServerError> {
+    let running = BibMcp::new(service)
+        .serve(rmcp::transport::stdio())
+        .await
+        .map_err(|e| ServerError::Mcp(e.to_string()))?;
+    running.waiting().await.map_err(|e| ServerError::Mcp(e.to_string()))?;
+    Ok(())
+}
+
+/// [`serve_stdio`] on a fresh runtime (what `bib mcp` runs).
+pub fn serve_stdio_blocking(service: Arc<Service>) -> Result<(), ServerError> {
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    rt.block_on(serve_stdio(service))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn five_tools_with_object_schemas() {
+        let tools = BibMcp::tool_router().list_all();
+        let mut names: Vec<_> = tools.iter().map(|t| t.name.to_string()).collect();
+        names.sort();
+        assert_eq!(
+            names,
+            ["bib_ask", "bib_eval_retrieval", "bib_index_chunks", "bib_pack", "bib_register_doc"]
+        );
+        for t in &tools {
+            let schema = serde_json::to_value(t.input_schema.as_ref()).unwrap();
+            assert_eq!(schema["type"], "object", "{}", t.name);
+            assert_eq!(schema["additionalProperties"], false, "{}", t.name);
+            assert!(t.description.as_deref().is_some_and(|d| !d.is_empty()), "{}", t.name);
+        }
+        let ask = tools.iter().find(|t| t.name == "bib_ask").unwrap();
+        let props = serde_json::to_value(ask.input_schema.as_ref()).unwrap()["properties"].clone();
+        for k in ["query", "top_k", "mode", "trim", "trim_threshold", "trim_window", "filters"] {
+            assert!(props.get(k).is_some(), "bib_ask lacks {k}");
+        }
+        assert!(ask.output_schema.is_some());
+    }
+
+    #[test]
+    fn invalid_argument_becomes_invalid_params_with_field() {
+        let e = to_error_data(&ServiceError::invalid("top_k", "must be a number"));
+        assert_eq!(e.code, rmcp::model::ErrorCode::INVALID_PARAMS);
+        assert_eq!(e.data.unwrap()["field"], "top_k");
+    }
+}

@@ -1,0 +1,762 @@
+//! The service layer: every operation of the servers as a plain synchronous method over one
+//! [`Service`] (store + embedding model + settings). MCP tools and HTTP endpoints are thin
+//! adapters over these methods, so both transports behave identically; they run them on
+//! tokio's blocking pool.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+
+use bib_embed::{EmbedKind, Embedder};
+use bib_retrieve::config::{AskSettings, Layer};
+use bib_retrieve::synth::SynthConfig;
+use bib_retrieve::{log_entry, EmbeddingCache, Filter, Mode, Retriever, StoreIndex};
+use bib_store::{ChunkWrite, DocRecord, DocumentChange, Store};
+use bib_text::chunk::{chunk_hash, chunk_markdown, doc_prefix, ChunkOptions};
+use bib_text::tokens::estimate_tokens;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+use crate::args::{AskArgs, EvalRetrievalArgs, IndexChunksArgs, PackArgs, RegisterDocArgs};
+use crate::auth::TokenCheck;
+use crate::error::ServiceError;
+
+/// Largest document accepted by `register_doc` (the HTTP body limit is usually lower).
+pub const MAX_DOC_BYTES: usize = 10 * 1024 * 1024;
+/// Largest `top_k` accepted.
+pub const MAX_TOP_K: usize = 100;
+/// Chunks embedded per model call when indexing.
+const EMBED_BATCH: usize = 25;
+
+/// The shared state of a server process.
+pub struct Service {
+    store: Arc<dyn Store>,
+    embedder: Option<Arc<dyn Embedder>>,
+    /// Why there is no embedder (shown by `health` and in `not_available` errors).
+    model_error: Option<String>,
+    cache: EmbeddingCache,
+    /// Ask defaults: environment over `bib.toml`.
+    base: Layer,
+    tokens: TokenCheck,
+    /// Serialises the read-diff-write of registrations and indexing (each write is already
+    /// atomic in the store; this keeps two writers from diffing against the same old state).
+    write_lock: Mutex<()>,
+}
+
+impl std::fmt::Debug for Service {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Service")
+            .field("store", &self.store.location())
+            .field("model", &self.embedder.as_ref().map(|e| e.model_id().to_string()))
+            .finish_non_exhaustive()
+    }
+}
+
+/// One retrieved chunk of an ask.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct AskHit {
+    pub rank: usize,
+    pub chunk_id: i64,
+    pub path: String,
+    pub chunk_index: u32,
+    pub title: String,
+    pub heading_path: Vec<String>,
+    /// The chunk's Markdown (trimmed to the relevant sentences when trimming ran).
+    pub content: String,
+    /// Ranking score (RRF in hybrid mode, else the list's own score).
+    pub score: f64,
+    pub bm25_rank: Option<usize>,
+    pub bm25_score: Option<f64>,
+    pub vector_rank: Option<usize>,
+    pub vector_score: Option<f64>,
+    pub sentences_total: Option<usize>,
+    pub sentences_kept: Option<usize>,
+}
+
+/// The result of `bib_ask` / `POST /ask`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct AskOutput {
+    pub query: String,
+    /// The mode actually used (`hybrid`, `bm25`, `vector`).
+    pub mode: String,
+    pub top_k: usize,
+    pub trim: bool,
+    pub trim_threshold: Option<f32>,
+    pub trim_window: Option<usize>,
+    pub filters: Vec<String>,
+    /// Spec estimate (words × 1.3) of the chunks as retrieved, and after trimming.
+    pub tokens_before: usize,
+    pub tokens_in_context: usize,
+    /// Exact counts with the model's tokenizer, when the model is loaded.
+    pub exact_tokens_before: Option<usize>,
+    pub exact_tokens_in_context: Option<usize>,
+    pub took_ms: f64,
+    pub results: Vec<AskHit>,
+}
+
+/// The result of `bib_register_doc` / `POST /docs`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct RegisterOutput {
+    pub node_id: i64,
+    /// Whether the document is new.
+    pub created: bool,
+    /// The normalized path it is stored under.
+    pub path: String,
+    pub title: String,
+    /// With `index: true`: what indexing did.
+    pub indexed: Option<IndexOutput>,
+}
+
+/// One problem of an index call.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct IndexIssue {
+    pub node_id: i64,
+    pub reason: String,
+}
+
+/// The result of `bib_index_chunks` / `POST /chunks` (spec 004 metrics).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema)]
+pub struct IndexOutput {
+    pub chunks_created: u64,
+    pub chunks_updated: u64,
+    /// Unchanged chunks (same content hash and model): not re-embedded.
+    pub chunks_skipped: u64,
+    pub chunks_pruned: u64,
+    pub errors: u64,
+    pub error_details: Vec<IndexIssue>,
+}
+
+/// One packed message.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct PackedMessageOut {
+    pub role: String,
+    pub content: String,
+}
+
+/// The result of `bib_pack` / `POST /pack`.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+pub struct PackOutput {
+    pub messages: Vec<PackedMessageOut>,
+    /// The packer's statistics (mode, budget, history_tokens, output_tokens …).
+    pub stats: Value,
+}
+
+fn sha256_hex(s: &str) -> String {
+    hex::encode(Sha256::digest(s.as_bytes()))
+}
+
+/// Normalize a wiki-relative path: `/` separators, no `.` parts, no leading `public/`.
+pub fn normalize_path(raw: &str) -> Result<String, ServiceError> {
+    let p = raw.trim().replace('\\', "/");
+    if p.is_empty() {
+        return Err(ServiceError::invalid("path", "is empty"));
+    }
+    if p.starts_with('/') || p.contains(':') {
+        return Err(ServiceError::invalid("path", format!("`{raw}` must be relative to the wiki root")));
+    }
+    let mut parts: Vec<&str> = Vec::new();
+    for part in p.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => return Err(ServiceError::invalid("path", format!("`{raw}` escapes the wiki root"))),
+            s if s.chars().any(char::is_control) => {
+                return Err(ServiceError::invalid("path", "contains control characters"))
+            }
+            s => parts.push(s),
+        }
+    }
+    if parts.len() > 1 && parts[0] == "public" {
+        parts.remove(0);
+    }
+    if parts.is_empty() {
+        return Err(ServiceError::invalid("path", format!("`{raw}` names no file")));
+    }
+    Ok(parts.join("/"))
+}
+
+/// Title: front-matter `title`, else the first `# ` heading, else the file stem.
+fn title_of(path: &str, metadata: &Value, body: &str) -> String {
+    if let Some(t) = metadata.get("title").and_then(Value::as_str) {
+        if !t.trim().is_empty() {
+            return t.trim().to_string();
+        }
+    }
+    for line in body.lines() {
+        if let Some(h) = line.strip_prefix("# ") {
+            if !h.trim().is_empty() {
+                return h.trim().to_string();
+            }
+        }
+    }
+    let name = path.rsplit('/').next().unwrap_or(path);
+    name.rsplit_once('.').map_or(name, |(s, _)| s).to_string()
+}
+
+/// A chunk ready to be written once its vector is known.
+struct Pending {
+    index: u32,
+    prefix: String,
+    heading_path: Vec<String>,
+    content: String,
+    hash: String,
+    span: (u64, u64),
+}
+
+impl Service {
+    /// A service over `store`. `embedder` is `Err(reason)` when no model could be loaded: BM25
+    /// asks still work, everything needing vectors answers `not_available` with the reason.
+    pub fn new(
+        store: Arc<dyn Store>,
+        embedder: Result<Arc<dyn Embedder>, String>,
+        base: Layer,
+        tokens: TokenCheck,
+    ) -> Self {
+        let (embedder, model_error) = match embedder {
+            Ok(e) => (Some(e), None),
+            Err(reason) => (None, Some(reason)),
+        };
+        Self {
+            store,
+            embedder,
+            model_error,
+            cache: EmbeddingCache::default(),
+            base,
+            tokens,
+            write_lock: Mutex::new(()),
+        }
+    }
+
+    pub fn store(&self) -> &dyn Store {
+        self.store.as_ref()
+    }
+
+    pub fn tokens(&self) -> &TokenCheck {
+        &self.tokens
+    }
+
+    fn need_embedder(&self, what: &str) -> Result<&dyn Embedder, ServiceError> {
+        self.embedder.as_deref().ok_or_else(|| {
+            ServiceError::not_available(format!(
+                "{what} needs the embedding model, which is not loaded: {}",
+                self.model_error.as_deref().unwrap_or("run `bib model install`")
+            ))
+        })
+    }
+
+    // ── ask ──────────────────────────────────────────────────────────────────────────
+
+    /// Hybrid retrieval with optional trimming; the query is logged.
+    pub fn ask(&self, a: AskArgs) -> Result<AskOutput, ServiceError> {
+        if a.query.trim().is_empty() {
+            return Err(ServiceError::invalid("query", "is empty"));
+        }
+        if let Some(k) = a.top_k {
+            if k == 0 || k > MAX_TOP_K {
+                return Err(ServiceError::invalid("top_k", format!("{k} is not in 1..={MAX_TOP_K}")));
+            }
+        }
+        if let Some(t) = a.trim_threshold {
+            if !t.is_finite() || !(-1.0..=1.0).contains(&t) {
+                return Err(ServiceError::invalid("trim_threshold", format!("{t} is not a cosine in [-1, 1]")));
+            }
+        }
+        if let Some(w) = a.trim_window {
+            if w > 50 {
+                return Err(ServiceError::invalid("trim_window", format!("{w} is over 50")));
+            }
+        }
+        let filters = a.filters.as_ref().map(|m| {
+            m.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>()
+        });
+        if let Some(m) = &a.filters {
+            if let Some(k) = m.keys().find(|k| k.trim().is_empty() || k.contains('=')) {
+                return Err(ServiceError::invalid("filters", format!("bad key `{k}`")));
+            }
+        }
+        let flags = Layer {
+            top_k: a.top_k,
+            mode: a.mode.map(Mode::from),
+            trim: a.trim,
+            trim_threshold: a.trim_threshold,
+            trim_window: a.trim_window,
+            filters,
+            ..Layer::default()
+        };
+        let settings = AskSettings::resolve(flags, Layer::default(), self.base.clone(), bib_store::DEFAULT_STORE_PATH)?;
+        let filter = Filter::parse(&settings.filters)?;
+        let opts = &settings.options;
+        if opts.mode == Mode::Vector {
+            self.need_embedder("mode `vector`")?;
+        }
+        if opts.trim.is_some() {
+            self.need_embedder("trimming")?;
+        }
+        let index = StoreIndex::new(self.store.as_ref());
+        let retriever = Retriever::new(&index, self.embedder.as_deref(), &self.cache);
+        let r = retriever.retrieve(&a.query, opts, &filter)?;
+        if let Err(e) = self.store.log_query(&log_entry(&r, opts, &filter)) {
+            tracing::warn!("could not write the query log: {e}");
+        }
+        let results = r
+            .chunks
+            .iter()
+            .enumerate()
+            .map(|(i, c)| AskHit {
+                rank: i + 1,
+                chunk_id: c.chunk.id,
+                path: c.chunk.path.clone(),
+                chunk_index: c.chunk.chunk_index as u32,
+                title: c.chunk.title.clone(),
+                heading_path: c.chunk.heading_path.clone(),
+                content: c.chunk.content.clone(),
+                score: c.score,
+                bm25_rank: c.bm25.map(|h| h.rank),
+                bm25_score: c.bm25.map(|h| h.score),
+                vector_rank: c.vector.map(|h| h.rank),
+                vector_score: c.vector.map(|h| h.score),
+                sentences_total: c.trim.as_ref().map(|t| t.sentences_total),
+                sentences_kept: c.trim.as_ref().map(|t| t.sentences_kept.len()),
+            })
+            .collect();
+        Ok(AskOutput {
+            query: r.query.clone(),
+            mode: r.mode.as_str().to_string(),
+            top_k: opts.top_k,
+            trim: opts.trim.is_some(),
+            trim_threshold: opts.trim.map(|t| t.threshold),
+            trim_window: opts.trim.map(|t| t.window),
+            filters: settings.filters.clone(),
+            tokens_before: r.tokens_before,
+            tokens_in_context: r.tokens_in_context,
+            exact_tokens_before: r.exact_tokens_before,
+            exact_tokens_in_context: r.exact_tokens_in_context,
+            took_ms: r.timings.total_ms,
+            results,
+        })
+    }
+
+    // ── eval ─────────────────────────────────────────────────────────────────────────
+
+    /// The A/B harness (baseline vs trimming …) over the given or the logged questions.
+    pub fn eval(&self, a: EvalRetrievalArgs) -> Result<Value, ServiceError> {
+        let mut e = bib_eval::EvalArgs::default();
+        if let Some(q) = a.questions {
+            if let Some(i) = q.iter().position(|q| q.trim().is_empty()) {
+                return Err(ServiceError::invalid(format!("questions[{i}]"), "is empty"));
+            }
+            if q.len() > 200 {
+                return Err(ServiceError::invalid("questions", format!("{} questions, at most 200", q.len())));
+            }
+            e.questions = q;
+        }
+        if let Some(k) = a.top_k {
+            if k == 0 || k > MAX_TOP_K {
+                return Err(ServiceError::invalid("top_k", format!("{k} is not in 1..={MAX_TOP_K}")));
+            }
+            e.top_k = k;
+        }
+        if let Some(t) = a.trim_threshold {
+            e.trim_threshold = t;
+        }
+        if let Some(w) = a.trim_window {
+            if w > 50 {
+                return Err(ServiceError::invalid("trim_window", format!("{w} is over 50")));
+            }
+            e.trim_window = w;
+        }
+        let synth = if a.synthesize.unwrap_or(false) {
+            e.synthesize = true;
+            let s = AskSettings::resolve(Layer::default(), Layer::default(), self.base.clone(), bib_store::DEFAULT_STORE_PATH)?;
+            Some(SynthConfig::from_parts(s.llm_base_url, s.llm_model, s.llm_api_key)?)
+        } else {
+            None
+        };
+        let embedder = self.embedder.as_deref();
+        if embedder.is_none() {
+            // Trimming variants need vectors; say so instead of failing deep inside.
+            self.need_embedder("bib_eval_retrieval")?;
+        }
+        let report = bib_eval::evaluate_store(self.store.as_ref(), embedder, &self.cache, synth.as_ref(), &e)
+            .map_err(|err| match err {
+                bib_eval::EvalError::InvalidArg { name, reason } => ServiceError::invalid(name, reason),
+                bib_eval::EvalError::NoQuestions(m) => ServiceError::invalid(
+                    "questions",
+                    format!("no questions to evaluate ({m}): pass `questions` or ask some first"),
+                ),
+                bib_eval::EvalError::Retrieve(r) => r.into(),
+                other => ServiceError::internal(other.to_string()),
+            })?;
+        serde_json::to_value(report).map_err(|e| ServiceError::internal(e.to_string()))
+    }
+
+    // ── register ─────────────────────────────────────────────────────────────────────
+
+    /// Create or update one document. `presented` is the token the caller showed.
+    pub fn register_doc(&self, a: RegisterDocArgs, presented: Option<&str>) -> Result<RegisterOutput, ServiceError> {
+        self.tokens.check_mutation(presented.or(a.token.as_deref()))?;
+        let path = normalize_path(&a.path)?;
+        let (metadata, text, body_offset) = match (a.content, a.front_matter, a.body) {
+            (Some(_), Some(_), _) | (Some(_), _, Some(_)) => {
+                return Err(ServiceError::invalid("content", "give either `content`, or `front_matter` + `body`, not both"))
+            }
+            (Some(content), None, None) => {
+                if content.len() > MAX_DOC_BYTES {
+                    return Err(ServiceError::invalid("content", format!("{} bytes, over the limit of {MAX_DOC_BYTES}", content.len())));
+                }
+                let split = bib_ingest::frontmatter::split(&content)
+                    .map_err(|e| ServiceError::invalid("content", format!("broken front-matter: {e}")))?;
+                (split.metadata, content, split.body_offset)
+            }
+            (None, fm, body) => {
+                if fm.is_none() && body.is_none() {
+                    return Err(ServiceError::invalid("content", "missing: give `content`, or `front_matter` + `body`"));
+                }
+                let body = body.unwrap_or_default();
+                if body.len() > MAX_DOC_BYTES {
+                    return Err(ServiceError::invalid("body", format!("{} bytes, over the limit of {MAX_DOC_BYTES}", body.len())));
+                }
+                let meta = fm.map(|m| Value::Object(m.into_iter().collect())).unwrap_or(Value::Null);
+                // The hash covers metadata and body, so either changing marks the document changed.
+                let text = format!("{}\n{}", meta, body);
+                let offset = text.len() - body.len();
+                (meta, text, offset)
+            }
+        };
+        let body = &text[body_offset..];
+        let title = title_of(&path, &metadata, body);
+        let content_hash = sha256_hex(&text);
+        let index = a.index.unwrap_or(false);
+        let embedder = if index { Some(self.need_embedder("`index: true`")?) } else { None };
+
+        let _guard = self.write_lock.lock().map_err(|_| ServiceError::internal("write lock poisoned"))?;
+        let existing = self.store.documents()?.into_iter().find(|d| d.path == path);
+        let (chunk_count, upserts, mut counts) = match embedder {
+            None => (existing.as_ref().map_or(0, |d| d.chunk_count), Vec::new(), None),
+            Some(e) => {
+                let chunks = chunk_markdown(&title, body, body_offset, &ChunkOptions::default());
+                let pending: Vec<Pending> = chunks
+                    .into_iter()
+                    .map(|c| Pending {
+                        index: c.chunk_index as u32,
+                        hash: c.hash.clone(),
+                        prefix: c.prefix,
+                        heading_path: c.heading_path,
+                        content: c.content,
+                        span: (c.start as u64, c.end as u64),
+                    })
+                    .collect();
+                let n = pending.len() as u32;
+                let old: HashMap<u32, String> = match &existing {
+                    Some(d) => self
+                        .store
+                        .chunk_states()?
+                        .into_iter()
+                        .filter(|s| s.node_id == d.node_id && s.model_id == e.model_id())
+                        .map(|s| (s.chunk_index, s.content_hash))
+                        .collect(),
+                    None => HashMap::new(),
+                };
+                let (todo, skipped): (Vec<Pending>, Vec<Pending>) =
+                    pending.into_iter().partition(|p| old.get(&p.index) != Some(&p.hash));
+                let writes = self.embed_pending(e, todo)?;
+                let counts = IndexOutput { chunks_skipped: skipped.len() as u64, ..IndexOutput::default() };
+                (n, writes, Some(counts))
+            }
+        };
+        let change = DocumentChange {
+            path: path.clone(),
+            title: title.clone(),
+            metadata,
+            content_hash,
+            chunk_count,
+            upserts,
+        };
+        let out = self.store.apply_document(&change)?;
+        if let Some(c) = counts.as_mut() {
+            c.chunks_created = out.created as u64;
+            c.chunks_updated = out.updated as u64;
+            c.chunks_pruned = out.pruned as u64;
+        }
+        tracing::info!(path = %path, node_id = out.node_id, created = out.document_created, "registered document");
+        Ok(RegisterOutput {
+            node_id: out.node_id,
+            created: out.document_created,
+            path,
+            title,
+            indexed: counts,
+        })
+    }
+
+    /// Embed pending chunks (reusing vectors the store already knows by content hash).
+    fn embed_pending(&self, e: &dyn Embedder, todo: Vec<Pending>) -> Result<Vec<ChunkWrite>, ServiceError> {
+        let model = e.model_id().to_string();
+        let hashes: Vec<String> = todo.iter().map(|p| p.hash.clone()).collect();
+        let known: HashMap<String, Vec<f32>> = self.store.cached_vectors(&model, &hashes)?.into_iter().collect();
+        let texts: Vec<String> = todo.iter().map(|p| format!("{}\n{}", p.prefix, p.content)).collect();
+        let missing: Vec<usize> = (0..todo.len()).filter(|&i| !known.contains_key(&todo[i].hash)).collect();
+        let mut fresh: HashMap<usize, Vec<f32>> = HashMap::new();
+        for batch in missing.chunks(EMBED_BATCH) {
+            let refs: Vec<&str> = batch.iter().map(|&i| texts[i].as_str()).collect();
+            let vecs = e
+                .embed(&refs, EmbedKind::Passage)
+                .map_err(|err| ServiceError::internal(format!("embedding failed: {err}")))?;
+            if vecs.len() != refs.len() {
+                return Err(ServiceError::internal(format!("embedder returned {} vectors for {} texts", vecs.len(), refs.len())));
+            }
+            fresh.extend(batch.iter().copied().zip(vecs));
+        }
+        if !fresh.is_empty() {
+            let items: Vec<(String, Vec<f32>)> = fresh.iter().map(|(&i, v)| (todo[i].hash.clone(), v.clone())).collect();
+            if let Err(err) = self.store.cache_vectors(&model, &items) {
+                tracing::warn!("could not cache vectors: {err}");
+            }
+        }
+        let tk = e.tokenizer();
+        Ok(todo
+            .into_iter()
+            .enumerate()
+            .map(|(i, p)| {
+                let embedding = fresh.remove(&i).or_else(|| known.get(&p.hash).cloned()).unwrap_or_default();
+                ChunkWrite {
+                    chunk_index: p.index,
+                    tokens_estimate: estimate_tokens(&texts[i]) as u32,
+                    tokens_model: tk.count_tokens(&texts[i]) as u32,
+                    prefix: p.prefix,
+                    heading_path: p.heading_path,
+                    content: p.content,
+                    content_hash: p.hash,
+                    span_start: p.span.0,
+                    span_end: p.span.1,
+                    model_id: model.clone(),
+                    embedding,
+                }
+            })
+            .collect())
+    }
+
+    // ── index chunks ─────────────────────────────────────────────────────────────────
+
+    /// Upsert chunks of registered documents by `(node_id, chunk_index)`, then prune.
+    pub fn index_chunks(&self, a: IndexChunksArgs, presented: Option<&str>) -> Result<IndexOutput, ServiceError> {
+        self.tokens.check_mutation(presented.or(a.token.as_deref()))?;
+        let prune = a.prune.unwrap_or_default();
+        let mut seen = std::collections::HashSet::new();
+        for (i, c) in a.chunks.iter().enumerate() {
+            if c.content.trim().is_empty() {
+                return Err(ServiceError::invalid(format!("chunks[{i}].content"), "is empty"));
+            }
+            if c.content.len() > MAX_DOC_BYTES {
+                return Err(ServiceError::invalid(format!("chunks[{i}].content"), "is over 10 MiB"));
+            }
+            if !seen.insert((c.node_id, c.chunk_index)) {
+                return Err(ServiceError::invalid(
+                    format!("chunks[{i}].chunk_index"),
+                    format!("chunk {} of node {} appears twice", c.chunk_index, c.node_id),
+                ));
+            }
+        }
+        let mut keep: BTreeMap<i64, u32> = BTreeMap::new();
+        for (j, p) in prune.iter().enumerate() {
+            if keep.insert(p.node_id, p.keep_count).is_some() {
+                return Err(ServiceError::invalid(format!("prune[{j}].node_id"), format!("node {} appears twice", p.node_id)));
+            }
+            if let Some(c) = a.chunks.iter().find(|c| c.node_id == p.node_id && c.chunk_index >= p.keep_count) {
+                return Err(ServiceError::invalid(
+                    format!("prune[{j}].keep_count"),
+                    format!("keeps {} chunks of node {} but chunk {} is being written", p.keep_count, p.node_id, c.chunk_index),
+                ));
+            }
+        }
+        let embedder = if a.chunks.is_empty() { None } else { Some(self.need_embedder("bib_index_chunks")?) };
+
+        let _guard = self.write_lock.lock().map_err(|_| ServiceError::internal("write lock poisoned"))?;
+        let docs: HashMap<i64, DocRecord> = self.store.documents()?.into_iter().map(|d| (d.node_id, d)).collect();
+        let mut by_node: BTreeMap<i64, Vec<&crate::args::ChunkArg>> = BTreeMap::new();
+        for c in &a.chunks {
+            by_node.entry(c.node_id).or_default().push(c);
+        }
+        let mut out = IndexOutput::default();
+        let old: HashMap<(i64, u32), (String, String)> = if by_node.is_empty() {
+            HashMap::new()
+        } else {
+            self.store
+                .chunk_states()?
+                .into_iter()
+                .map(|s| ((s.node_id, s.chunk_index), (s.content_hash, s.model_id)))
+                .collect()
+        };
+        let mut nodes: Vec<i64> = by_node.keys().copied().collect();
+        nodes.extend(keep.keys().filter(|k| !by_node.contains_key(*k)));
+        for node in nodes {
+            let chunks = by_node.get(&node).map(Vec::as_slice).unwrap_or(&[]);
+            let Some(doc) = docs.get(&node) else {
+                out.errors += chunks.len().max(1) as u64;
+                out.error_details.push(IndexIssue { node_id: node, reason: "no such document: register it first".into() });
+                continue;
+            };
+            let mut todo = Vec::new();
+            for c in chunks {
+                let heading_path = c.heading_path.clone().unwrap_or_default();
+                let prefix = doc_prefix(&doc.title, &heading_path);
+                let hash = chunk_hash(&prefix, &c.content);
+                let same = old.get(&(node, c.chunk_index)).is_some_and(|(h, m)| {
+                    *h == hash && embedder.is_some_and(|e| e.model_id() == m.as_str())
+                });
+                if same {
+                    out.chunks_skipped += 1;
+                    continue;
+                }
+                todo.push(Pending {
+                    index: c.chunk_index,
+                    prefix,
+                    heading_path,
+                    content: c.content.clone(),
+                    hash,
+                    span: (0, 0),
+                });
+            }
+            let n_todo = todo.len() as u64;
+            let upserts = match embedder {
+                Some(e) if !todo.is_empty() => match self.embed_pending(e, todo) {
+                    Ok(w) => w,
+                    Err(err) => {
+                        out.errors += n_todo;
+                        out.error_details.push(IndexIssue { node_id: node, reason: err.message });
+                        continue;
+                    }
+                },
+                _ => Vec::new(),
+            };
+            let highest = chunks.iter().map(|c| c.chunk_index + 1).max().unwrap_or(0);
+            let span = doc.chunk_count.max(highest);
+            let chunk_count = keep.get(&node).map_or(span, |&k| k.min(span));
+            if upserts.is_empty() && chunk_count == doc.chunk_count {
+                continue;
+            }
+            let change = DocumentChange {
+                path: doc.path.clone(),
+                title: doc.title.clone(),
+                metadata: doc.metadata.clone(),
+                content_hash: doc.content_hash.clone(),
+                chunk_count,
+                upserts,
+            };
+            match self.store.apply_document(&change) {
+                Ok(o) => {
+                    out.chunks_created += o.created as u64;
+                    out.chunks_updated += o.updated as u64;
+                    out.chunks_pruned += o.pruned as u64;
+                }
+                Err(err) => {
+                    out.errors += n_todo.max(1);
+                    out.error_details.push(IndexIssue { node_id: node, reason: format!("store: {err}") });
+                }
+            }
+        }
+        tracing::info!(
+            created = out.chunks_created,
+            updated = out.chunks_updated,
+            skipped = out.chunks_skipped,
+            pruned = out.chunks_pruned,
+            errors = out.errors,
+            "indexed chunks"
+        );
+        Ok(out)
+    }
+
+    // ── pack ─────────────────────────────────────────────────────────────────────────
+
+    /// Fit a history into a token budget (spec 003 packer).
+    pub fn pack(&self, a: PackArgs) -> Result<PackOutput, ServiceError> {
+        if a.budget == 0 {
+            return Err(ServiceError::invalid("budget", "must be at least 1"));
+        }
+        if let Some(i) = a.messages.iter().position(|m| m.role.trim().is_empty()) {
+            return Err(ServiceError::invalid(format!("messages[{i}].role"), "is empty"));
+        }
+        let history: Vec<bib_pack::Message> = a
+            .messages
+            .into_iter()
+            .map(|m| bib_pack::Message { role: m.role, content: m.content, ts: m.ts })
+            .collect();
+        let opts = bib_pack::PackOptions::default();
+        let packed = if a.hybrid.unwrap_or(false) {
+            match self.embedder.as_deref() {
+                Some(e) => bib_pack::pack_hybrid(&history, a.budget, &opts, e),
+                None => {
+                    let mut p = bib_pack::pack(&history, a.budget, &opts);
+                    p.stats.semantic_error = Some(format!(
+                        "no embedding model: {}",
+                        self.model_error.as_deref().unwrap_or("not loaded")
+                    ));
+                    p
+                }
+            }
+        } else {
+            bib_pack::pack(&history, a.budget, &opts)
+        };
+        Ok(PackOutput {
+            messages: packed
+                .messages
+                .into_iter()
+                .map(|m| PackedMessageOut { role: m.role, content: m.content })
+                .collect(),
+            stats: serde_json::to_value(&packed.stats).map_err(|e| ServiceError::internal(e.to_string()))?,
+        })
+    }
+
+    // ── reads ────────────────────────────────────────────────────────────────────────
+
+    /// One document with its chunks.
+    pub fn get_doc(&self, node_id: i64) -> Result<Value, ServiceError> {
+        let doc = self
+            .store
+            .documents()?
+            .into_iter()
+            .find(|d| d.node_id == node_id)
+            .ok_or_else(|| ServiceError::not_found(format!("no document with node_id {node_id}")))?;
+        let chunks: Vec<Value> = self
+            .store
+            .document_chunks(&doc.path)?
+            .into_iter()
+            .map(|c| {
+                json!({
+                    "chunk_id": c.id,
+                    "chunk_index": c.chunk_index,
+                    "heading_path": c.heading_path,
+                    "content": c.content,
+                    "tokens_estimate": c.tokens_estimate,
+                    "model_id": c.model_id,
+                })
+            })
+            .collect();
+        let mut v = serde_json::to_value(&doc).map_err(|e| ServiceError::internal(e.to_string()))?;
+        v["chunks"] = Value::Array(chunks);
+        Ok(v)
+    }
+
+    /// The last `limit` ingest runs, newest first.
+    pub fn runs(&self, limit: usize) -> Result<Value, ServiceError> {
+        if limit == 0 || limit > 1000 {
+            return Err(ServiceError::invalid("limit", format!("{limit} is not in 1..=1000")));
+        }
+        let runs = self.store.runs(limit)?;
+        Ok(json!({ "runs": runs }))
+    }
+
+    /// Liveness and what the server serves.
+    pub fn health(&self) -> Result<Value, ServiceError> {
+        let stats = self.store.lexical_stats()?;
+        Ok(json!({
+            "status": "ok",
+            "name": crate::SERVER_NAME,
+            "version": crate::SERVER_VERSION,
+            "store": self.store.location(),
+            "chunks": stats.chunks,
+            "model": self.embedder.as_ref().map(|e| e.model_id().to_string()),
+            "model_error": self.model_error,
+            "mutations": self.tokens.mutations_enabled(),
+        }))
+    }
+}
