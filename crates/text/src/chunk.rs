@@ -293,6 +293,7 @@ fn push_sentences(body: &str, start: usize, end: usize, max: usize, atoms: &mut 
         .iter()
         .skip(1)
         .map(|s| start + s.start)
+        .filter(|&c| !fence_like_cut(body, c))
         .collect();
     cuts.push(end);
     let mut prev = start;
@@ -309,6 +310,14 @@ fn push_sentences(body: &str, start: usize, end: usize, max: usize, atoms: &mut 
     }
 }
 
+/// Whether `c` falls inside a line that starts with ``` or ~~~ (inline code, not a fence):
+/// cutting there would leave a piece that reads as an unclosed fence.
+fn fence_like_cut(body: &str, c: usize) -> bool {
+    let ls = line_start(body, c);
+    let line = body[ls..c].trim_start_matches([' ', '\t', '>']);
+    c > ls && (line.starts_with("```") || line.starts_with("~~~"))
+}
+
 /// Last resort for a sentence longer than the limit: cut before every `max`-th word.
 fn push_words(body: &str, start: usize, end: usize, max: usize, atoms: &mut Vec<Atom>) {
     let text = &body[start..end];
@@ -320,7 +329,7 @@ fn push_words(body: &str, start: usize, end: usize, max: usize, atoms: &mut Vec<
             in_word = false;
         } else if !in_word {
             in_word = true;
-            if count == max {
+            if count >= max && !fence_like_cut(body, start + i) {
                 push_plain(body, prev, start + i, AtomKind::Block, atoms);
                 prev = start + i;
                 count = 0;
@@ -706,6 +715,23 @@ mod tests {
                 "Nueve diez once doce. Trece catorce quince dieciséis."
             ]
         );
+    }
+
+    #[test]
+    fn never_cuts_inside_a_line_starting_with_backticks() {
+        // Found by the fuzzer: "```xm … `x`" is inline code (its info string has a backtick),
+        // but a cut after "sources." would leave "```xm sources." alone, an unclosed fence.
+        let body =
+            "are not typed.\n\n```xm sources. See the `C:\\packages` folder now. More words.";
+        for max in 1..8 {
+            for c in chunk_markdown("T", body, 0, &opts(max)) {
+                assert!(
+                    !crate::markdown::has_unclosed_fence(&c.content),
+                    "max {max}: {:?}",
+                    c.content
+                );
+            }
+        }
     }
 
     #[test]

@@ -22,6 +22,9 @@ pub struct Args {
     passes: usize,
 }
 
+/// A splitter under test.
+type Splitter = fn(&str) -> Vec<Sentence>;
+
 fn collect_md(dir: &Path, out: &mut Vec<PathBuf>) -> anyhow::Result<()> {
     let mut entries: Vec<_> = std::fs::read_dir(dir)
         .with_context(|| format!("reading {}", dir.display()))?
@@ -40,7 +43,7 @@ fn collect_md(dir: &Path, out: &mut Vec<PathBuf>) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn time(texts: &[String], passes: usize, f: fn(&str) -> Vec<Sentence>) -> (f64, usize) {
+fn time(texts: &[String], passes: usize, f: Splitter) -> (f64, usize) {
     let mut best = f64::INFINITY;
     let mut count = 0;
     for _ in 0..passes.max(1) {
@@ -77,7 +80,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     println!("| splitter | sentences | seconds | MB/s | vs UAX #29 |");
     println!("|---|---:|---:|---:|---:|");
     let (base_t, base_n) = time(&texts, args.passes, split_uax29);
-    let rows: [(&str, fn(&str) -> Vec<Sentence>); 2] = [
+    let rows: [(&str, Splitter); 2] = [
         ("bib split_sentences (Markdown mode)", split_sentences),
         ("bib split_prose (prose mode)", split_prose),
     ];
