@@ -310,12 +310,19 @@ fn push_sentences(body: &str, start: usize, end: usize, max: usize, atoms: &mut 
     }
 }
 
-/// Whether `c` falls inside a line that starts with ``` or ~~~ (inline code, not a fence):
-/// cutting there would leave a piece that reads as an unclosed fence.
+/// Whether cutting mid-line at `c` would leave a piece whose first line starts with ``` or ~~~
+/// (inline code or text, not a fence), which would read as an unclosed fence.
 fn fence_like_cut(body: &str, c: usize) -> bool {
     let ls = line_start(body, c);
-    let line = body[ls..c].trim_start_matches([' ', '\t', '>']);
-    c > ls && (line.starts_with("```") || line.starts_with("~~~"))
+    if c <= ls {
+        return false;
+    }
+    let fence_like = |s: &str| {
+        let s = s.trim_start_matches([' ', '\t', '>']);
+        s.starts_with("```") || s.starts_with("~~~")
+    };
+    // Either piece would start a line with the marker: the one ending here or the one starting.
+    fence_like(&body[ls..c]) || fence_like(&body[c..])
 }
 
 /// Last resort for a sentence longer than the limit: cut before every `max`-th word.
@@ -724,6 +731,21 @@ mod tests {
         let body =
             "are not typed.\n\n```xm sources. See the `C:\\packages` folder now. More words.";
         for max in 1..8 {
+            for c in chunk_markdown("T", body, 0, &opts(max)) {
+                assert!(
+                    !crate::markdown::has_unclosed_fence(&c.content),
+                    "max {max}: {:?}",
+                    c.content
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn never_starts_a_piece_with_tildes() {
+        // Fuzzer find: a word cut just before "~~~sections" made a chunk open a tilde fence.
+        let body = "uno dos tres cuatro cinco: ~~~sections and keys seis siete ocho nueve";
+        for max in 1..10 {
             for c in chunk_markdown("T", body, 0, &opts(max)) {
                 assert!(
                     !crate::markdown::has_unclosed_fence(&c.content),
