@@ -4,6 +4,7 @@
 use clap::Subcommand;
 
 mod embed;
+mod ingest;
 mod locomo;
 mod sbd;
 mod split;
@@ -16,6 +17,9 @@ pub struct Args {
 
 #[derive(Debug, Subcommand)]
 enum Bench {
+    /// Ingest the NuGet wikis with the default model: wall time, chunks/s, embedding share,
+    /// second-run ratio, search latency.
+    Ingest(ingest::Args),
     /// Embedding throughput vs the reference Python package (same vectors), SciFact vector nDCG@10.
     Embed(embed::Args),
     /// History packer evidence recall on LoCoMo, side by side with the JS reference.
@@ -28,6 +32,7 @@ enum Bench {
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     match args.bench {
+        Bench::Ingest(a) => ingest::run(a),
         Bench::Embed(a) => embed::run(a),
         Bench::Locomo(a) => locomo::run(a),
         Bench::Sbd(a) => sbd::run(a),
