@@ -57,7 +57,7 @@ impl Tally {
     /// Entries, most recent first (ties in insertion order).
     pub fn by_recency(&self) -> Vec<&str> {
         let mut v: Vec<&(String, usize)> = self.entries.iter().collect();
-        v.sort_by(|a, b| b.1.cmp(&a.1));
+        v.sort_by_key(|e| std::cmp::Reverse(e.1));
         v.into_iter().map(|(k, _)| k.as_str()).collect()
     }
 }
@@ -193,8 +193,8 @@ pub fn render_card(l: &Ledger, max_tok: usize) -> Option<String> {
     };
     let compose = |caps: &[usize; 4]| -> String {
         let mut parts = vec!["[recuento de la sesión · automático]".to_owned()];
-        for i in 0..4 {
-            if totals[i] > 0 {
+        for (i, &t) in totals.iter().enumerate() {
+            if t > 0 {
                 parts.push(line(i, caps));
             }
         }
@@ -204,6 +204,7 @@ pub fn render_card(l: &Ledger, max_tok: usize) -> Option<String> {
     while estimate_tokens(&text) > max_tok {
         let mut worst = None;
         let mut cost = 0;
+        #[allow(clippy::needless_range_loop)]
         for i in 0..4 {
             if totals[i] == 0 || caps[i] == 0 {
                 continue;

@@ -39,6 +39,7 @@ pub mod input;
 pub mod ledger;
 pub mod options;
 pub mod packer;
+pub mod probes;
 pub mod sim;
 pub mod tokens;
 
@@ -48,7 +49,9 @@ pub use embed_cache::EmbedCache;
 pub use input::{parse_history, InputError};
 pub use options::{autotune, PackOptions, Tuned};
 pub use packer::{mark_superseded, output_tokens, PackStats, Packed, Packer, Session};
-pub use tokens::{estimate_tokens, truncate_to_fit, truncate_to_tokens};
+pub use tokens::{
+    estimate_from, estimate_tokens, pieces_and_len, truncate_to_fit, truncate_to_tokens,
+};
 
 /// One history message. `ts` is the message's own time (epoch milliseconds), used to resolve
 /// relative dates; without it (and without `PackOptions::now`) dates are left alone.

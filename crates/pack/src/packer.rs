@@ -18,7 +18,8 @@ use crate::ledger::{build_ledger_pairs, render_card};
 use crate::options::{autotune, PackOptions};
 use crate::sim::{dedup_key, jaccard, rrf_fuse, sim_tokens};
 use crate::tokens::{
-    estimate_tokens, prefix_to_fit, slice16, tail16, truncate_to_fit, truncate_to_tokens, utf16_len,
+    estimate_from, estimate_tokens, pieces_and_len, prefix_to_fit, slice16, tail16,
+    truncate_to_fit, truncate_to_tokens, utf16_len,
 };
 use crate::{Message, PackedMessage};
 
@@ -71,10 +72,15 @@ pub struct Packed {
     pub stats: PackStats,
 }
 
+/// (UTC day number, annotated content or `None` when unchanged).
+type DayAnnotation = (i64, Option<Arc<str>>);
+
 struct LineInfo {
     text: Box<str>,
     terms: Box<[u32]>,
     tok: u32,
+    pieces: u32,
+    len16: u32,
     /// Interned dedup key; 0 = empty key (never deduplicated).
     dkey: u32,
 }
@@ -95,7 +101,7 @@ pub struct Packer {
     msg_ids: FxHashMap<Box<str>, u32>,
     msgs: Vec<MsgInfo>,
     /// content → [(UTC day, annotated content)] (None = unchanged).
-    annotations: FxHashMap<Box<str>, Vec<(i64, Option<Arc<str>>)>>,
+    annotations: FxHashMap<Box<str>, Vec<DayAnnotation>>,
     qmark: Vec<u16>,
     embed_cache: EmbedCache,
 }
@@ -147,6 +153,8 @@ struct Ctx {
     done: bool,
     keep: Vec<bool>,
     per_line_cap: usize,
+    /// Tokens of the last render (exact, from cached per-line counts).
+    rendered_tokens: Option<usize>,
 }
 
 impl Default for Packer {
@@ -310,10 +318,13 @@ impl Packer {
             *self.dkeys.entry(key.into_boxed_str()).or_insert(next)
         };
         let id = self.lines.len() as u32;
+        let (pieces, len16) = pieces_and_len(text);
         self.lines.push(LineInfo {
             text: text.into(),
             terms: ids.into_boxed_slice(),
-            tok: estimate_tokens(text) as u32,
+            tok: estimate_from(pieces, len16) as u32,
+            pieces: pieces as u32,
+            len16: len16 as u32,
             dkey,
         });
         self.line_ids.insert(text.into(), id);
@@ -458,7 +469,10 @@ impl Packer {
         mut stats: PackStats,
         budget: usize,
     ) -> Packed {
-        let mut total = output_tokens(&messages);
+        let mut total = ctx
+            .rendered_tokens
+            .unwrap_or_else(|| output_tokens(&messages));
+        debug_assert_eq!(total, output_tokens(&messages));
         if self.opts.strict_budget && total > budget {
             if ctx.keep.len() != ctx.items.len() {
                 ctx.keep = vec![false; ctx.items.len()];
@@ -583,6 +597,7 @@ impl Packer {
             done: false,
             keep: Vec::new(),
             per_line_cap: 40,
+            rendered_tokens: None,
         };
         if ctx.old.is_empty() || used >= budget {
             ctx.done = true;
@@ -993,7 +1008,8 @@ impl Packer {
 
         ctx.keep = keep;
         ctx.per_line_cap = per_line_cap;
-        let (messages, dropped_msgs) = self.render(ctx, history, true);
+        let (messages, dropped_msgs, total) = self.render(ctx, history, true);
+        ctx.rendered_tokens = Some(total);
         (
             messages,
             Sel {
@@ -1013,28 +1029,46 @@ impl Packer {
         ctx: &Ctx,
         history: &[Message],
         with_dropped_marker: bool,
-    ) -> (Vec<PackedMessage>, usize) {
+    ) -> (Vec<PackedMessage>, usize, usize) {
         let mut packed: Vec<PackedMessage> = ctx.head.clone();
+        let mut total: usize = ctx.head.iter().map(|m| msg_tok(&m.content)).sum();
         let mut dropped = 0;
         let mut ix = 0;
         for (k, &mid) in ctx.old_msg.iter().enumerate() {
             let info = &self.msgs[mid as usize];
             let nl = info.lines.len();
             let mut out: Vec<String> = Vec::new();
+            let (mut pieces, mut len) = (0usize, 0usize);
             let mut skipped = 0;
+            let mut add = |out: &mut Vec<String>, s: String, p: usize, l: usize| {
+                out.push(s);
+                pieces += p;
+                len += l;
+            };
             for j in ix..ix + nl {
                 if ctx.keep[j] {
                     if skipped > 0 {
-                        out.push(omitted_lines(skipped));
+                        let m = omitted_lines(skipped);
+                        let (p, l) = pieces_and_len(&m);
+                        add(&mut out, m, p, l);
                         skipped = 0;
                     }
                     let line = &self.lines[ctx.items[j].line as usize];
                     if (line.tok as usize) <= ctx.per_line_cap {
-                        out.push(line.text.to_string());
-                    } else if self.opts.strict_budget {
-                        out.push(truncate_to_fit(&line.text, ctx.per_line_cap));
+                        add(
+                            &mut out,
+                            line.text.to_string(),
+                            line.pieces as usize,
+                            line.len16 as usize,
+                        );
                     } else {
-                        out.push(truncate_to_tokens(&line.text, ctx.per_line_cap));
+                        let t = if self.opts.strict_budget {
+                            truncate_to_fit(&line.text, ctx.per_line_cap)
+                        } else {
+                            truncate_to_tokens(&line.text, ctx.per_line_cap)
+                        };
+                        let (p, l) = pieces_and_len(&t);
+                        add(&mut out, t, p, l);
                     }
                 } else {
                     skipped += 1;
@@ -1042,28 +1076,42 @@ impl Packer {
             }
             ix += nl;
             if skipped > 0 && !out.is_empty() {
-                out.push(omitted_lines(skipped));
+                let m = omitted_lines(skipped);
+                let (p, l) = pieces_and_len(&m);
+                add(&mut out, m, p, l);
             }
             if out.is_empty() {
                 dropped += 1;
                 continue;
             }
+            // the newline joints add length, not pieces
+            total += estimate_from(pieces, len + out.len() - 1) + 4;
             packed.push(PackedMessage {
                 role: history[ctx.old[k]].role.clone(),
                 content: out.join("\n"),
             });
         }
         if dropped > 0 && with_dropped_marker {
+            let m = omitted_msgs(dropped);
+            total += msg_tok(&m);
             packed.push(PackedMessage {
                 role: "user".into(),
-                content: omitted_msgs(dropped),
+                content: m,
             });
         }
         // The card is protected like head and tail: a count shares vocabulary with nothing and
         // BM25 would always drop it. It sits next to the live question.
-        packed.extend(ctx.card.clone());
+        if let Some(c) = &ctx.card {
+            total += msg_tok(&c.content);
+            packed.push(c.clone());
+        }
+        total += ctx
+            .recent
+            .iter()
+            .map(|m| msg_tok(&m.content))
+            .sum::<usize>();
         packed.extend(ctx.recent.iter().cloned());
-        (packed, dropped)
+        (packed, dropped, total)
     }
 
     /// The strict budget contract on the real rendered size: give back kept lines (worst
@@ -1077,8 +1125,7 @@ impl Packer {
     ) -> Vec<PackedMessage> {
         let mut marker = true;
         loop {
-            let (mut msgs, _) = self.render(ctx, history, marker);
-            let total = output_tokens(&msgs);
+            let (mut msgs, _, total) = self.render(ctx, history, marker);
             if total <= budget {
                 return msgs;
             }

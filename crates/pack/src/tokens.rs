@@ -72,8 +72,24 @@ pub(crate) fn tail16(s: &str, n: usize) -> &str {
 
 /// Estimated tokens of `s` (0 for the empty string).
 pub fn estimate_tokens(s: &str) -> usize {
-    if s.is_empty() {
+    let (pieces, len16) = pieces_and_len(s);
+    estimate_from(pieces, len16)
+}
+
+/// The estimate from its two ingredients. Texts joined by newlines add their pieces (a newline
+/// separates words) and their lengths plus one per newline, so the estimate of a joined text is
+/// exact from cached per-line counts.
+pub fn estimate_from(pieces: usize, len16: usize) -> usize {
+    if len16 == 0 {
         return 0;
+    }
+    (pieces * 5).div_ceil(4).max(len16.div_ceil(4))
+}
+
+/// (pieces, UTF-16 length) of `s`: the ingredients of [`estimate_tokens`].
+pub fn pieces_and_len(s: &str) -> (usize, usize) {
+    if s.is_empty() {
+        return (0, 0);
     }
     let mut pieces = 0usize;
     let mut in_word = false;
@@ -111,7 +127,7 @@ pub fn estimate_tokens(s: &str) -> usize {
         }
         len16 = n;
     }
-    (pieces * 5).div_ceil(4).max(len16.div_ceil(4))
+    (pieces, len16)
 }
 
 /// The reference's middle truncation: keep `max(20, 2 × max_tok)` UTF-16 units from each end
@@ -194,6 +210,19 @@ mod tests {
         // JS whitespace includes U+FEFF and not U+0085
         assert_eq!(estimate_tokens("a\u{FEFF}b"), 3);
         assert_eq!(estimate_tokens("a\u{85}b"), 4);
+    }
+
+    #[test]
+    fn joined_estimate_is_exact_from_parts() {
+        let lines = ["fn main() {", "  let x = 1;", "", "mañana ñ", "}"];
+        let (mut p, mut l) = (0, 0);
+        for s in lines {
+            let (a, b) = pieces_and_len(s);
+            p += a;
+            l += b;
+        }
+        l += lines.len() - 1;
+        assert_eq!(estimate_from(p, l), estimate_tokens(&lines.join("\n")));
     }
 
     #[test]

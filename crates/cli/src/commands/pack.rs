@@ -37,7 +37,7 @@ pub struct Args {
 
 /// The default local embedder for hybrid packing.
 pub fn default_embedder() -> anyhow::Result<Box<dyn bib_embed::Embedder>> {
-    anyhow::bail!("no local embedding model is available in this build yet (use-m3 pending)")
+    Ok(Box::new(bib_embed::UseM3::load_default()?))
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {

@@ -17,6 +17,11 @@ use anyhow::{bail, Context};
 use bib_pack::{estimate_tokens, Message, PackOptions, Packed, Session};
 use serde_json::Value;
 
+const PROBES: &str = include_str!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../pack/tests/data/probes.json"
+));
+
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Comma-separated token budgets.
@@ -442,6 +447,39 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         rows.extend(run_reference(&args, &budgets)?);
     }
     print_report(&rows, &budgets);
+
+    // The project's own probe set (multilingual + agent sessions): a default may only change
+    // if this does not lose.
+    let set = bib_pack::probes::ProbeSet::parse(PROBES).context("parsing the probe set")?;
+    let mut configs: Vec<(&str, bool)> = vec![("bib lexical", false)];
+    if embedder.is_some() {
+        configs.push(("bib hybrid", true));
+    }
+    println!("\nOwn probe set (crates/pack/tests/data/probes.json)");
+    for (name, hybrid) in configs {
+        let res = bib_pack::probes::run_probes(&set, |h, b| {
+            let mut p = bib_pack::Packer::new(PackOptions::default());
+            match (&embedder, hybrid) {
+                (Some(e), true) => p.pack_hybrid(h, b, e.as_ref()),
+                _ => p.pack(h, b),
+            }
+        });
+        let passed = res.iter().filter(|r| r.passed).count();
+        let failed: Vec<String> = res
+            .iter()
+            .filter(|r| !r.passed)
+            .map(|r| format!("{}: {}", r.session, r.question))
+            .collect();
+        println!(
+            "  {name:<12} {passed}/{} passed{}",
+            res.len(),
+            if failed.is_empty() {
+                String::new()
+            } else {
+                format!("; failed: {}", failed.join(" | "))
+            }
+        );
+    }
     if let Some(path) = &args.out {
         std::fs::write(path, serde_json::to_string_pretty(&rows)?)
             .with_context(|| format!("writing {}", path.display()))?;
