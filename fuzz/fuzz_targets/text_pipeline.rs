@@ -26,6 +26,10 @@ fn check_spans(text: &str, spans: &[Sentence]) {
 /// line-based fence check agrees with CommonMark (indented code, HTML blocks and containers can
 /// make a ``` line plain text, which is not a chunker bug).
 fn simple_fences(body: &str) -> bool {
+    // A lone CR is a line ending for CommonMark but not for the line-based fence logic.
+    if body.replace("\r\n", "\n").contains('\r') {
+        return false;
+    }
     body.lines().all(|l| {
         let t = l.trim_start_matches([' ', '\t', '>']);
         let fence_like = t.starts_with("```") || t.starts_with("~~~");
