@@ -1,1 +1,538 @@
-//! # bib-eval — TODO: overview (see ARCHITECTURE.md)
+//! # bib-eval — the A/B harness (`bib eval`, MCP `bib_eval_retrieval`)
+//!
+//! Decides retrieval choices with data. For every question (a golden JSONL set, a plain list,
+//! or the last N real questions from the query log) it builds the context once per
+//! [`Variant`] — whole chunks (baseline), spec-000 trimming, hybrid-scored trimming, BM25,
+//! vector and hybrid lists, and small-to-big — and records tokens, chunk overlap with the
+//! baseline, and, when the set has reference data, whether the evidence and the answer are in
+//! the context before and after trimming. Aggregates and a verdict against the spec's criteria
+//! (reduction > 20 %, overlap > 70 %, quality not worse) follow, and optionally a calibration
+//! [`sweep`] of the trimming threshold with a self-contained [`html`] report.
+//!
+//! Entry points: [`evaluate`] over any [`ChunkIndex`], and [`evaluate_store`] over a
+//! [`bib_store::Store`] (what the CLI and the MCP tool call). Retrieval is isolated: nothing is
+//! sent to a language model unless `synthesize` is on, and nothing is written to the query log.
+
+pub mod error;
+pub mod golden;
+pub mod html;
+pub mod matching;
+pub mod report;
+pub mod small_to_big;
+pub mod sweep;
+pub mod variant;
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::PathBuf;
+use std::time::Instant;
+
+use bib_embed::Embedder;
+use bib_retrieve::retrieve::RetrievalResult;
+use bib_retrieve::synth::{self, SynthConfig};
+use bib_retrieve::trim::{score_texts, Prepared, TrimOptions, USE_M3_THRESHOLD};
+use bib_retrieve::{
+    ChunkIndex, EmbeddingCache, Filter, Mode, RetrieveOptions, Retriever, StoreIndex, TrimScorer,
+};
+use bib_store::Store;
+use bib_text::tokens::estimate_tokens;
+use serde::{Deserialize, Serialize};
+
+pub use error::EvalError;
+pub use golden::{from_query_log, load_golden, parse_golden, GoldenItem};
+pub use matching::Haystack;
+pub use report::{
+    EvalReport, EvalSettings, QuestionReport, Status, VariantAggregate, VariantMetrics, Verdict,
+};
+pub use small_to_big::{Corpus, SentenceIndex, StoreCorpus};
+pub use sweep::{SweepReport, SweepSpec};
+pub use variant::Variant;
+
+use error::invalid;
+
+/// Default number of logged questions replayed when no questions are given.
+pub const DEFAULT_LAST_N: usize = 15;
+
+/// The harness's arguments (the MCP tool's input: every field optional in JSON).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EvalArgs {
+    /// Chunks per question.
+    pub top_k: usize,
+    /// Cosine threshold of the trimming variants.
+    pub trim_threshold: f32,
+    /// Neighbours kept around each kept sentence (also the small-to-big expansion).
+    pub trim_window: usize,
+    /// Sentences kept per chunk even when none passes the threshold.
+    pub trim_min_sentences: usize,
+    /// Retrieval mode of the baseline and the trimming variants.
+    pub mode: Mode,
+    /// List length before fusion.
+    pub candidates: usize,
+    /// Ask the configured chat endpoint for an answer per variant (off: retrieval only).
+    pub synthesize: bool,
+    /// Questions to evaluate (used when non-empty).
+    pub questions: Vec<String>,
+    /// A golden JSONL file (used when `questions` is empty).
+    pub golden: Option<PathBuf>,
+    /// Without questions or golden file: replay this many logged questions.
+    pub last_n: usize,
+    /// Evaluate at most this many questions (the first ones).
+    pub limit: Option<usize>,
+    /// Variants to compare; baseline is always included.
+    pub variants: Vec<Variant>,
+    /// Sentence hits per question for small-to-big (default 2 × top_k).
+    pub small_to_big_hits: Option<usize>,
+    /// How much recall may drop and still count as "not worse" (absolute).
+    pub quality_tolerance: f64,
+    /// `key=value` metadata filters.
+    pub filters: Vec<String>,
+    /// Calibration sweep of the trimming threshold.
+    pub sweep: Option<SweepSpec>,
+    /// Sentence scorer swept (cosine: the spec's trimming).
+    pub sweep_scorer: TrimScorer,
+}
+
+impl Default for EvalArgs {
+    fn default() -> Self {
+        Self {
+            top_k: 5,
+            trim_threshold: USE_M3_THRESHOLD,
+            trim_window: 1,
+            trim_min_sentences: 1,
+            mode: Mode::Hybrid,
+            candidates: 50,
+            synthesize: false,
+            questions: Vec::new(),
+            golden: None,
+            last_n: DEFAULT_LAST_N,
+            limit: None,
+            variants: Variant::ALL.to_vec(),
+            small_to_big_hits: None,
+            quality_tolerance: 0.05,
+            filters: Vec::new(),
+            sweep: None,
+            sweep_scorer: TrimScorer::Cosine,
+        }
+    }
+}
+
+impl EvalArgs {
+    fn validate(&self) -> Result<(), EvalError> {
+        if self.top_k == 0 {
+            return Err(invalid("top_k", "must be at least 1"));
+        }
+        if !(self.quality_tolerance.is_finite() && self.quality_tolerance >= 0.0) {
+            return Err(invalid("quality_tolerance", "must be a number ≥ 0"));
+        }
+        self.trim_options(TrimScorer::Cosine).validate()?;
+        if let Some(s) = &self.sweep {
+            s.validate()?;
+        }
+        Ok(())
+    }
+
+    fn trim_options(&self, scorer: TrimScorer) -> TrimOptions {
+        TrimOptions {
+            threshold: self.trim_threshold,
+            min_sentences: self.trim_min_sentences,
+            window: self.trim_window,
+            scorer,
+            ..TrimOptions::default()
+        }
+    }
+
+    fn s2b_hits(&self) -> usize {
+        self.small_to_big_hits.unwrap_or(self.top_k * 2).max(1)
+    }
+
+    fn variants(&self) -> Vec<Variant> {
+        let mut v = vec![Variant::Baseline];
+        for x in &self.variants {
+            if !v.contains(x) {
+                v.push(*x);
+            }
+        }
+        v
+    }
+}
+
+/// What the harness reads from: an index, optionally every chunk (small-to-big), the embedder,
+/// a cache shared across variants, and a chat endpoint for synthesis.
+pub struct Kb<'a> {
+    pub index: &'a dyn ChunkIndex,
+    pub corpus: Option<&'a dyn Corpus>,
+    pub embedder: Option<&'a dyn Embedder>,
+    pub cache: &'a EmbeddingCache,
+    pub synth: Option<&'a SynthConfig>,
+}
+
+impl std::fmt::Debug for Kb<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Kb")
+            .field("embedder", &self.embedder.map(|e| e.model_id().to_string()))
+            .finish_non_exhaustive()
+    }
+}
+
+/// Resolve the question set: `questions`, else the golden file, else the last `last_n` logged
+/// questions of `log`. Returns the items and a label of where they came from.
+pub fn resolve_questions(
+    args: &EvalArgs,
+    log: Option<&dyn Store>,
+) -> Result<(Vec<GoldenItem>, String), EvalError> {
+    let (mut items, source) = if !args.questions.is_empty() {
+        let items: Vec<GoldenItem> = args
+            .questions
+            .iter()
+            .filter(|q| !q.trim().is_empty())
+            .map(|q| GoldenItem::question(q.trim()))
+            .collect();
+        (items, "questions".to_string())
+    } else if let Some(path) = &args.golden {
+        (load_golden(path)?, format!("golden:{}", path.display()))
+    } else {
+        let Some(store) = log else {
+            return Err(EvalError::NoQuestions(
+                "pass questions or a golden file (no query log available)".into(),
+            ));
+        };
+        let items = from_query_log(store, args.last_n)?;
+        (items, format!("query_log:last {}", args.last_n))
+    };
+    if let Some(l) = args.limit {
+        items.truncate(l);
+    }
+    if items.is_empty() {
+        return Err(EvalError::NoQuestions(match source.as_str() {
+            s if s.starts_with("query_log") => {
+                "the query log is empty: ask some questions with `bib ask` first, or pass --golden"
+                    .into()
+            }
+            s => format!("{s} holds no question"),
+        }));
+    }
+    Ok((items, source))
+}
+
+/// Evaluate over a store: resolves the questions (query log included) and builds the adapters.
+pub fn evaluate_store(
+    store: &dyn Store,
+    embedder: Option<&dyn Embedder>,
+    cache: &EmbeddingCache,
+    synth: Option<&SynthConfig>,
+    args: &EvalArgs,
+) -> Result<EvalReport, EvalError> {
+    let (items, source) = resolve_questions(args, Some(store))?;
+    let index = StoreIndex::new(store);
+    let corpus = StoreCorpus::new(store);
+    let kb = Kb {
+        index: &index,
+        corpus: Some(&corpus),
+        embedder,
+        cache,
+        synth,
+    };
+    evaluate(&kb, &items, &source, args)
+}
+
+fn sources(r: &RetrievalResult) -> Vec<String> {
+    r.chunks
+        .iter()
+        .map(|c| format!("{}#{}", c.chunk.path, c.chunk.chunk_index))
+        .collect()
+}
+
+fn overlap(base: &[i64], ids: &[i64]) -> f64 {
+    if base.is_empty() {
+        return if ids.is_empty() { 1.0 } else { 0.0 };
+    }
+    let set: HashSet<i64> = ids.iter().copied().collect();
+    base.iter().filter(|i| set.contains(i)).count() as f64 / base.len() as f64
+}
+
+/// Measures of one context against the golden item.
+struct Measured {
+    tokens: usize,
+    exact: Option<usize>,
+    evidence: Option<f64>,
+    answer: Option<bool>,
+}
+
+fn measure(texts: &[&str], item: &GoldenItem, embedder: Option<&dyn Embedder>) -> Measured {
+    let h = Haystack::new(texts.iter().copied());
+    Measured {
+        tokens: texts.iter().map(|t| estimate_tokens(t)).sum(),
+        exact: embedder.map(|e| texts.iter().map(|t| e.tokenizer().count_tokens(t)).sum()),
+        evidence: h.recall(&item.evidence),
+        answer: item.answer.as_ref().map(|a| h.contains(a)),
+    }
+}
+
+fn file_hit(item: &GoldenItem, paths: &[&str]) -> Option<bool> {
+    if item.files.is_empty() {
+        return None;
+    }
+    let norm = |p: &str| p.trim_start_matches("./").replace('\\', "/");
+    let want: HashSet<String> = item.files.iter().map(|f| norm(f)).collect();
+    Some(paths.iter().any(|p| want.contains(&norm(p))))
+}
+
+/// Run the harness over `items`. `source` labels where they came from.
+pub fn evaluate(
+    kb: &Kb<'_>,
+    items: &[GoldenItem],
+    source: &str,
+    args: &EvalArgs,
+) -> Result<EvalReport, EvalError> {
+    args.validate()?;
+    if items.is_empty() {
+        return Err(EvalError::NoQuestions(format!(
+            "{source} holds no question"
+        )));
+    }
+    let variants = args.variants();
+    let filter = Filter::parse(&args.filters)?;
+    let base_bm25 = args.mode == Mode::Bm25;
+    if kb.embedder.is_none() {
+        if let Some(v) = variants.iter().find(|v| v.needs_embedder(base_bm25)) {
+            return Err(invalid(
+                "variants",
+                format!("`{v}` needs an embedding model (run `bib model install`), or choose --variants bm25 with --mode bm25"),
+            ));
+        }
+        if args.sweep.is_some() {
+            return Err(invalid(
+                "sweep",
+                "the sweep needs an embedding model (run `bib model install`)",
+            ));
+        }
+    }
+    let synth_cfg = if args.synthesize {
+        Some(kb.synth.ok_or_else(|| {
+            invalid("synthesize", "no chat endpoint configured (set BIB_LLM_BASE_URL and BIB_LLM_MODEL, or [llm] in bib.toml)")
+        })?)
+    } else {
+        None
+    };
+    let s2b = if variants.contains(&Variant::SmallToBig) {
+        let (Some(corpus), Some(e)) = (kb.corpus, kb.embedder) else {
+            return Err(invalid(
+                "variants",
+                "small-to-big needs the whole corpus and an embedding model",
+            ));
+        };
+        Some(SentenceIndex::build(corpus.all_chunks()?, e, kb.cache)?)
+    } else {
+        None
+    };
+
+    let retriever = Retriever::new(kb.index, kb.embedder, kb.cache);
+    let base_opts = RetrieveOptions {
+        top_k: args.top_k,
+        mode: args.mode,
+        candidates: args.candidates.max(args.top_k),
+        ..RetrieveOptions::default()
+    };
+    let mut questions = Vec::with_capacity(items.len());
+    let mut sweep_inputs = Vec::new();
+    for item in items {
+        let mut per: BTreeMap<Variant, VariantMetrics> = BTreeMap::new();
+        let mut base_ids: Vec<i64> = Vec::new();
+        for &v in &variants {
+            let t0 = Instant::now();
+            let mut m = if v == Variant::SmallToBig {
+                let Some(ix) = &s2b else { continue };
+                let passages = ix.search(
+                    &item.question,
+                    kb.embedder,
+                    kb.cache,
+                    args.s2b_hits(),
+                    args.trim_window,
+                    args.mode,
+                    &filter,
+                )?;
+                let whole: Vec<&str> = passages.iter().map(|p| p.parent.content.as_str()).collect();
+                let cut: Vec<&str> = passages.iter().map(|p| p.content.as_str()).collect();
+                let before = measure(&whole, item, kb.embedder);
+                let after = measure(&cut, item, kb.embedder);
+                let paths: Vec<&str> = passages.iter().map(|p| p.parent.path.as_str()).collect();
+                let ids: Vec<i64> = passages.iter().map(|p| p.parent.id).collect();
+                VariantMetrics {
+                    overlap_vs_baseline: overlap(&base_ids, &ids),
+                    chunk_ids: ids,
+                    sources: passages
+                        .iter()
+                        .map(|p| format!("{}#{}", p.parent.path, p.parent.chunk_index))
+                        .collect(),
+                    top_score: passages.first().map(|p| p.score),
+                    tokens: after.tokens,
+                    tokens_before: before.tokens,
+                    exact_tokens: after.exact,
+                    exact_tokens_before: before.exact,
+                    evidence_in_topk: before.evidence,
+                    evidence_kept: after.evidence,
+                    answer_in_topk: before.answer,
+                    answer_kept: after.answer,
+                    file_hit: file_hit(item, &paths),
+                    answer: None,
+                    ms: 0.0,
+                }
+            } else {
+                let opts = match v {
+                    Variant::Baseline => base_opts.clone(),
+                    Variant::Trim => RetrieveOptions {
+                        trim: Some(args.trim_options(TrimScorer::Cosine)),
+                        ..base_opts.clone()
+                    },
+                    Variant::TrimHybrid => RetrieveOptions {
+                        trim: Some(args.trim_options(TrimScorer::Hybrid)),
+                        ..base_opts.clone()
+                    },
+                    Variant::Bm25 => RetrieveOptions {
+                        mode: Mode::Bm25,
+                        ..base_opts.clone()
+                    },
+                    Variant::Vector => RetrieveOptions {
+                        mode: Mode::Vector,
+                        ..base_opts.clone()
+                    },
+                    Variant::Hybrid => RetrieveOptions {
+                        mode: Mode::Hybrid,
+                        ..base_opts.clone()
+                    },
+                    Variant::SmallToBig => unreachable_variant(),
+                };
+                let r = retriever.retrieve(&item.question, &opts, &filter)?;
+                let ids: Vec<i64> = r.chunks.iter().map(|c| c.chunk.id).collect();
+                let cut: Vec<&str> = r.chunks.iter().map(|c| c.chunk.content.as_str()).collect();
+                let after = measure(&cut, item, kb.embedder);
+                let before = if opts.trim.is_some() {
+                    let originals = kb.index.chunks(&ids)?;
+                    let whole: Vec<&str> = originals.iter().map(|c| c.content.as_str()).collect();
+                    measure(&whole, item, kb.embedder)
+                } else {
+                    measure(&cut, item, kb.embedder)
+                };
+                let paths: Vec<&str> = r.chunks.iter().map(|c| c.chunk.path.as_str()).collect();
+                if v == Variant::Baseline {
+                    base_ids = ids.clone();
+                    if args.sweep.is_some() {
+                        sweep_inputs.push(sweep_question(kb, &retriever, item, &r, args)?);
+                    }
+                }
+                let answer = match synth_cfg {
+                    Some(cfg) => Some(synth::synthesize(
+                        cfg,
+                        &item.question,
+                        &r.chunks,
+                        &mut std::io::sink(),
+                    )?),
+                    None => None,
+                };
+                VariantMetrics {
+                    overlap_vs_baseline: overlap(&base_ids, &ids),
+                    sources: sources(&r),
+                    chunk_ids: ids,
+                    top_score: r.chunks.first().map(|c| c.score),
+                    tokens: after.tokens,
+                    tokens_before: before.tokens,
+                    exact_tokens: after.exact,
+                    exact_tokens_before: before.exact,
+                    evidence_in_topk: before.evidence,
+                    evidence_kept: after.evidence,
+                    answer_in_topk: before.answer,
+                    answer_kept: after.answer,
+                    file_hit: file_hit(item, &paths),
+                    answer,
+                    ms: 0.0,
+                }
+            };
+            m.ms = t0.elapsed().as_secs_f64() * 1000.0;
+            per.insert(v, m);
+        }
+        questions.push(QuestionReport {
+            id: item.id.clone(),
+            question: item.question.clone(),
+            variants: per,
+        });
+    }
+    let aggregates = report::aggregate(&questions, &variants);
+    let verdicts = report::verdicts(&aggregates, args.quality_tolerance);
+    let sweep = args.sweep.as_ref().map(|spec| {
+        sweep::run(
+            spec,
+            &sweep_inputs,
+            args.sweep_scorer,
+            args.trim_min_sentences,
+            args.quality_tolerance,
+        )
+    });
+    Ok(EvalReport {
+        settings: EvalSettings {
+            source: source.to_string(),
+            model: kb.embedder.map(|e| e.model_id().to_string()),
+            top_k: args.top_k,
+            mode: args.mode.to_string(),
+            trim_threshold: args.trim_threshold,
+            trim_window: args.trim_window,
+            trim_min_sentences: args.trim_min_sentences,
+            small_to_big_hits: args.s2b_hits(),
+            quality_tolerance: args.quality_tolerance,
+            filters: args.filters.clone(),
+            variants: variants.clone(),
+            synthesize: args.synthesize,
+            questions: questions.len(),
+        },
+        summary: report::spec_summary(&aggregates),
+        aggregates,
+        verdicts,
+        questions,
+        sweep,
+    })
+}
+
+fn unreachable_variant() -> RetrieveOptions {
+    // Small-to-big is handled before this match; keep a harmless value rather than panic.
+    RetrieveOptions::default()
+}
+
+/// Score the sentences of the baseline chunks once, for the sweep.
+fn sweep_question(
+    kb: &Kb<'_>,
+    retriever: &Retriever<'_>,
+    item: &GoldenItem,
+    base: &RetrievalResult,
+    args: &EvalArgs,
+) -> Result<sweep::SweepQuestion, EvalError> {
+    let Some(e) = kb.embedder else {
+        return Err(invalid("sweep", "the sweep needs an embedding model"));
+    };
+    let qv = retriever.embed_query(&item.question)?;
+    let prepared: Vec<Prepared<'_>> = base
+        .chunks
+        .iter()
+        .map(|c| Prepared::new(&c.chunk.content))
+        .collect();
+    let scores = score_texts(
+        e,
+        kb.cache,
+        &item.question,
+        &qv,
+        &prepared,
+        args.trim_options(args.sweep_scorer).rrf_k,
+    )?;
+    Ok(sweep::SweepQuestion {
+        chunks: base
+            .chunks
+            .iter()
+            .zip(scores)
+            .map(|(c, s)| sweep::SweepChunk {
+                content: c.chunk.content.clone(),
+                cosine: s.cosine,
+                fused: s.fused,
+            })
+            .collect(),
+        evidence: item.evidence.clone(),
+        answer: item.answer.clone(),
+    })
+}

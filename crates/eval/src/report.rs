@@ -1,0 +1,458 @@
+//! What an evaluation produces: per-question metrics per variant, aggregates, the verdict
+//! against the spec's criteria, and the human table.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use crate::sweep::SweepReport;
+use crate::variant::Variant;
+
+/// The spec's criteria for moving on to the next phase.
+pub const MIN_REDUCTION_PCT: f64 = 20.0;
+/// Minimum average chunk overlap with the baseline.
+pub const MIN_OVERLAP: f64 = 0.70;
+
+/// The metrics of one variant on one question (the spec's `VariantMetrics`, extended).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VariantMetrics {
+    /// Chunks in the context, best first (parents, for small-to-big).
+    pub chunk_ids: Vec<i64>,
+    /// `path#chunk_index` of each chunk.
+    pub sources: Vec<String>,
+    /// Ranking score of the first result.
+    pub top_score: Option<f64>,
+    /// Spec token estimate of the context as sent.
+    pub tokens: usize,
+    /// Spec token estimate of the same chunks whole.
+    pub tokens_before: usize,
+    /// Exact counts with the embedding model's tokenizer, when a model is loaded.
+    pub exact_tokens: Option<usize>,
+    pub exact_tokens_before: Option<usize>,
+    /// Share of the baseline's chunk ids present here.
+    pub overlap_vs_baseline: f64,
+    /// Share of the golden evidence strings found in the whole chunks (before trimming).
+    pub evidence_in_topk: Option<f64>,
+    /// Share of the golden evidence strings found in the context as sent (after trimming).
+    pub evidence_kept: Option<f64>,
+    /// Whether the golden answer occurs in the whole chunks.
+    pub answer_in_topk: Option<bool>,
+    /// Whether the golden answer occurs in the context as sent.
+    pub answer_kept: Option<bool>,
+    /// Whether any chunk comes from one of the golden `files`.
+    pub file_hit: Option<bool>,
+    /// The synthesised answer, when synthesis is on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub answer: Option<String>,
+    /// Wall time of this variant for this question, milliseconds.
+    pub ms: f64,
+}
+
+/// One question and its metrics per variant.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QuestionReport {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    pub question: String,
+    pub variants: BTreeMap<Variant, VariantMetrics>,
+}
+
+/// Averages of one variant over all questions.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VariantAggregate {
+    pub variant: Variant,
+    pub questions: usize,
+    pub avg_tokens: f64,
+    pub avg_tokens_before: f64,
+    /// `100 × (avg_tokens_baseline − avg_tokens) / avg_tokens_baseline`.
+    pub token_reduction_pct: f64,
+    pub avg_overlap_vs_baseline: f64,
+    /// Mean `evidence_in_topk` over questions with evidence.
+    pub evidence_recall_before: Option<f64>,
+    /// Mean `evidence_kept` over questions with evidence.
+    pub evidence_recall_after: Option<f64>,
+    /// Share of questions with an answer whose whole chunks contain it.
+    pub answer_recall_before: Option<f64>,
+    /// Share of questions with an answer whose context as sent contains it.
+    pub answer_recall_after: Option<f64>,
+    /// Share of questions with golden files hit by at least one chunk.
+    pub file_recall: Option<f64>,
+    pub avg_ms: f64,
+}
+
+/// Outcome of the criteria for one variant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Pass,
+    Fail,
+    /// Tokens and overlap pass but there is no reference data to judge quality.
+    Inconclusive,
+}
+
+/// The verdict for one variant against the spec's criteria, with the numbers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Verdict {
+    pub variant: Variant,
+    pub status: Status,
+    pub reduction_ok: bool,
+    pub overlap_ok: bool,
+    pub quality_ok: Option<bool>,
+    pub text: String,
+}
+
+/// The settings an evaluation ran with.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EvalSettings {
+    /// Where the questions came from (`golden:<file>`, `questions`, `query_log:last N`).
+    pub source: String,
+    pub model: Option<String>,
+    pub top_k: usize,
+    pub mode: String,
+    pub trim_threshold: f32,
+    pub trim_window: usize,
+    pub trim_min_sentences: usize,
+    pub small_to_big_hits: usize,
+    pub quality_tolerance: f64,
+    pub filters: Vec<String>,
+    pub variants: Vec<Variant>,
+    pub synthesize: bool,
+    pub questions: usize,
+}
+
+/// Everything an evaluation produces.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EvalReport {
+    pub settings: EvalSettings,
+    /// The spec's flat keys: `avg_tokens_baseline`, `avg_tokens_<variant>`, and for the spec's
+    /// `trim` variant `token_reduction_pct` and `avg_overlap_vs_baseline`.
+    pub summary: Value,
+    pub aggregates: Vec<VariantAggregate>,
+    pub verdicts: Vec<Verdict>,
+    pub questions: Vec<QuestionReport>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sweep: Option<SweepReport>,
+}
+
+fn mean(xs: impl IntoIterator<Item = f64>) -> Option<f64> {
+    let (mut s, mut n) = (0.0, 0usize);
+    for x in xs {
+        s += x;
+        n += 1;
+    }
+    (n > 0).then(|| s / n as f64)
+}
+
+/// Percentage reduction of `after` relative to `before` (0 when `before` is 0).
+pub fn reduction_pct(before: f64, after: f64) -> f64 {
+    if before <= 0.0 {
+        0.0
+    } else {
+        100.0 * (before - after) / before
+    }
+}
+
+/// Aggregate every variant over the questions.
+pub fn aggregate(questions: &[QuestionReport], variants: &[Variant]) -> Vec<VariantAggregate> {
+    let per = |v: Variant| questions.iter().filter_map(move |q| q.variants.get(&v));
+    let base_tokens = mean(per(Variant::Baseline).map(|m| m.tokens as f64)).unwrap_or(0.0);
+    variants
+        .iter()
+        .map(|&v| {
+            let avg_tokens = mean(per(v).map(|m| m.tokens as f64)).unwrap_or(0.0);
+            let bool_rate = |f: fn(&VariantMetrics) -> Option<bool>| {
+                mean(per(v).filter_map(f).map(|b| f64::from(u8::from(b))))
+            };
+            VariantAggregate {
+                variant: v,
+                questions: per(v).count(),
+                avg_tokens,
+                avg_tokens_before: mean(per(v).map(|m| m.tokens_before as f64)).unwrap_or(0.0),
+                token_reduction_pct: reduction_pct(base_tokens, avg_tokens),
+                avg_overlap_vs_baseline: mean(per(v).map(|m| m.overlap_vs_baseline)).unwrap_or(0.0),
+                evidence_recall_before: mean(per(v).filter_map(|m| m.evidence_in_topk)),
+                evidence_recall_after: mean(per(v).filter_map(|m| m.evidence_kept)),
+                answer_recall_before: bool_rate(|m| m.answer_in_topk),
+                answer_recall_after: bool_rate(|m| m.answer_kept),
+                file_recall: bool_rate(|m| m.file_hit),
+                avg_ms: mean(per(v).map(|m| m.ms)).unwrap_or(0.0),
+            }
+        })
+        .collect()
+}
+
+/// The spec's flat summary keys.
+pub fn spec_summary(aggs: &[VariantAggregate]) -> Value {
+    let mut m = serde_json::Map::new();
+    for a in aggs {
+        m.insert(
+            format!("avg_tokens_{}", a.variant.as_str().replace('-', "_")),
+            json!(round2(a.avg_tokens)),
+        );
+    }
+    if let Some(t) = aggs.iter().find(|a| a.variant == Variant::Trim) {
+        m.insert(
+            "token_reduction_pct".into(),
+            json!(round2(t.token_reduction_pct)),
+        );
+        m.insert(
+            "avg_overlap_vs_baseline".into(),
+            json!(round2(t.avg_overlap_vs_baseline)),
+        );
+    }
+    Value::Object(m)
+}
+
+fn round2(x: f64) -> f64 {
+    (x * 100.0).round() / 100.0
+}
+
+/// Whether `after` is "not worse" than `before` within `tol` (absolute).
+pub fn not_worse(before: f64, after: f64, tol: f64) -> bool {
+    after + 1e-9 >= before - tol
+}
+
+/// Judge every non-baseline variant against the spec's three criteria. Quality compares the
+/// variant's evidence (and answer) recall *after* trimming with the baseline's, within `tol`.
+pub fn verdicts(aggs: &[VariantAggregate], tol: f64) -> Vec<Verdict> {
+    let Some(base) = aggs.iter().find(|a| a.variant == Variant::Baseline) else {
+        return Vec::new();
+    };
+    aggs.iter()
+        .filter(|a| a.variant != Variant::Baseline)
+        .map(|a| {
+            let reduction_ok = a.token_reduction_pct > MIN_REDUCTION_PCT;
+            let overlap_ok = a.avg_overlap_vs_baseline > MIN_OVERLAP;
+            let mut parts = vec![
+                format!(
+                    "tokens {:.0} → {:.0} ({:+.1}%; needs a reduction > {MIN_REDUCTION_PCT:.0}%: {})",
+                    base.avg_tokens,
+                    a.avg_tokens,
+                    -a.token_reduction_pct,
+                    yes_no(reduction_ok)
+                ),
+                format!(
+                    "overlap {:.2} (needs > {MIN_OVERLAP:.2}: {})",
+                    a.avg_overlap_vs_baseline,
+                    yes_no(overlap_ok)
+                ),
+            ];
+            let mut quality: Option<bool> = None;
+            let pairs = [
+                ("evidence", base.evidence_recall_after, a.evidence_recall_after),
+                ("answer", base.answer_recall_after, a.answer_recall_after),
+            ];
+            for (what, b, x) in pairs {
+                if let (Some(b), Some(x)) = (b, x) {
+                    let ok = not_worse(b, x, tol);
+                    quality = Some(quality.unwrap_or(true) && ok);
+                    parts.push(format!(
+                        "{what} recall {x:.3} vs baseline {b:.3} ({:+.3}; not worse within {tol:.2}: {})",
+                        x - b,
+                        yes_no(ok)
+                    ));
+                }
+            }
+            if quality.is_none() {
+                parts.push("quality unknown: the questions carry no evidence or answers".into());
+            }
+            let status = match (reduction_ok && overlap_ok, quality) {
+                (false, _) | (true, Some(false)) => Status::Fail,
+                (true, Some(true)) => Status::Pass,
+                (true, None) => Status::Inconclusive,
+            };
+            Verdict {
+                variant: a.variant,
+                status,
+                reduction_ok,
+                overlap_ok,
+                quality_ok: quality,
+                text: parts.join("; "),
+            }
+        })
+        .collect()
+}
+
+fn yes_no(b: bool) -> &'static str {
+    if b {
+        "yes"
+    } else {
+        "no"
+    }
+}
+
+fn opt(x: Option<f64>) -> String {
+    x.map_or_else(|| "-".into(), |x| format!("{x:.3}"))
+}
+
+/// The report as a plain-text table for a terminal.
+pub fn render_text(r: &EvalReport) -> String {
+    let s = &r.settings;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{} questions from {} · top_k {} · mode {} · trim threshold {:.2} window {} · model {}",
+        s.questions,
+        s.source,
+        s.top_k,
+        s.mode,
+        s.trim_threshold,
+        s.trim_window,
+        s.model.as_deref().unwrap_or("none")
+    );
+    let _ = writeln!(out);
+    let _ = writeln!(
+        out,
+        "{:<13} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
+        "variant",
+        "tokens",
+        "reduct%",
+        "overlap",
+        "ev.top",
+        "ev.kept",
+        "ans.top",
+        "ans.kept",
+        "files",
+        "ms"
+    );
+    for a in &r.aggregates {
+        let _ = writeln!(
+            out,
+            "{:<13} {:>8.1} {:>8.1} {:>8.3} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8.1}",
+            a.variant.as_str(),
+            a.avg_tokens,
+            a.token_reduction_pct,
+            a.avg_overlap_vs_baseline,
+            opt(a.evidence_recall_before),
+            opt(a.evidence_recall_after),
+            opt(a.answer_recall_before),
+            opt(a.answer_recall_after),
+            opt(a.file_recall),
+            a.avg_ms
+        );
+    }
+    let _ = writeln!(out);
+    for v in &r.verdicts {
+        let _ = writeln!(
+            out,
+            "{:<13} {:<12} {}",
+            v.variant.as_str(),
+            format!("{:?}", v.status).to_uppercase(),
+            v.text
+        );
+    }
+    if let Some(sw) = &r.sweep {
+        let _ = writeln!(out);
+        out.push_str(&crate::sweep::render_text(sw));
+    }
+    out
+}
+
+/// Per-question lines (tokens per variant) for a terminal.
+pub fn render_questions(r: &EvalReport) -> String {
+    let mut out = String::new();
+    for (i, q) in r.questions.iter().enumerate() {
+        let _ = writeln!(out, "[{}] {}", i + 1, q.question);
+        for (v, m) in &q.variants {
+            let _ = writeln!(
+                out,
+                "    {:<13} tokens {:>5}/{:<5} overlap {:.2} top {:>7} evidence {}/{} answer {}",
+                v.as_str(),
+                m.tokens,
+                m.tokens_before,
+                m.overlap_vs_baseline,
+                m.top_score
+                    .map_or_else(|| "-".into(), |x| format!("{x:.4}")),
+                opt(m.evidence_in_topk),
+                opt(m.evidence_kept),
+                match m.answer_kept {
+                    Some(true) => "kept",
+                    Some(false) => "lost",
+                    None => "-",
+                }
+            );
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn m(tokens: usize, overlap: f64, ev: Option<f64>) -> VariantMetrics {
+        VariantMetrics {
+            chunk_ids: vec![],
+            sources: vec![],
+            top_score: None,
+            tokens,
+            tokens_before: 100,
+            exact_tokens: None,
+            exact_tokens_before: None,
+            overlap_vs_baseline: overlap,
+            evidence_in_topk: ev,
+            evidence_kept: ev,
+            answer_in_topk: None,
+            answer_kept: None,
+            file_hit: None,
+            answer: None,
+            ms: 1.0,
+        }
+    }
+
+    fn q(base: VariantMetrics, trim: VariantMetrics) -> QuestionReport {
+        QuestionReport {
+            id: None,
+            question: "q".into(),
+            variants: [(Variant::Baseline, base), (Variant::Trim, trim)]
+                .into_iter()
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn aggregates_and_verdicts() {
+        let qs = vec![
+            q(m(100, 1.0, Some(1.0)), m(50, 1.0, Some(1.0))),
+            q(m(300, 1.0, Some(1.0)), m(150, 0.6, Some(0.5))),
+        ];
+        let vs = [Variant::Baseline, Variant::Trim];
+        let a = aggregate(&qs, &vs);
+        assert_eq!(a[0].avg_tokens, 200.0);
+        assert_eq!(a[1].avg_tokens, 100.0);
+        assert!((a[1].token_reduction_pct - 50.0).abs() < 1e-9);
+        assert!((a[1].avg_overlap_vs_baseline - 0.8).abs() < 1e-9);
+        assert_eq!(a[1].evidence_recall_after, Some(0.75));
+        let s = spec_summary(&a);
+        assert_eq!(s["avg_tokens_baseline"], json!(200.0));
+        assert_eq!(s["token_reduction_pct"], json!(50.0));
+        // Evidence fell from 1.0 to 0.75: worse beyond 0.05 → fail; within 0.3 → pass.
+        let v = verdicts(&a, 0.05);
+        assert_eq!(v[0].status, Status::Fail);
+        assert!(
+            v[0].text.contains("0.750") && v[0].text.contains("-50.0%"),
+            "{}",
+            v[0].text
+        );
+        assert_eq!(verdicts(&a, 0.3)[0].status, Status::Pass);
+    }
+
+    #[test]
+    fn verdict_cases() {
+        // (trim tokens, overlap, evidence, expected)
+        let cases = [
+            (70, 1.0, Some(1.0), Status::Pass),
+            (85, 1.0, Some(1.0), Status::Fail), // only 15% saved
+            (50, 0.5, Some(1.0), Status::Fail), // overlap too low
+            (50, 1.0, None, Status::Inconclusive),
+        ];
+        for (t, o, ev, want) in cases {
+            let base_ev = ev.map(|_| 1.0);
+            let qs = vec![q(m(100, 1.0, base_ev), m(t, o, ev))];
+            let a = aggregate(&qs, &[Variant::Baseline, Variant::Trim]);
+            assert_eq!(verdicts(&a, 0.0)[0].status, want, "{t} {o} {ev:?}");
+        }
+    }
+}
