@@ -34,6 +34,8 @@ enum Command {
     Ask(commands::ask::Args),
     /// Run a benchmark and print a report.
     Bench(commands::bench::Args),
+    /// Compare retrieval variants (A/B harness) over a golden set or the query log.
+    Eval(commands::eval::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -47,5 +49,6 @@ fn main() -> anyhow::Result<()> {
         Command::Runs(a) => commands::runs::run(a),
         Command::Ask(a) => commands::ask::run(a),
         Command::Bench(a) => commands::bench::run(a),
+        Command::Eval(a) => commands::eval::run(a),
     }
 }

@@ -3,6 +3,7 @@
 pub mod ask;
 pub mod bench;
 pub mod chunk;
+pub mod eval;
 pub mod ingest;
 pub mod model;
 pub mod pack;
