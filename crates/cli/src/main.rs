@@ -4,6 +4,7 @@
 use clap::{Parser, Subcommand};
 
 mod commands;
+mod store_url;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -34,6 +35,8 @@ enum Command {
     Ask(commands::ask::Args),
     /// Run a benchmark and print a report.
     Bench(commands::bench::Args),
+    /// Copy a knowledge base to another store (e.g. SQLite to postgres://).
+    Migrate(commands::migrate::Args),
     /// Compare retrieval variants (A/B harness) over a golden set or the query log.
     Eval(commands::eval::Args),
 }
@@ -49,6 +52,7 @@ fn main() -> anyhow::Result<()> {
         Command::Runs(a) => commands::runs::run(a),
         Command::Ask(a) => commands::ask::run(a),
         Command::Bench(a) => commands::bench::run(a),
+        Command::Migrate(a) => commands::migrate::run(a),
         Command::Eval(a) => commands::eval::run(a),
     }
 }

@@ -5,6 +5,7 @@ pub mod bench;
 pub mod chunk;
 pub mod eval;
 pub mod ingest;
+pub mod migrate;
 pub mod model;
 pub mod pack;
 pub mod runs;
