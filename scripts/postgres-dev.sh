@@ -29,7 +29,18 @@ DB_NAME=${BIB_PG_DB:-bib}
 DATA=$BASE/data
 RUN=$BASE/run
 LOG=$BASE/postgres.log
-DEB_MIRROR=${BIB_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+# The Debian archive this machine already installs from (its apt sources), unless overridden.
+system_debian_mirror() {
+    local uri
+    uri=$(grep -hs '^URIs:' /etc/apt/sources.list.d/*.sources 2>/dev/null |
+        awk '{print $2}' | grep -v -- '-security' | grep '/debian$' | head -n1)
+    if [ -z "$uri" ]; then
+        uri=$(grep -hs '^deb ' /etc/apt/sources.list 2>/dev/null |
+            awk '{print $2}' | grep -v -- '-security' | grep '/debian/\?$' | head -n1)
+    fi
+    echo "${uri%/}"
+}
+DEB_MIRROR=${BIB_DEBIAN_MIRROR:-$(system_debian_mirror)}
 
 log() { echo "postgres-dev: $*" >&2; }
 die() {
@@ -77,6 +88,7 @@ install_pgvector() {
     # apt's download sandbox user must be able to write here.
     chmod 755 "$tmp"
     mkdir -p "$tmp/lists/partial" "$tmp/cache/archives/partial" "$tmp/src" "$tmp/parts"
+    [ -n "$DEB_MIRROR" ] || die "no Debian archive found in the apt sources; set BIB_DEBIAN_MIRROR"
     echo "deb-src $DEB_MIRROR trixie main" >"$tmp/sources.list"
     local apt_opts=(
         -o "Dir::Etc::SourceList=$tmp/sources.list"
