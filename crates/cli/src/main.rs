@@ -39,6 +39,10 @@ enum Command {
     Migrate(commands::migrate::Args),
     /// Compare retrieval variants (A/B harness) over a golden set or the query log.
     Eval(commands::eval::Args),
+    /// Serve MCP over stdio (tools bib_ask, bib_pack, bib_eval_retrieval, bib_register_doc, bib_index_chunks).
+    Mcp(commands::mcp::Args),
+    /// Serve the HTTP API and MCP over streamable HTTP (/mcp).
+    Serve(commands::serve::Args),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -54,5 +58,7 @@ fn main() -> anyhow::Result<()> {
         Command::Bench(a) => commands::bench::run(a),
         Command::Migrate(a) => commands::migrate::run(a),
         Command::Eval(a) => commands::eval::run(a),
+        Command::Mcp(a) => commands::mcp::run(a),
+        Command::Serve(a) => commands::serve::run(a),
     }
 }

@@ -86,7 +86,10 @@ impl TokenCheck {
         };
         let got = digest(presented.trim());
         // Constant-time comparison of the digests.
-        want.iter().zip(got.iter()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0
+        want.iter()
+            .zip(got.iter())
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0
     }
 
     /// Whether a mutating call may proceed with `presented`.
@@ -125,7 +128,10 @@ impl TokenCheck {
 pub fn bearer(header: Option<&str>) -> Option<&str> {
     let h = header?.trim();
     let (scheme, rest) = h.split_once(' ')?;
-    scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim()).filter(|t| !t.is_empty())
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| rest.trim())
+        .filter(|t| !t.is_empty())
 }
 
 #[cfg(test)]
@@ -139,7 +145,10 @@ mod tests {
     fn mutations_need_the_exact_token() {
         let c = TokenCheck::new(Some(T), false).unwrap();
         assert!(c.check_mutation(Some(T)).is_ok());
-        assert_eq!(c.check_mutation(None).unwrap_err().code, ErrorCode::Unauthorized);
+        assert_eq!(
+            c.check_mutation(None).unwrap_err().code,
+            ErrorCode::Unauthorized
+        );
         assert!(c.check_mutation(Some("0123456789abcdef-secreT")).is_err());
         assert!(c.check_read(None).is_ok());
     }
@@ -162,7 +171,10 @@ mod tests {
     #[test]
     fn short_tokens_are_refused() {
         assert!(TokenCheck::new(Some("short"), false).is_err());
-        assert!(TokenCheck::new(Some("   "), false).unwrap().digest.is_none());
+        assert!(TokenCheck::new(Some("   "), false)
+            .unwrap()
+            .digest
+            .is_none());
     }
 
     #[test]

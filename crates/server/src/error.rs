@@ -127,11 +127,15 @@ impl From<bib_retrieve::RetrieveError> for ServiceError {
         use bib_retrieve::RetrieveError as R;
         match e {
             R::InvalidOption { name, reason } => ServiceError::invalid(name, reason),
-            R::InvalidFilter(f) => ServiceError::invalid("filters", format!("`{f}`: expected key=value")),
+            R::InvalidFilter(f) => {
+                ServiceError::invalid("filters", format!("`{f}`: expected key=value"))
+            }
             R::Synthesis(m) => ServiceError::not_available(format!("synthesis: {m}")),
-            R::Embed(bib_embed::EmbedError::NotInstalled { model, .. }) => ServiceError::not_available(
-                format!("the embedding model `{model}` is not installed: run `bib model install`"),
-            ),
+            R::Embed(bib_embed::EmbedError::NotInstalled { model, .. }) => {
+                ServiceError::not_available(format!(
+                    "the embedding model `{model}` is not installed: run `bib model install`"
+                ))
+            }
             other => ServiceError::internal(other.to_string()),
         }
     }

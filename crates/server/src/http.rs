@@ -72,10 +72,14 @@ struct ApiError(ServiceError);
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let status = StatusCode::from_u16(self.0.code.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let status = StatusCode::from_u16(self.0.code.http_status())
+            .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let mut r = (status, Json(self.0.to_json())).into_response();
         if self.0.code == ErrorCode::Unauthorized {
-            r.headers_mut().insert(header::WWW_AUTHENTICATE, header::HeaderValue::from_static("Bearer"));
+            r.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                header::HeaderValue::from_static("Bearer"),
+            );
         }
         r
     }
@@ -98,7 +102,10 @@ fn bearer_of(headers: &HeaderMap) -> Option<String> {
 fn body_args<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> Result<T, ServiceError> {
     let bytes = body.map_err(|rej| {
         if rej.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ServiceError::new(ErrorCode::PayloadTooLarge, "the request body is over the size limit")
+            ServiceError::new(
+                ErrorCode::PayloadTooLarge,
+                "the request body is over the size limit",
+            )
         } else {
             ServiceError::invalid("(body)", rej.body_text())
         }
@@ -106,7 +113,8 @@ fn body_args<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> Result
     let value: Value = if bytes.iter().all(u8::is_ascii_whitespace) {
         Value::Null
     } else {
-        serde_json::from_slice(&bytes).map_err(|e| ServiceError::invalid("(body)", format!("not valid JSON: {e}")))?
+        serde_json::from_slice(&bytes)
+            .map_err(|e| ServiceError::invalid("(body)", format!("not valid JSON: {e}")))?
     };
     parse_args(value)
 }
@@ -119,7 +127,9 @@ where
     match tokio::task::spawn_blocking(f).await {
         Ok(Ok(v)) => Ok(Json(v).into_response()),
         Ok(Err(e)) => Err(ApiError(e)),
-        Err(e) => Err(ApiError(ServiceError::internal(format!("the operation failed: {e}")))),
+        Err(e) => Err(ApiError(ServiceError::internal(format!(
+            "the operation failed: {e}"
+        )))),
     }
 }
 
@@ -141,7 +151,11 @@ async fn eval(State(app): State<App>, body: Result<Bytes, BytesRejection>) -> Ap
     blocking(move || s.eval(a)).await
 }
 
-async fn register(State(app): State<App>, headers: HeaderMap, body: Result<Bytes, BytesRejection>) -> ApiResult {
+async fn register(
+    State(app): State<App>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult {
     let bearer = bearer_of(&headers);
     // Check the token before decoding, so an unauthorized caller learns nothing about the body.
     app.service.tokens().check_mutation(bearer.as_deref())?;
@@ -149,15 +163,25 @@ async fn register(State(app): State<App>, headers: HeaderMap, body: Result<Bytes
     let s = app.service.clone();
     match tokio::task::spawn_blocking(move || s.register_doc(a, bearer.as_deref())).await {
         Ok(Ok(v)) => {
-            let status = if v.created { StatusCode::CREATED } else { StatusCode::OK };
+            let status = if v.created {
+                StatusCode::CREATED
+            } else {
+                StatusCode::OK
+            };
             Ok((status, Json(v)).into_response())
         }
         Ok(Err(e)) => Err(ApiError(e)),
-        Err(e) => Err(ApiError(ServiceError::internal(format!("the operation failed: {e}")))),
+        Err(e) => Err(ApiError(ServiceError::internal(format!(
+            "the operation failed: {e}"
+        )))),
     }
 }
 
-async fn index_chunks(State(app): State<App>, headers: HeaderMap, body: Result<Bytes, BytesRejection>) -> ApiResult {
+async fn index_chunks(
+    State(app): State<App>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult {
     let bearer = bearer_of(&headers);
     app.service.tokens().check_mutation(bearer.as_deref())?;
     let a = body_args(body)?;
@@ -181,9 +205,9 @@ struct RunsQuery {
 async fn runs(State(app): State<App>, Query(q): Query<RunsQuery>) -> ApiResult {
     let limit = match q.limit {
         None => 20,
-        Some(l) => l
-            .parse()
-            .map_err(|_| ServiceError::invalid("limit", format!("`{l}` is not a positive integer")))?,
+        Some(l) => l.parse().map_err(|_| {
+            ServiceError::invalid("limit", format!("`{l}` is not a positive integer"))
+        })?,
     };
     let s = app.service.clone();
     blocking(move || s.runs(limit)).await
@@ -199,21 +223,35 @@ async fn openapi() -> Response {
 }
 
 async fn not_found(req: Request) -> ApiError {
-    ApiError(ServiceError::not_found(format!("no route {} {}", req.method(), req.uri().path())))
+    ApiError(ServiceError::not_found(format!(
+        "no route {} {}",
+        req.method(),
+        req.uri().path()
+    )))
 }
 
 /// Token for public binds, a slot among the in-flight requests, and the timeout.
 async fn guard(State(app): State<App>, req: Request, next: Next) -> Response {
     let path = req.uri().path().to_string();
     if path != "/healthz" {
-        if let Err(e) = app.service.tokens().check_read(bearer_of(req.headers()).as_deref()) {
+        if let Err(e) = app
+            .service
+            .tokens()
+            .check_read(bearer_of(req.headers()).as_deref())
+        {
             return ApiError(e).into_response();
         }
     }
     let work = async {
         let _permit = match app.slots.clone().acquire_owned().await {
             Ok(p) => p,
-            Err(_) => return ApiError(ServiceError::new(ErrorCode::Overloaded, "server is shutting down")).into_response(),
+            Err(_) => {
+                return ApiError(ServiceError::new(
+                    ErrorCode::Overloaded,
+                    "server is shutting down",
+                ))
+                .into_response()
+            }
         };
         next.run(req).await
     };
@@ -223,7 +261,10 @@ async fn guard(State(app): State<App>, req: Request, next: Next) -> Response {
             tracing::warn!(path = %path, "request timed out after {:?}", app.timeout);
             ApiError(ServiceError::new(
                 ErrorCode::Timeout,
-                format!("the request took longer than {} s", app.timeout.as_secs_f64()),
+                format!(
+                    "the request took longer than {} s",
+                    app.timeout.as_secs_f64()
+                ),
             ))
             .into_response()
         }
@@ -294,7 +335,9 @@ pub fn serve_blocking(
     opts: HttpOptions,
     on_bound: impl FnOnce(SocketAddr),
 ) -> Result<(), ServerError> {
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
     rt.block_on(async move {
         let listener = tokio::net::TcpListener::bind(addr).await?;
         on_bound(listener.local_addr()?);
@@ -355,7 +398,9 @@ impl Drop for Background {
 
 /// Serve on 127.0.0.1 with an ephemeral port, on a background thread.
 pub fn spawn_loopback(service: Arc<Service>, opts: HttpOptions) -> Result<Background, ServerError> {
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
     let listener = rt.block_on(tokio::net::TcpListener::bind(("127.0.0.1", 0)))?;
     let addr = listener.local_addr()?;
     let shutdown = CancellationToken::new();

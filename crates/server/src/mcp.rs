@@ -21,7 +21,9 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::args::{parse_args, AskArgs, EvalRetrievalArgs, IndexChunksArgs, PackArgs, RegisterDocArgs};
+use crate::args::{
+    parse_args, AskArgs, EvalRetrievalArgs, IndexChunksArgs, PackArgs, RegisterDocArgs,
+};
 use crate::error::{ErrorCode, ServiceError};
 use crate::service::{AskOutput, IndexOutput, PackOutput, RegisterOutput, Service};
 use crate::{ServerError, SERVER_NAME, SERVER_VERSION};
@@ -43,7 +45,9 @@ impl<T: JsonSchema> JsonSchema for Parameters<T> {
 impl<S, T: DeserializeOwned> FromContextPart<ToolCallContext<'_, S>> for Parameters<T> {
     fn from_context_part(context: &mut ToolCallContext<'_, S>) -> Result<Self, ErrorData> {
         let args = context.arguments.take().unwrap_or_default();
-        parse_args(Value::Object(args)).map(Parameters).map_err(|e| to_error_data(&e))
+        parse_args(Value::Object(args))
+            .map(Parameters)
+            .map_err(|e| to_error_data(&e))
     }
 }
 
@@ -69,11 +73,17 @@ where
     match r {
         Ok(v) => match serde_json::to_value(v) {
             Ok(v) => Ok(CallToolResult::structured(v)),
-            Err(e) => Ok(CallToolResult::structured_error(ServiceError::internal(e.to_string()).to_json())),
+            Err(e) => Ok(CallToolResult::structured_error(
+                ServiceError::internal(e.to_string()).to_json(),
+            )),
         },
         Err(e) if e.code == ErrorCode::InvalidArgument => Err(to_error_data(&e)),
         Err(e) => {
-            tracing::info!(code = e.code.as_str(), "tool call refused or failed: {}", e.message);
+            tracing::info!(
+                code = e.code.as_str(),
+                "tool call refused or failed: {}",
+                e.message
+            );
             Ok(CallToolResult::structured_error(e.to_json()))
         }
     }
@@ -82,7 +92,11 @@ where
 /// The bearer token of the HTTP request carrying this tool call (streamable HTTP only).
 fn http_bearer(ctx: &RequestContext<RoleServer>) -> Option<String> {
     let parts = ctx.extensions.get::<axum::http::request::Parts>()?;
-    let h = parts.headers.get(axum::http::header::AUTHORIZATION)?.to_str().ok()?;
+    let h = parts
+        .headers
+        .get(axum::http::header::AUTHORIZATION)?
+        .to_str()
+        .ok()?;
     crate::auth::bearer(Some(h)).map(str::to_string)
 }
 
@@ -95,7 +109,9 @@ pub struct BibMcp {
 
 impl std::fmt::Debug for BibMcp {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("BibMcp").field("service", &self.service).finish()
+        f.debug_struct("BibMcp")
+            .field("service", &self.service)
+            .finish()
     }
 }
 
@@ -115,7 +131,10 @@ impl BibMcp {
         output_schema = schema_for_output::<AskOutput>(),
         annotations(read_only_hint = true, open_world_hint = false)
     )]
-    async fn bib_ask(&self, Parameters(a): Parameters<AskArgs>) -> Result<CallToolResult, ErrorData> {
+    async fn bib_ask(
+        &self,
+        Parameters(a): Parameters<AskArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
         let s = self.service.clone();
         run_tool(move || s.ask(a)).await
     }
@@ -123,7 +142,10 @@ impl BibMcp {
     /// A/B evaluation of retrieval: whole chunks (baseline) against sentence trimming and other
     /// variants, over the given questions or the last real ones — tokens, reduction %, overlap
     /// with the baseline, and a verdict.
-    #[tool(name = "bib_eval_retrieval", annotations(read_only_hint = true, open_world_hint = false))]
+    #[tool(
+        name = "bib_eval_retrieval",
+        annotations(read_only_hint = true, open_world_hint = false)
+    )]
     async fn bib_eval_retrieval(
         &self,
         Parameters(a): Parameters<EvalRetrievalArgs>,
@@ -174,7 +196,10 @@ impl BibMcp {
         output_schema = schema_for_output::<PackOutput>(),
         annotations(read_only_hint = true, open_world_hint = false)
     )]
-    async fn bib_pack(&self, Parameters(a): Parameters<PackArgs>) -> Result<CallToolResult, ErrorData> {
+    async fn bib_pack(
+        &self,
+        Parameters(a): Parameters<PackArgs>,
+    ) -> Result<CallToolResult, ErrorData> {
         let s = self.service.clone();
         run_tool(move || s.pack(a)).await
     }
@@ -185,7 +210,8 @@ impl ServerHandler for BibMcp {
     fn get_info(&self) -> ServerConfig {
         let mut implementation = Implementation::new(SERVER_NAME, SERVER_VERSION);
         implementation.title = Some("bibliotecario".into());
-        implementation.description = Some("A local-first librarian for Markdown knowledge bases".into());
+        implementation.description =
+            Some("A local-first librarian for Markdown knowledge bases".into());
         ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
             .with_server_info(implementation)
             .with_instructions(
@@ -204,13 +230,18 @@ pub async fn serve_stdio(service: Arc<Service>) -> Result<(), ServerError> {
         .serve(rmcp::transport::stdio())
         .await
         .map_err(|e| ServerError::Mcp(e.to_string()))?;
-    running.waiting().await.map_err(|e| ServerError::Mcp(e.to_string()))?;
+    running
+        .waiting()
+        .await
+        .map_err(|e| ServerError::Mcp(e.to_string()))?;
     Ok(())
 }
 
 /// [`serve_stdio`] on a fresh runtime (what `bib mcp` runs).
 pub fn serve_stdio_blocking(service: Arc<Service>) -> Result<(), ServerError> {
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
     rt.block_on(serve_stdio(service))
 }
 
@@ -225,17 +256,35 @@ mod tests {
         names.sort();
         assert_eq!(
             names,
-            ["bib_ask", "bib_eval_retrieval", "bib_index_chunks", "bib_pack", "bib_register_doc"]
+            [
+                "bib_ask",
+                "bib_eval_retrieval",
+                "bib_index_chunks",
+                "bib_pack",
+                "bib_register_doc"
+            ]
         );
         for t in &tools {
             let schema = serde_json::to_value(t.input_schema.as_ref()).unwrap();
             assert_eq!(schema["type"], "object", "{}", t.name);
             assert_eq!(schema["additionalProperties"], false, "{}", t.name);
-            assert!(t.description.as_deref().is_some_and(|d| !d.is_empty()), "{}", t.name);
+            assert!(
+                t.description.as_deref().is_some_and(|d| !d.is_empty()),
+                "{}",
+                t.name
+            );
         }
         let ask = tools.iter().find(|t| t.name == "bib_ask").unwrap();
         let props = serde_json::to_value(ask.input_schema.as_ref()).unwrap()["properties"].clone();
-        for k in ["query", "top_k", "mode", "trim", "trim_threshold", "trim_window", "filters"] {
+        for k in [
+            "query",
+            "top_k",
+            "mode",
+            "trim",
+            "trim_threshold",
+            "trim_window",
+            "filters",
+        ] {
             assert!(props.get(k).is_some(), "bib_ask lacks {k}");
         }
         assert!(ask.output_schema.is_some());

@@ -96,7 +96,10 @@ pub fn document() -> Value {
     let any_object = json!({"type": "object"});
     let common_errors = |extra: &[(&str, &str)]| {
         let mut r = Map::new();
-        r.insert("400".into(), error_response("Bad argument (`error.field` names it)."));
+        r.insert(
+            "400".into(),
+            error_response("Bad argument (`error.field` names it)."),
+        );
         r.insert("413".into(), error_response("Body over the size limit."));
         r.insert("503".into(), error_response("Overloaded."));
         r.insert("504".into(), error_response("Timed out."));
@@ -199,7 +202,10 @@ mod tests {
             }
         }
         described.sort();
-        let mut want: Vec<(String, String)> = ROUTES.iter().map(|(m, p)| (m.to_string(), p.to_string())).collect();
+        let mut want: Vec<(String, String)> = ROUTES
+            .iter()
+            .map(|(m, p)| (m.to_string(), p.to_string()))
+            .collect();
         want.sort();
         assert_eq!(described, want);
         let text = d.to_string();

@@ -48,7 +48,10 @@ impl std::fmt::Debug for Service {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Service")
             .field("store", &self.store.location())
-            .field("model", &self.embedder.as_ref().map(|e| e.model_id().to_string()))
+            .field(
+                "model",
+                &self.embedder.as_ref().map(|e| e.model_id().to_string()),
+            )
             .finish_non_exhaustive()
     }
 }
@@ -153,13 +156,21 @@ pub fn normalize_path(raw: &str) -> Result<String, ServiceError> {
         return Err(ServiceError::invalid("path", "is empty"));
     }
     if p.starts_with('/') || p.contains(':') {
-        return Err(ServiceError::invalid("path", format!("`{raw}` must be relative to the wiki root")));
+        return Err(ServiceError::invalid(
+            "path",
+            format!("`{raw}` must be relative to the wiki root"),
+        ));
     }
     let mut parts: Vec<&str> = Vec::new();
     for part in p.split('/') {
         match part {
             "" | "." => {}
-            ".." => return Err(ServiceError::invalid("path", format!("`{raw}` escapes the wiki root"))),
+            ".." => {
+                return Err(ServiceError::invalid(
+                    "path",
+                    format!("`{raw}` escapes the wiki root"),
+                ))
+            }
             s if s.chars().any(char::is_control) => {
                 return Err(ServiceError::invalid("path", "contains control characters"))
             }
@@ -170,7 +181,10 @@ pub fn normalize_path(raw: &str) -> Result<String, ServiceError> {
         parts.remove(0);
     }
     if parts.is_empty() {
-        return Err(ServiceError::invalid("path", format!("`{raw}` names no file")));
+        return Err(ServiceError::invalid(
+            "path",
+            format!("`{raw}` names no file"),
+        ));
     }
     Ok(parts.join("/"))
 }
@@ -239,7 +253,9 @@ impl Service {
         self.embedder.as_deref().ok_or_else(|| {
             ServiceError::not_available(format!(
                 "{what} needs the embedding model, which is not loaded: {}",
-                self.model_error.as_deref().unwrap_or("run `bib model install`")
+                self.model_error
+                    .as_deref()
+                    .unwrap_or("run `bib model install`")
             ))
         })
     }
@@ -253,21 +269,32 @@ impl Service {
         }
         if let Some(k) = a.top_k {
             if k == 0 || k > MAX_TOP_K {
-                return Err(ServiceError::invalid("top_k", format!("{k} is not in 1..={MAX_TOP_K}")));
+                return Err(ServiceError::invalid(
+                    "top_k",
+                    format!("{k} is not in 1..={MAX_TOP_K}"),
+                ));
             }
         }
         if let Some(t) = a.trim_threshold {
             if !t.is_finite() || !(-1.0..=1.0).contains(&t) {
-                return Err(ServiceError::invalid("trim_threshold", format!("{t} is not a cosine in [-1, 1]")));
+                return Err(ServiceError::invalid(
+                    "trim_threshold",
+                    format!("{t} is not a cosine in [-1, 1]"),
+                ));
             }
         }
         if let Some(w) = a.trim_window {
             if w > 50 {
-                return Err(ServiceError::invalid("trim_window", format!("{w} is over 50")));
+                return Err(ServiceError::invalid(
+                    "trim_window",
+                    format!("{w} is over 50"),
+                ));
             }
         }
         let filters = a.filters.as_ref().map(|m| {
-            m.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>()
+            m.iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
         });
         if let Some(m) = &a.filters {
             if let Some(k) = m.keys().find(|k| k.trim().is_empty() || k.contains('=')) {
@@ -283,7 +310,12 @@ impl Service {
             filters,
             ..Layer::default()
         };
-        let settings = AskSettings::resolve(flags, Layer::default(), self.base.clone(), bib_store::DEFAULT_STORE_PATH)?;
+        let settings = AskSettings::resolve(
+            flags,
+            Layer::default(),
+            self.base.clone(),
+            bib_store::DEFAULT_STORE_PATH,
+        )?;
         let filter = Filter::parse(&settings.filters)?;
         let opts = &settings.options;
         if opts.mode == Mode::Vector {
@@ -346,13 +378,19 @@ impl Service {
                 return Err(ServiceError::invalid(format!("questions[{i}]"), "is empty"));
             }
             if q.len() > 200 {
-                return Err(ServiceError::invalid("questions", format!("{} questions, at most 200", q.len())));
+                return Err(ServiceError::invalid(
+                    "questions",
+                    format!("{} questions, at most 200", q.len()),
+                ));
             }
             e.questions = q;
         }
         if let Some(k) = a.top_k {
             if k == 0 || k > MAX_TOP_K {
-                return Err(ServiceError::invalid("top_k", format!("{k} is not in 1..={MAX_TOP_K}")));
+                return Err(ServiceError::invalid(
+                    "top_k",
+                    format!("{k} is not in 1..={MAX_TOP_K}"),
+                ));
             }
             e.top_k = k;
         }
@@ -361,14 +399,26 @@ impl Service {
         }
         if let Some(w) = a.trim_window {
             if w > 50 {
-                return Err(ServiceError::invalid("trim_window", format!("{w} is over 50")));
+                return Err(ServiceError::invalid(
+                    "trim_window",
+                    format!("{w} is over 50"),
+                ));
             }
             e.trim_window = w;
         }
         let synth = if a.synthesize.unwrap_or(false) {
             e.synthesize = true;
-            let s = AskSettings::resolve(Layer::default(), Layer::default(), self.base.clone(), bib_store::DEFAULT_STORE_PATH)?;
-            Some(SynthConfig::from_parts(s.llm_base_url, s.llm_model, s.llm_api_key)?)
+            let s = AskSettings::resolve(
+                Layer::default(),
+                Layer::default(),
+                self.base.clone(),
+                bib_store::DEFAULT_STORE_PATH,
+            )?;
+            Some(SynthConfig::from_parts(
+                s.llm_base_url,
+                s.llm_model,
+                s.llm_api_key,
+            )?)
         } else {
             None
         };
@@ -377,46 +427,72 @@ impl Service {
             // Trimming variants need vectors; say so instead of failing deep inside.
             self.need_embedder("bib_eval_retrieval")?;
         }
-        let report = bib_eval::evaluate_store(self.store.as_ref(), embedder, &self.cache, synth.as_ref(), &e)
-            .map_err(|err| match err {
-                bib_eval::EvalError::InvalidArg { name, reason } => ServiceError::invalid(name, reason),
-                bib_eval::EvalError::NoQuestions(m) => ServiceError::invalid(
-                    "questions",
-                    format!("no questions to evaluate ({m}): pass `questions` or ask some first"),
-                ),
-                bib_eval::EvalError::Retrieve(r) => r.into(),
-                other => ServiceError::internal(other.to_string()),
-            })?;
+        let report = bib_eval::evaluate_store(
+            self.store.as_ref(),
+            embedder,
+            &self.cache,
+            synth.as_ref(),
+            &e,
+        )
+        .map_err(|err| match err {
+            bib_eval::EvalError::InvalidArg { name, reason } => ServiceError::invalid(name, reason),
+            bib_eval::EvalError::NoQuestions(m) => ServiceError::invalid(
+                "questions",
+                format!("no questions to evaluate ({m}): pass `questions` or ask some first"),
+            ),
+            bib_eval::EvalError::Retrieve(r) => r.into(),
+            other => ServiceError::internal(other.to_string()),
+        })?;
         serde_json::to_value(report).map_err(|e| ServiceError::internal(e.to_string()))
     }
 
     // ── register ─────────────────────────────────────────────────────────────────────
 
     /// Create or update one document. `presented` is the token the caller showed.
-    pub fn register_doc(&self, a: RegisterDocArgs, presented: Option<&str>) -> Result<RegisterOutput, ServiceError> {
-        self.tokens.check_mutation(presented.or(a.token.as_deref()))?;
+    pub fn register_doc(
+        &self,
+        a: RegisterDocArgs,
+        presented: Option<&str>,
+    ) -> Result<RegisterOutput, ServiceError> {
+        self.tokens
+            .check_mutation(presented.or(a.token.as_deref()))?;
         let path = normalize_path(&a.path)?;
         let (metadata, text, body_offset) = match (a.content, a.front_matter, a.body) {
             (Some(_), Some(_), _) | (Some(_), _, Some(_)) => {
-                return Err(ServiceError::invalid("content", "give either `content`, or `front_matter` + `body`, not both"))
+                return Err(ServiceError::invalid(
+                    "content",
+                    "give either `content`, or `front_matter` + `body`, not both",
+                ))
             }
             (Some(content), None, None) => {
                 if content.len() > MAX_DOC_BYTES {
-                    return Err(ServiceError::invalid("content", format!("{} bytes, over the limit of {MAX_DOC_BYTES}", content.len())));
+                    return Err(ServiceError::invalid(
+                        "content",
+                        format!("{} bytes, over the limit of {MAX_DOC_BYTES}", content.len()),
+                    ));
                 }
-                let split = bib_ingest::frontmatter::split(&content)
-                    .map_err(|e| ServiceError::invalid("content", format!("broken front-matter: {e}")))?;
+                let split = bib_ingest::frontmatter::split(&content).map_err(|e| {
+                    ServiceError::invalid("content", format!("broken front-matter: {e}"))
+                })?;
                 (split.metadata, content, split.body_offset)
             }
             (None, fm, body) => {
                 if fm.is_none() && body.is_none() {
-                    return Err(ServiceError::invalid("content", "missing: give `content`, or `front_matter` + `body`"));
+                    return Err(ServiceError::invalid(
+                        "content",
+                        "missing: give `content`, or `front_matter` + `body`",
+                    ));
                 }
                 let body = body.unwrap_or_default();
                 if body.len() > MAX_DOC_BYTES {
-                    return Err(ServiceError::invalid("body", format!("{} bytes, over the limit of {MAX_DOC_BYTES}", body.len())));
+                    return Err(ServiceError::invalid(
+                        "body",
+                        format!("{} bytes, over the limit of {MAX_DOC_BYTES}", body.len()),
+                    ));
                 }
-                let meta = fm.map(|m| Value::Object(m.into_iter().collect())).unwrap_or(Value::Null);
+                let meta = fm
+                    .map(|m| Value::Object(m.into_iter().collect()))
+                    .unwrap_or(Value::Null);
                 // The hash covers metadata and body, so either changing marks the document changed.
                 let text = format!("{}\n{}", meta, body);
                 let offset = text.len() - body.len();
@@ -427,12 +503,23 @@ impl Service {
         let title = title_of(&path, &metadata, body);
         let content_hash = sha256_hex(&text);
         let index = a.index.unwrap_or(false);
-        let embedder = if index { Some(self.need_embedder("`index: true`")?) } else { None };
+        let embedder = if index {
+            Some(self.need_embedder("`index: true`")?)
+        } else {
+            None
+        };
 
-        let _guard = self.write_lock.lock().map_err(|_| ServiceError::internal("write lock poisoned"))?;
+        let _guard = self
+            .write_lock
+            .lock()
+            .map_err(|_| ServiceError::internal("write lock poisoned"))?;
         let existing = self.store.documents()?.into_iter().find(|d| d.path == path);
         let (chunk_count, upserts, mut counts) = match embedder {
-            None => (existing.as_ref().map_or(0, |d| d.chunk_count), Vec::new(), None),
+            None => (
+                existing.as_ref().map_or(0, |d| d.chunk_count),
+                Vec::new(),
+                None,
+            ),
             Some(e) => {
                 let chunks = chunk_markdown(&title, body, body_offset, &ChunkOptions::default());
                 let pending: Vec<Pending> = chunks
@@ -457,10 +544,14 @@ impl Service {
                         .collect(),
                     None => HashMap::new(),
                 };
-                let (todo, skipped): (Vec<Pending>, Vec<Pending>) =
-                    pending.into_iter().partition(|p| old.get(&p.index) != Some(&p.hash));
+                let (todo, skipped): (Vec<Pending>, Vec<Pending>) = pending
+                    .into_iter()
+                    .partition(|p| old.get(&p.index) != Some(&p.hash));
                 let writes = self.embed_pending(e, todo)?;
-                let counts = IndexOutput { chunks_skipped: skipped.len() as u64, ..IndexOutput::default() };
+                let counts = IndexOutput {
+                    chunks_skipped: skipped.len() as u64,
+                    ..IndexOutput::default()
+                };
                 (n, writes, Some(counts))
             }
         };
@@ -489,12 +580,25 @@ impl Service {
     }
 
     /// Embed pending chunks (reusing vectors the store already knows by content hash).
-    fn embed_pending(&self, e: &dyn Embedder, todo: Vec<Pending>) -> Result<Vec<ChunkWrite>, ServiceError> {
+    fn embed_pending(
+        &self,
+        e: &dyn Embedder,
+        todo: Vec<Pending>,
+    ) -> Result<Vec<ChunkWrite>, ServiceError> {
         let model = e.model_id().to_string();
         let hashes: Vec<String> = todo.iter().map(|p| p.hash.clone()).collect();
-        let known: HashMap<String, Vec<f32>> = self.store.cached_vectors(&model, &hashes)?.into_iter().collect();
-        let texts: Vec<String> = todo.iter().map(|p| format!("{}\n{}", p.prefix, p.content)).collect();
-        let missing: Vec<usize> = (0..todo.len()).filter(|&i| !known.contains_key(&todo[i].hash)).collect();
+        let known: HashMap<String, Vec<f32>> = self
+            .store
+            .cached_vectors(&model, &hashes)?
+            .into_iter()
+            .collect();
+        let texts: Vec<String> = todo
+            .iter()
+            .map(|p| format!("{}\n{}", p.prefix, p.content))
+            .collect();
+        let missing: Vec<usize> = (0..todo.len())
+            .filter(|&i| !known.contains_key(&todo[i].hash))
+            .collect();
         let mut fresh: HashMap<usize, Vec<f32>> = HashMap::new();
         for batch in missing.chunks(EMBED_BATCH) {
             let refs: Vec<&str> = batch.iter().map(|&i| texts[i].as_str()).collect();
@@ -502,12 +606,19 @@ impl Service {
                 .embed(&refs, EmbedKind::Passage)
                 .map_err(|err| ServiceError::internal(format!("embedding failed: {err}")))?;
             if vecs.len() != refs.len() {
-                return Err(ServiceError::internal(format!("embedder returned {} vectors for {} texts", vecs.len(), refs.len())));
+                return Err(ServiceError::internal(format!(
+                    "embedder returned {} vectors for {} texts",
+                    vecs.len(),
+                    refs.len()
+                )));
             }
             fresh.extend(batch.iter().copied().zip(vecs));
         }
         if !fresh.is_empty() {
-            let items: Vec<(String, Vec<f32>)> = fresh.iter().map(|(&i, v)| (todo[i].hash.clone(), v.clone())).collect();
+            let items: Vec<(String, Vec<f32>)> = fresh
+                .iter()
+                .map(|(&i, v)| (todo[i].hash.clone(), v.clone()))
+                .collect();
             if let Err(err) = self.store.cache_vectors(&model, &items) {
                 tracing::warn!("could not cache vectors: {err}");
             }
@@ -517,7 +628,10 @@ impl Service {
             .into_iter()
             .enumerate()
             .map(|(i, p)| {
-                let embedding = fresh.remove(&i).or_else(|| known.get(&p.hash).cloned()).unwrap_or_default();
+                let embedding = fresh
+                    .remove(&i)
+                    .or_else(|| known.get(&p.hash).cloned())
+                    .unwrap_or_default();
                 ChunkWrite {
                     chunk_index: p.index,
                     tokens_estimate: estimate_tokens(&texts[i]) as u32,
@@ -538,40 +652,76 @@ impl Service {
     // ── index chunks ─────────────────────────────────────────────────────────────────
 
     /// Upsert chunks of registered documents by `(node_id, chunk_index)`, then prune.
-    pub fn index_chunks(&self, a: IndexChunksArgs, presented: Option<&str>) -> Result<IndexOutput, ServiceError> {
-        self.tokens.check_mutation(presented.or(a.token.as_deref()))?;
+    pub fn index_chunks(
+        &self,
+        a: IndexChunksArgs,
+        presented: Option<&str>,
+    ) -> Result<IndexOutput, ServiceError> {
+        self.tokens
+            .check_mutation(presented.or(a.token.as_deref()))?;
         let prune = a.prune.unwrap_or_default();
         let mut seen = std::collections::HashSet::new();
         for (i, c) in a.chunks.iter().enumerate() {
             if c.content.trim().is_empty() {
-                return Err(ServiceError::invalid(format!("chunks[{i}].content"), "is empty"));
+                return Err(ServiceError::invalid(
+                    format!("chunks[{i}].content"),
+                    "is empty",
+                ));
             }
             if c.content.len() > MAX_DOC_BYTES {
-                return Err(ServiceError::invalid(format!("chunks[{i}].content"), "is over 10 MiB"));
+                return Err(ServiceError::invalid(
+                    format!("chunks[{i}].content"),
+                    "is over 10 MiB",
+                ));
             }
             if !seen.insert((c.node_id, c.chunk_index)) {
                 return Err(ServiceError::invalid(
                     format!("chunks[{i}].chunk_index"),
-                    format!("chunk {} of node {} appears twice", c.chunk_index, c.node_id),
+                    format!(
+                        "chunk {} of node {} appears twice",
+                        c.chunk_index, c.node_id
+                    ),
                 ));
             }
         }
         let mut keep: BTreeMap<i64, u32> = BTreeMap::new();
         for (j, p) in prune.iter().enumerate() {
             if keep.insert(p.node_id, p.keep_count).is_some() {
-                return Err(ServiceError::invalid(format!("prune[{j}].node_id"), format!("node {} appears twice", p.node_id)));
+                return Err(ServiceError::invalid(
+                    format!("prune[{j}].node_id"),
+                    format!("node {} appears twice", p.node_id),
+                ));
             }
-            if let Some(c) = a.chunks.iter().find(|c| c.node_id == p.node_id && c.chunk_index >= p.keep_count) {
+            if let Some(c) = a
+                .chunks
+                .iter()
+                .find(|c| c.node_id == p.node_id && c.chunk_index >= p.keep_count)
+            {
                 return Err(ServiceError::invalid(
                     format!("prune[{j}].keep_count"),
-                    format!("keeps {} chunks of node {} but chunk {} is being written", p.keep_count, p.node_id, c.chunk_index),
+                    format!(
+                        "keeps {} chunks of node {} but chunk {} is being written",
+                        p.keep_count, p.node_id, c.chunk_index
+                    ),
                 ));
             }
         }
-        let embedder = if a.chunks.is_empty() { None } else { Some(self.need_embedder("bib_index_chunks")?) };
+        let embedder = if a.chunks.is_empty() {
+            None
+        } else {
+            Some(self.need_embedder("bib_index_chunks")?)
+        };
 
-        let _guard = self.write_lock.lock().map_err(|_| ServiceError::internal("write lock poisoned"))?;
-        let docs: HashMap<i64, DocRecord> = self.store.documents()?.into_iter().map(|d| (d.node_id, d)).collect();
+        let _guard = self
+            .write_lock
+            .lock()
+            .map_err(|_| ServiceError::internal("write lock poisoned"))?;
+        let docs: HashMap<i64, DocRecord> = self
+            .store
+            .documents()?
+            .into_iter()
+            .map(|d| (d.node_id, d))
+            .collect();
         let mut by_node: BTreeMap<i64, Vec<&crate::args::ChunkArg>> = BTreeMap::new();
         for c in &a.chunks {
             by_node.entry(c.node_id).or_default().push(c);
@@ -592,7 +742,10 @@ impl Service {
             let chunks = by_node.get(&node).map(Vec::as_slice).unwrap_or(&[]);
             let Some(doc) = docs.get(&node) else {
                 out.errors += chunks.len().max(1) as u64;
-                out.error_details.push(IndexIssue { node_id: node, reason: "no such document: register it first".into() });
+                out.error_details.push(IndexIssue {
+                    node_id: node,
+                    reason: "no such document: register it first".into(),
+                });
                 continue;
             };
             let mut todo = Vec::new();
@@ -622,7 +775,10 @@ impl Service {
                     Ok(w) => w,
                     Err(err) => {
                         out.errors += n_todo;
-                        out.error_details.push(IndexIssue { node_id: node, reason: err.message });
+                        out.error_details.push(IndexIssue {
+                            node_id: node,
+                            reason: err.message,
+                        });
                         continue;
                     }
                 },
@@ -650,7 +806,10 @@ impl Service {
                 }
                 Err(err) => {
                     out.errors += n_todo.max(1);
-                    out.error_details.push(IndexIssue { node_id: node, reason: format!("store: {err}") });
+                    out.error_details.push(IndexIssue {
+                        node_id: node,
+                        reason: format!("store: {err}"),
+                    });
                 }
             }
         }
@@ -673,12 +832,19 @@ impl Service {
             return Err(ServiceError::invalid("budget", "must be at least 1"));
         }
         if let Some(i) = a.messages.iter().position(|m| m.role.trim().is_empty()) {
-            return Err(ServiceError::invalid(format!("messages[{i}].role"), "is empty"));
+            return Err(ServiceError::invalid(
+                format!("messages[{i}].role"),
+                "is empty",
+            ));
         }
         let history: Vec<bib_pack::Message> = a
             .messages
             .into_iter()
-            .map(|m| bib_pack::Message { role: m.role, content: m.content, ts: m.ts })
+            .map(|m| bib_pack::Message {
+                role: m.role,
+                content: m.content,
+                ts: m.ts,
+            })
             .collect();
         let opts = bib_pack::PackOptions::default();
         let packed = if a.hybrid.unwrap_or(false) {
@@ -700,9 +866,13 @@ impl Service {
             messages: packed
                 .messages
                 .into_iter()
-                .map(|m| PackedMessageOut { role: m.role, content: m.content })
+                .map(|m| PackedMessageOut {
+                    role: m.role,
+                    content: m.content,
+                })
                 .collect(),
-            stats: serde_json::to_value(&packed.stats).map_err(|e| ServiceError::internal(e.to_string()))?,
+            stats: serde_json::to_value(&packed.stats)
+                .map_err(|e| ServiceError::internal(e.to_string()))?,
         })
     }
 
@@ -715,7 +885,9 @@ impl Service {
             .documents()?
             .into_iter()
             .find(|d| d.node_id == node_id)
-            .ok_or_else(|| ServiceError::not_found(format!("no document with node_id {node_id}")))?;
+            .ok_or_else(|| {
+                ServiceError::not_found(format!("no document with node_id {node_id}"))
+            })?;
         let chunks: Vec<Value> = self
             .store
             .document_chunks(&doc.path)?
@@ -731,7 +903,8 @@ impl Service {
                 })
             })
             .collect();
-        let mut v = serde_json::to_value(&doc).map_err(|e| ServiceError::internal(e.to_string()))?;
+        let mut v =
+            serde_json::to_value(&doc).map_err(|e| ServiceError::internal(e.to_string()))?;
         v["chunks"] = Value::Array(chunks);
         Ok(v)
     }
@@ -739,7 +912,10 @@ impl Service {
     /// The last `limit` ingest runs, newest first.
     pub fn runs(&self, limit: usize) -> Result<Value, ServiceError> {
         if limit == 0 || limit > 1000 {
-            return Err(ServiceError::invalid("limit", format!("{limit} is not in 1..=1000")));
+            return Err(ServiceError::invalid(
+                "limit",
+                format!("{limit} is not in 1..=1000"),
+            ));
         }
         let runs = self.store.runs(limit)?;
         Ok(json!({ "runs": runs }))

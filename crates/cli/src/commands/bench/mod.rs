@@ -7,6 +7,7 @@ mod embed;
 mod ingest;
 mod locomo;
 mod sbd;
+mod serve;
 mod split;
 
 #[derive(Debug, clap::Args)]
@@ -26,6 +27,9 @@ enum Bench {
     Locomo(locomo::Args),
     /// Sentence-boundary accuracy on the SBD golden sets (exact match per case).
     Sbd(sbd::Args),
+    /// Load test of `bib serve` on loopback: concurrent asks + registrations, req/s, p50/p99,
+    /// errors, lost writes.
+    Serve(serve::Args),
     /// Sentence-splitter throughput (MB/s) on the NuGet wikis, next to UAX #29.
     Split(split::Args),
 }
@@ -36,6 +40,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Bench::Embed(a) => embed::run(a),
         Bench::Locomo(a) => locomo::run(a),
         Bench::Sbd(a) => sbd::run(a),
+        Bench::Serve(a) => serve::run(a),
         Bench::Split(a) => split::run(a),
     }
 }

@@ -1,0 +1,147 @@
+//! `bib serve` — the HTTP API and MCP over streamable HTTP (`/mcp`) in one process.
+//!
+//! Binds 127.0.0.1:8080 by default; prints `listening on http://ADDR` on stdout once bound
+//! (with `--addr 127.0.0.1:0` the OS picks the port). Writes (`POST /docs`, `POST /chunks`,
+//! the `bib_register_doc` / `bib_index_chunks` tools) need `BIB_TOKEN` (or `--token-file`);
+//! a non-loopback address refuses to start without one and then requires it everywhere.
+//! Logs go to stderr (`BIB_LOG=debug` for more).
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use bib_retrieve::config::Layer;
+use bib_server::{HttpOptions, Service, TokenCheck};
+use bib_store::{SqliteStore, Store};
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Address to listen on (a non-loopback address requires a token).
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub addr: SocketAddr,
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Largest request body, in bytes.
+    #[arg(long, default_value_t = 4 * 1024 * 1024)]
+    pub body_limit: usize,
+    /// Per-request timeout, in seconds.
+    #[arg(long, default_value_t = 60.0)]
+    pub timeout_secs: f64,
+    /// Requests handled at once (more wait for a slot within the timeout).
+    #[arg(long, default_value_t = 64)]
+    pub max_in_flight: usize,
+    /// Extra Host header value accepted by /mcp (DNS-rebinding guard); repeatable.
+    #[arg(long = "allowed-host")]
+    pub allowed_hosts: Vec<String>,
+}
+
+/// Options shared by `bib serve` and `bib mcp`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct CommonArgs {
+    /// Knowledge-base file (default .bib/kb.sqlite, or BIB_STORE, or [store] path).
+    #[arg(long)]
+    pub store: Option<PathBuf>,
+    /// Config file (default ./bib.toml when it exists, or BIB_CONFIG).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Read the token from this file instead of BIB_TOKEN.
+    #[arg(long)]
+    pub token_file: Option<PathBuf>,
+    /// Do not load the embedding model (BM25 only; writes and trimming unavailable).
+    #[arg(long)]
+    pub no_model: bool,
+}
+
+fn env_var(k: &str) -> Option<String> {
+    std::env::var(k).ok().filter(|s| !s.is_empty())
+}
+
+fn file_layer(explicit: Option<&Path>) -> anyhow::Result<Layer> {
+    let path = match explicit {
+        Some(p) => Some(p.to_path_buf()),
+        None => match env_var("BIB_CONFIG") {
+            Some(p) => Some(PathBuf::from(p)),
+            None => Some(PathBuf::from("bib.toml")).filter(|p| p.is_file()),
+        },
+    };
+    let Some(path) = path else {
+        return Ok(Layer::default());
+    };
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("cannot read config file {}", path.display()))?;
+    Ok(Layer::from_toml(&text, &path.display().to_string())?)
+}
+
+/// The configured token: `--token-file`, else `BIB_TOKEN`.
+pub fn token(common: &CommonArgs) -> anyhow::Result<Option<String>> {
+    match &common.token_file {
+        Some(p) => {
+            let t = std::fs::read_to_string(p)
+                .with_context(|| format!("cannot read token file {}", p.display()))?;
+            Ok(Some(t.trim().to_string()))
+        }
+        None => Ok(env_var("BIB_TOKEN")),
+    }
+}
+
+/// Open the store and the model and build the service.
+pub fn build_service(common: &CommonArgs, tokens: TokenCheck) -> anyhow::Result<Arc<Service>> {
+    let base =
+        Layer::from_env(|k| std::env::var(k).ok())?.over(file_layer(common.config.as_deref())?);
+    let store_path = common
+        .store
+        .clone()
+        .or_else(|| base.store.clone())
+        .unwrap_or_else(|| PathBuf::from(bib_store::DEFAULT_STORE_PATH));
+    if !store_path.is_file() {
+        bail!(
+            "no knowledge base at {} (run `bib ingest <dir>` first, or pass --store)",
+            store_path.display()
+        );
+    }
+    let store = SqliteStore::open(&store_path)
+        .with_context(|| format!("opening {}", store_path.display()))?;
+    let model_id = store
+        .chunk_states()?
+        .into_iter()
+        .map(|s| s.model_id)
+        .find(|m| !m.is_empty())
+        .unwrap_or_else(|| bib_embed::DEFAULT_MODEL.to_string());
+    let embedder: Result<Arc<dyn bib_embed::Embedder>, String> = if common.no_model {
+        Err("started with --no-model".to_string())
+    } else {
+        match super::ask::load_embedder(&model_id) {
+            Ok(e) => Ok(Arc::from(e)),
+            Err(e) => {
+                eprintln!("warning: {e:#}; serving BM25 only");
+                Err(format!("{e:#}"))
+            }
+        }
+    };
+    let store: Arc<dyn Store> = Arc::new(store);
+    Ok(Arc::new(Service::new(store, embedder, base, tokens)))
+}
+
+pub fn run(a: Args) -> anyhow::Result<()> {
+    bib_server::init_logging();
+    let public = !a.addr.ip().is_loopback();
+    let tokens = TokenCheck::new(token(&a.common)?.as_deref(), public)?;
+    if !(a.timeout_secs.is_finite() && a.timeout_secs > 0.0) {
+        bail!("--timeout-secs must be a positive number");
+    }
+    let service = build_service(&a.common, tokens)?;
+    let opts = HttpOptions {
+        body_limit: a.body_limit,
+        timeout: Duration::from_secs_f64(a.timeout_secs),
+        max_in_flight: a.max_in_flight,
+        allowed_hosts: a.allowed_hosts.clone(),
+    };
+    bib_server::http::serve_blocking(service, a.addr, opts, |addr| {
+        use std::io::Write;
+        println!("listening on http://{addr}");
+        let _ = std::io::stdout().flush();
+    })?;
+    Ok(())
+}
