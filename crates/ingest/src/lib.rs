@@ -17,9 +17,7 @@
 //!
 //! [`watch`] re-runs the (incremental, idempotent) ingest whenever files change.
 
-pub mod batch;
 pub mod bench;
-pub mod frontmatter;
 mod pipeline;
 pub mod scan;
 mod watch;

@@ -11,7 +11,6 @@ use bib_text::tokens::estimate_tokens;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
-use crate::batch::padded_batches;
 use crate::scan::{scan, FoundFile};
 use crate::{FileIssue, IngestError, IngestOptions, PhaseA, PhaseB, PhaseC, Progress, RunReport};
 
@@ -44,41 +43,8 @@ fn ms(d: std::time::Duration) -> u64 {
     d.as_millis() as u64
 }
 
-/// The document title: front-matter `title`, else the first `# ` heading, else the file stem.
-fn title_of(path: &str, metadata: &Value, body: &str) -> String {
-    if let Some(t) = metadata.get("title").and_then(Value::as_str) {
-        if !t.trim().is_empty() {
-            return t.trim().to_string();
-        }
-    }
-    for line in body.lines() {
-        if let Some(h) = line.strip_prefix("# ") {
-            let h = strip_html_tags(h).trim().to_string();
-            if !h.is_empty() {
-                return h;
-            }
-        }
-    }
-    let name = path.rsplit('/').next().unwrap_or(path);
-    name.rsplit_once('.').map_or(name, |(s, _)| s).to_string()
-}
-
-fn strip_html_tags(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    let mut depth = 0usize;
-    for c in s.chars() {
-        match c {
-            '<' => depth += 1,
-            '>' if depth > 0 => depth -= 1,
-            _ if depth == 0 => out.push(c),
-            _ => {}
-        }
-    }
-    out
-}
-
 /// Read and parse one file. The error is a human-readable reason (the caller adds the path).
-pub fn read_document(file: &FoundFile, max_bytes: u64) -> Result<ParsedDoc, String> {
+pub fn read_document(root: &Path, file: &FoundFile, max_bytes: u64) -> Result<ParsedDoc, String> {
     let meta = std::fs::metadata(&file.abs).map_err(|e| format!("cannot stat: {e}"))?;
     if meta.len() > max_bytes {
         return Err(format!(
@@ -103,18 +69,59 @@ pub fn read_document(file: &FoundFile, max_bytes: u64) -> Result<ParsedDoc, Stri
     if text.starts_with('\u{feff}') {
         text.drain(..3);
     }
-    let split =
-        crate::frontmatter::split(&text).map_err(|e| format!("broken front-matter: {e}"))?;
-    let body = &text[split.body_offset..];
-    let title = title_of(&file.path, &split.metadata, body);
+    let stem = file.path.rsplit('/').next().unwrap_or(&file.path);
+    let stem = stem.rsplit_once('.').map_or(stem, |(s, _)| s);
+    let doc = bib_text::frontmatter::parse_document(&text, stem)
+        .map_err(|e| format!("broken front-matter: {e}"))?;
+    let metadata = if doc.has_front_matter {
+        Value::Object(doc.metadata)
+    } else {
+        Value::Null
+    };
+    let (title, body_offset) = (doc.title, doc.body_offset);
+    // The hash is of the file as written, so an edit to an included file alone is not seen as a
+    // change of this document (the chunk hashes still are).
+    let content_hash = sha256_hex(&text);
+    let text = resolve_includes(root, file, text, body_offset)?;
     Ok(ParsedDoc {
         path: file.path.clone(),
         title,
-        metadata: split.metadata,
-        content_hash: sha256_hex(&text),
-        body_offset: split.body_offset,
+        metadata,
+        content_hash,
+        body_offset,
         text,
     })
+}
+
+/// Expand DocFX `[!INCLUDE [..](path)]` directives in the body, reading the targets relative to
+/// the including file and never outside `root`. Chunk spans of a document with includes refer
+/// to the expanded text.
+fn resolve_includes(
+    root: &Path,
+    file: &FoundFile,
+    text: String,
+    body_offset: usize,
+) -> Result<String, String> {
+    let body = &text[body_offset..];
+    if bib_text::frontmatter::find_includes(body).is_empty() {
+        return Ok(text);
+    }
+    let root = root
+        .canonicalize()
+        .map_err(|e| format!("cannot resolve the root {}: {e}", root.display()))?;
+    let current = file.abs.to_string_lossy().replace('\\', "/");
+    let mut loader = |path: &str| -> Result<String, String> {
+        let real = Path::new(path)
+            .canonicalize()
+            .map_err(|e| format!("cannot open: {e}"))?;
+        if !real.starts_with(&root) {
+            return Err("outside the ingested directory".to_string());
+        }
+        std::fs::read_to_string(&real).map_err(|e| format!("cannot read: {e}"))
+    };
+    let expanded = bib_text::frontmatter::resolve_includes(body, &current, &mut loader)
+        .map_err(|e| e.to_string())?;
+    Ok(format!("{}{}", &text[..body_offset], expanded))
 }
 
 fn git_commit(root: &Path) -> Option<String> {
@@ -213,12 +220,14 @@ impl Ctx<'_> {
             .iter()
             .map(|&(d, c)| (window[d].chunks[c].tokens_model as usize).min(cap) + 2)
             .collect();
-        for r in padded_batches(
+        let plan = bib_embed::split_batches(
             &padded,
-            self.opts.batch_max_chunks,
             self.opts.batch_token_budget,
-        ) {
-            let items = &need[r];
+            self.opts.batch_max_chunks,
+        );
+        for batch in &plan.batches {
+            let items: Vec<(usize, usize)> = batch.iter().map(|&i| need[i]).collect();
+            let items = &items[..];
             if items.iter().all(|&(d, _)| window[d].failed.is_some()) {
                 continue;
             }
@@ -391,7 +400,7 @@ pub fn ingest(
             });
             continue;
         }
-        match read_document(f, opts.max_file_bytes) {
+        match read_document(root, f, opts.max_file_bytes) {
             Ok(d) => docs.push(d),
             Err(reason) => issues.push(FileIssue {
                 path: f.path.clone(),

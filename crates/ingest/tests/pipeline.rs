@@ -89,22 +89,11 @@ fn run(root: &Path, store: &dyn Store, emb: &FakeEmbedder) -> RunReport {
 }
 
 fn chunks_of(text: &str) -> Vec<String> {
-    let split = bib_ingest::frontmatter::split(text).unwrap();
-    let title = split
-        .metadata
-        .get("title")
-        .and_then(|t| t.as_str())
-        .unwrap_or("x")
-        .to_string();
-    chunk_markdown(
-        &title,
-        &text[split.body_offset..],
-        split.body_offset,
-        &Default::default(),
-    )
-    .iter()
-    .map(|c| c.text())
-    .collect()
+    let doc = bib_text::frontmatter::parse_document(text, "x").unwrap();
+    chunk_markdown(&doc.title, doc.body, doc.body_offset, &Default::default())
+        .iter()
+        .map(|c| c.text())
+        .collect()
 }
 
 #[test]
@@ -357,7 +346,11 @@ fn bad_inputs_are_reported_and_the_rest_ingests() {
     assert!(find("latin1.md").contains("UTF-8"));
     assert!(find("binary.md").contains("binary"));
     assert!(find("big.md").contains("over the limit"));
-    assert!(find("broken.md").contains("front-matter line 3"));
+    let broken = find("broken.md");
+    assert!(
+        broken.contains("front-matter") && broken.contains("line 3"),
+        "{broken}"
+    );
     assert!(find("loop/again").contains("loop"));
     assert_eq!(store.documents().unwrap().len(), 20);
 }
@@ -390,4 +383,47 @@ fn public_prefix_never_registers_twice_and_empty_root_refuses_to_prune() {
     let r = run(&empty, &store, &emb);
     assert_eq!(r.status, "failed");
     assert_eq!(store.documents().unwrap().len(), 10);
+}
+
+#[test]
+fn includes_are_expanded_and_may_not_leave_the_root() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("wiki");
+    for i in 0..8 {
+        write(
+            &root,
+            &format!("p{i}.md"),
+            &format!("# Page {i}\n\nFiller text {i}.\n"),
+        );
+    }
+    write(
+        &root,
+        "includes/warning.md",
+        "---\ntitle: fragment\n---\n> [!Warning]\n> Never restore over production zebrafinch.\n",
+    );
+    write(
+        &root,
+        "ops/restore.md",
+        "# Restore\n\nSteps first.\n\n[!INCLUDE [w](../includes/warning.md)]\n",
+    );
+    std::fs::write(t.path().join("secret.md"), "outside text").unwrap();
+    write(&root, "leak.md", "# Leak\n\n[!INCLUDE [s](../secret.md)]\n");
+    let store = SqliteStore::open(t.path().join("kb.sqlite")).unwrap();
+    let r = run(&root, &store, &FakeEmbedder::default());
+    assert_eq!(r.status, "completed", "{r:?}");
+    let hits = store
+        .bm25_search("zebrafinch", 10, &Filter::none())
+        .unwrap();
+    let paths: Vec<&str> = hits.iter().map(|h| h.path.as_str()).collect();
+    assert!(paths.contains(&"ops/restore.md"), "{paths:?}");
+    let leak = r.errors.iter().find(|e| e.path == "leak.md");
+    assert!(
+        leak.is_some_and(|e| e.reason.contains("outside")),
+        "{:?}",
+        r.errors
+    );
+    assert!(store
+        .bm25_search("outside", 10, &Filter::none())
+        .unwrap()
+        .is_empty());
 }
