@@ -471,10 +471,18 @@ impl Service {
                         format!("{} bytes, over the limit of {MAX_DOC_BYTES}", content.len()),
                     ));
                 }
-                let split = bib_ingest::frontmatter::split(&content).map_err(|e| {
-                    ServiceError::invalid("content", format!("broken front-matter: {e}"))
-                })?;
-                (split.metadata, content, split.body_offset)
+                let (metadata, offset) = {
+                    let doc = bib_text::frontmatter::parse_document(&content, "").map_err(|e| {
+                        ServiceError::invalid("content", format!("broken front-matter: {e}"))
+                    })?;
+                    let meta = if doc.has_front_matter {
+                        Value::Object(doc.metadata)
+                    } else {
+                        Value::Null
+                    };
+                    (meta, doc.body_offset)
+                };
+                (metadata, content, offset)
             }
             (None, fm, body) => {
                 if fm.is_none() && body.is_none() {
