@@ -3,21 +3,75 @@
 //! Keys are (model id, kind, text): the same sentence under another model or as a query is a
 //! different vector. The cache is bounded; when full it is emptied (simple and predictable —
 //! trimming touches a few hundred sentences per question, far below the default bound).
+//!
+//! A cache may have a persistent second level ([`VectorBacking`], e.g. the store's own
+//! content-keyed vector cache through [`StoreVectors`]), so a sentence embedded by one `bib ask`
+//! process is not embedded again by the next.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use bib_embed::{EmbedKind, Embedder};
+use sha2::{Digest, Sha256};
 
 use crate::error::RetrieveError;
 
 type Key = (String, EmbedKind, String);
 
+/// A persistent second level for [`EmbeddingCache`]: vectors by (model id, content key).
+/// Failures are the backing's to swallow: a miss only costs an embedding.
+pub trait VectorBacking: Send + Sync {
+    /// Known vectors among `keys`.
+    fn get(&self, model_id: &str, keys: &[String]) -> Vec<(String, Vec<f32>)>;
+    /// Remember vectors.
+    fn put(&self, model_id: &str, items: &[(String, Vec<f32>)]);
+}
+
+/// The store's content-keyed vector cache as a [`VectorBacking`].
+pub struct StoreVectors(pub Arc<dyn bib_store::Store>);
+
+impl std::fmt::Debug for StoreVectors {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("StoreVectors")
+            .field(&self.0.location())
+            .finish()
+    }
+}
+
+impl VectorBacking for StoreVectors {
+    fn get(&self, model_id: &str, keys: &[String]) -> Vec<(String, Vec<f32>)> {
+        self.0.cached_vectors(model_id, keys).unwrap_or_default()
+    }
+    fn put(&self, model_id: &str, items: &[(String, Vec<f32>)]) {
+        let _ = self.0.cache_vectors(model_id, items);
+    }
+}
+
+/// The persistent key of a text: kind and SHA-256 of the text, so it cannot collide with the
+/// chunk hashes the store keeps in the same cache.
+pub fn content_key(kind: EmbedKind, text: &str) -> String {
+    let k = match kind {
+        EmbedKind::Query => "q",
+        EmbedKind::Passage => "p",
+    };
+    format!("text:{k}:{}", hex::encode(Sha256::digest(text.as_bytes())))
+}
+
 /// Thread-safe, bounded, content-keyed cache of embeddings.
-#[derive(Debug)]
 pub struct EmbeddingCache {
     map: Mutex<HashMap<Key, Arc<[f32]>>>,
     capacity: usize,
+    backing: Option<Arc<dyn VectorBacking>>,
+}
+
+impl std::fmt::Debug for EmbeddingCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EmbeddingCache")
+            .field("len", &self.len())
+            .field("capacity", &self.capacity)
+            .field("persistent", &self.backing.is_some())
+            .finish()
+    }
 }
 
 impl Default for EmbeddingCache {
@@ -32,7 +86,14 @@ impl EmbeddingCache {
         Self {
             map: Mutex::new(HashMap::new()),
             capacity: capacity.max(1),
+            backing: None,
         }
+    }
+
+    /// Add a persistent second level.
+    pub fn with_backing(mut self, backing: Arc<dyn VectorBacking>) -> Self {
+        self.backing = Some(backing);
+        self
     }
 
     /// Number of cached vectors.
@@ -67,6 +128,29 @@ impl EmbeddingCache {
                 out.push(hit);
             }
         }
+        if let (Some(b), false) = (&self.backing, missing.is_empty()) {
+            let keys: Vec<String> = missing.iter().map(|t| content_key(kind, t)).collect();
+            let found: HashMap<String, Vec<f32>> = b.get(&model, &keys).into_iter().collect();
+            if !found.is_empty() {
+                let mut map = self.map.lock().map_err(|_| poisoned())?;
+                let mut still = Vec::new();
+                for (t, k) in missing.iter().zip(&keys) {
+                    match found.get(k) {
+                        Some(v) => {
+                            let v: Arc<[f32]> = Arc::from(v.clone());
+                            for (slot, tt) in out.iter_mut().zip(texts) {
+                                if slot.is_none() && tt == t {
+                                    *slot = Some(v.clone());
+                                }
+                            }
+                            map.insert(key(t), v);
+                        }
+                        None => still.push(*t),
+                    }
+                }
+                missing = still;
+            }
+        }
         if !missing.is_empty() {
             let vecs = embedder.embed(&missing, kind)?;
             if vecs.len() != missing.len() {
@@ -84,6 +168,13 @@ impl EmbeddingCache {
                 if slot.is_none() {
                     *slot = fresh.get(t).cloned();
                 }
+            }
+            if let Some(b) = &self.backing {
+                let items: Vec<(String, Vec<f32>)> = fresh
+                    .iter()
+                    .map(|(t, v)| (content_key(kind, t), v.to_vec()))
+                    .collect();
+                b.put(&model, &items);
             }
             let mut map = self.map.lock().map_err(|_| poisoned())?;
             if map.len() + fresh.len() > self.capacity {
@@ -177,6 +268,34 @@ pub(crate) mod tests {
         // Another kind is another key.
         let _ = c.embed(&e, &["a b"], EmbedKind::Query).unwrap();
         assert_eq!(e.calls.load(Ordering::SeqCst), 3);
+    }
+
+    #[test]
+    fn persistent_backing_survives_a_new_cache() {
+        let store: Arc<dyn bib_store::Store> =
+            Arc::new(bib_store::SqliteStore::open_in_memory().unwrap());
+        let e = FakeEmbedder::default();
+        let c1 = EmbeddingCache::default().with_backing(Arc::new(StoreVectors(store.clone())));
+        let v1 = c1
+            .embed(&e, &["uno dos", "tres"], EmbedKind::Passage)
+            .unwrap();
+        assert_eq!(e.texts.load(Ordering::SeqCst), 2);
+        // A new process-level cache over the same store embeds nothing.
+        let c2 = EmbeddingCache::default().with_backing(Arc::new(StoreVectors(store)));
+        let v2 = c2
+            .embed(&e, &["tres", "uno dos", "cuatro"], EmbedKind::Passage)
+            .unwrap();
+        assert_eq!(
+            e.texts.load(Ordering::SeqCst),
+            3,
+            "only the new text is embedded"
+        );
+        assert_eq!(v2[0], v1[1]);
+        assert_eq!(v2[1], v1[0]);
+        assert_ne!(
+            content_key(EmbedKind::Query, "x"),
+            content_key(EmbedKind::Passage, "x")
+        );
     }
 
     #[test]

@@ -95,18 +95,22 @@ impl Layer {
             }
         };
         let mut l = Layer::default();
-        let str_of = |t: &toml::Table, sec: &str, k: &str| -> Result<Option<String>, RetrieveError> {
-            match t.get(k) {
-                None => Ok(None),
-                Some(toml::Value::String(s)) => Ok(Some(s.clone())),
-                Some(_) => Err(bad(&format!("{sec}.{k}"), "must be a string".into())),
-            }
-        };
+        let str_of =
+            |t: &toml::Table, sec: &str, k: &str| -> Result<Option<String>, RetrieveError> {
+                match t.get(k) {
+                    None => Ok(None),
+                    Some(toml::Value::String(s)) => Ok(Some(s.clone())),
+                    Some(_) => Err(bad(&format!("{sec}.{k}"), "must be a string".into())),
+                }
+            };
         let uint_of = |t: &toml::Table, k: &str| -> Result<Option<usize>, RetrieveError> {
             match t.get(k) {
                 None => Ok(None),
                 Some(toml::Value::Integer(i)) if *i >= 0 => Ok(Some(*i as usize)),
-                Some(_) => Err(bad(&format!("ask.{k}"), "must be a non-negative integer".into())),
+                Some(_) => Err(bad(
+                    &format!("ask.{k}"),
+                    "must be a non-negative integer".into(),
+                )),
             }
         };
         let float_of = |t: &toml::Table, k: &str| -> Result<Option<f64>, RetrieveError> {
@@ -134,7 +138,9 @@ impl Layer {
             l.trim_window = uint_of(a, "trim_window")?;
             l.trim_min_sentences = uint_of(a, "trim_min_sentences")?;
             l.trim_scorer = str_of(a, "ask", "trim_scorer")?
-                .map(|m| TrimScorer::from_str(&m).map_err(|e| bad("ask.trim_scorer", e.to_string())))
+                .map(|m| {
+                    TrimScorer::from_str(&m).map_err(|e| bad("ask.trim_scorer", e.to_string()))
+                })
                 .transpose()?;
             l.rrf_k = float_of(a, "rrf_k")?;
             l.candidates = uint_of(a, "candidates")?;
@@ -144,13 +150,21 @@ impl Layer {
                     items
                         .iter()
                         .map(|v| {
-                            v.as_str()
-                                .map(str::to_string)
-                                .ok_or_else(|| bad("ask.filters", "must be a list of \"key=value\" strings".into()))
+                            v.as_str().map(str::to_string).ok_or_else(|| {
+                                bad(
+                                    "ask.filters",
+                                    "must be a list of \"key=value\" strings".into(),
+                                )
+                            })
                         })
                         .collect::<Result<_, _>>()?,
                 ),
-                Some(_) => return Err(bad("ask.filters", "must be a list of \"key=value\" strings".into())),
+                Some(_) => {
+                    return Err(bad(
+                        "ask.filters",
+                        "must be a list of \"key=value\" strings".into(),
+                    ))
+                }
             };
         }
         if let Some(s) = section("llm")? {
@@ -212,7 +226,12 @@ pub struct AskSettings {
 impl AskSettings {
     /// Stack `flags` over `env` over `file` over the defaults (window 1 in ask, as the spec's
     /// ask integration; threshold calibrated for the default model; trimming off).
-    pub fn resolve(flags: Layer, env: Layer, file: Layer, default_store: &str) -> Result<Self, RetrieveError> {
+    pub fn resolve(
+        flags: Layer,
+        env: Layer,
+        file: Layer,
+        default_store: &str,
+    ) -> Result<Self, RetrieveError> {
         let l = flags.over(env).over(file);
         let d = RetrieveOptions::default();
         let trim = l.trim.unwrap_or(false).then(|| TrimOptions {
@@ -255,7 +274,10 @@ mod tests {
     use std::collections::HashMap;
 
     fn env(pairs: &[(&str, &str)]) -> Layer {
-        let m: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let m: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         Layer::from_env(|k| m.get(k).cloned()).unwrap()
     }
 
@@ -278,7 +300,13 @@ whatever = 1
 
     #[test]
     fn defaults() {
-        let s = AskSettings::resolve(Layer::default(), Layer::default(), Layer::default(), "d.sqlite").unwrap();
+        let s = AskSettings::resolve(
+            Layer::default(),
+            Layer::default(),
+            Layer::default(),
+            "d.sqlite",
+        )
+        .unwrap();
         assert_eq!(s.store, PathBuf::from("d.sqlite"));
         assert_eq!(s.options.top_k, 5);
         assert_eq!(s.options.mode, Mode::Hybrid);
@@ -290,7 +318,8 @@ whatever = 1
     fn precedence_flags_env_file_defaults() {
         let file = Layer::from_toml(FILE, "bib.toml").unwrap();
         // File alone.
-        let s = AskSettings::resolve(Layer::default(), Layer::default(), file.clone(), "d").unwrap();
+        let s =
+            AskSettings::resolve(Layer::default(), Layer::default(), file.clone(), "d").unwrap();
         assert_eq!(s.store, PathBuf::from("kb/file.sqlite"));
         assert_eq!(s.options.top_k, 7);
         assert_eq!(s.options.mode, Mode::Bm25);
@@ -299,7 +328,11 @@ whatever = 1
         assert_eq!(s.filters, vec!["app=core".to_string()]);
         assert_eq!(s.llm_model.as_deref(), Some("file-model"));
         // Env over file.
-        let e = env(&[("RETRIEVAL_TRIM", "0"), ("BIB_LLM_MODEL", "env-model"), ("BIB_STORE", "env.sqlite")]);
+        let e = env(&[
+            ("RETRIEVAL_TRIM", "0"),
+            ("BIB_LLM_MODEL", "env-model"),
+            ("BIB_STORE", "env.sqlite"),
+        ]);
         let s = AskSettings::resolve(Layer::default(), e.clone(), file.clone(), "d").unwrap();
         assert!(s.options.trim.is_none());
         assert_eq!(s.llm_model.as_deref(), Some("env-model"));
@@ -318,7 +351,10 @@ whatever = 1
         assert_eq!(t.window, 2, "window still from the file");
         assert_eq!(s.options.top_k, 2);
         // Env threshold applies when the flag does not set it; ask's default window is 1.
-        let e = env(&[("RETRIEVAL_TRIM", "1"), ("RETRIEVAL_TRIM_THRESHOLD", "0.42")]);
+        let e = env(&[
+            ("RETRIEVAL_TRIM", "1"),
+            ("RETRIEVAL_TRIM_THRESHOLD", "0.42"),
+        ]);
         let s = AskSettings::resolve(Layer::default(), e, Layer::default(), "d").unwrap();
         let t = s.options.trim.unwrap();
         assert_eq!((t.threshold, t.window), (0.42, 1));
@@ -335,8 +371,13 @@ whatever = 1
             ("ask = 3", "ask"),
         ];
         for (text, key) in cases {
-            let e = Layer::from_toml(text, "my/bib.toml").unwrap_err().to_string();
-            assert!(e.contains("my/bib.toml") && e.contains(key), "{text:?} → {e}");
+            let e = Layer::from_toml(text, "my/bib.toml")
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("my/bib.toml") && e.contains(key),
+                "{text:?} → {e}"
+            );
         }
         let m = |k: &str| (k == "RETRIEVAL_TRIM_THRESHOLD").then(|| "high".to_string());
         let e = Layer::from_env(m).unwrap_err().to_string();

@@ -30,7 +30,7 @@ pub mod store_index;
 pub mod synth;
 pub mod trim;
 
-pub use cache::EmbeddingCache;
+pub use cache::{EmbeddingCache, StoreVectors, VectorBacking};
 pub use error::RetrieveError;
 pub use filter::Filter;
 pub use fusion::{rrf_fuse, FusedHit, ListHit, DEFAULT_RRF_K};
