@@ -3,12 +3,17 @@
 
 use clap::Subcommand;
 
+mod ask_common;
 mod embed;
 mod ingest;
+mod latency;
 mod locomo;
 mod sbd;
+mod scifact;
 mod serve;
 mod split;
+mod wiki;
+mod xquad;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -23,24 +28,36 @@ enum Bench {
     Ingest(ingest::Args),
     /// Embedding throughput vs the reference Python package (same vectors), SciFact vector nDCG@10.
     Embed(embed::Args),
+    /// Ask latency p50/p99 at SciFact scale, trim off/on, memory and SQLite index.
+    Latency(latency::Args),
     /// History packer evidence recall on LoCoMo, side by side with the JS reference.
     Locomo(locomo::Args),
     /// Sentence-boundary accuracy on the SBD golden sets (exact match per case).
     Sbd(sbd::Args),
+    /// Ask retrieval quality on SciFact: nDCG@10 / Recall@100 for bm25, vector, hybrid.
+    Scifact(scifact::Args),
     /// Load test of `bib serve` on loopback: concurrent asks + registrations, req/s, p50/p99,
     /// errors, lost writes.
     Serve(serve::Args),
     /// Sentence-splitter throughput (MB/s) on the NuGet wikis, next to UAX #29.
     Split(split::Args),
+    /// Ask on the NuGet wiki golden sets: evidence in top-k before/after trimming.
+    Wiki(wiki::Args),
+    /// Ask trimming on XQuAD es/en: answers kept vs token reduction over a threshold sweep.
+    Xquad(xquad::Args),
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     match args.bench {
         Bench::Ingest(a) => ingest::run(a),
         Bench::Embed(a) => embed::run(a),
+        Bench::Latency(a) => latency::run(a),
         Bench::Locomo(a) => locomo::run(a),
         Bench::Sbd(a) => sbd::run(a),
+        Bench::Scifact(a) => scifact::run(a),
         Bench::Serve(a) => serve::run(a),
         Bench::Split(a) => split::run(a),
+        Bench::Wiki(a) => wiki::run(a),
+        Bench::Xquad(a) => xquad::run(a),
     }
 }

@@ -1,0 +1,144 @@
+//! Shared helpers of the ask benchmarks (SciFact, XQuAD, wiki, latency): data loading, a
+//! disk cache of corpus embeddings (so re-runs skip the slow part), and IR metrics.
+
+use std::collections::hash_map::DefaultHasher;
+use std::hash::{Hash, Hasher};
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::Context;
+use bib_embed::{EmbedKind, Embedder};
+use serde::de::DeserializeOwned;
+
+/// The benchmark data folder: `--data`, else `../shared/bench/data`.
+pub fn data_dir(arg: Option<PathBuf>) -> PathBuf {
+    arg.unwrap_or_else(|| PathBuf::from("../shared/bench/data"))
+}
+
+/// Read a JSONL file into typed rows; a bad line names the file and line number.
+pub fn read_jsonl<T: DeserializeOwned>(path: &Path) -> anyhow::Result<Vec<T>> {
+    let f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let mut out = Vec::new();
+    for (i, line) in std::io::BufReader::new(f).lines().enumerate() {
+        let line = line.with_context(|| format!("reading {}", path.display()))?;
+        if line.trim().is_empty() {
+            continue;
+        }
+        out.push(
+            serde_json::from_str(&line)
+                .with_context(|| format!("{}:{}: bad JSON row", path.display(), i + 1))?,
+        );
+    }
+    Ok(out)
+}
+
+/// Embed `texts` as passages, reusing `<cache_dir>/<name>-<model>-<hash>.f32` when the same
+/// model embedded the same texts before. Progress goes to stderr.
+pub fn embed_corpus_cached(
+    e: &dyn Embedder,
+    texts: &[String],
+    cache_dir: &Path,
+    name: &str,
+) -> anyhow::Result<Vec<Vec<f32>>> {
+    let mut h = DefaultHasher::new();
+    e.model_id().hash(&mut h);
+    texts.hash(&mut h);
+    let file = cache_dir.join(format!("{name}-{}-{:016x}.f32", e.model_id(), h.finish()));
+    let dim = e.dimensions();
+    if let Ok(bytes) = std::fs::read(&file) {
+        if bytes.len() == texts.len() * dim * 4 {
+            let flat: Vec<f32> = bytes
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                .collect();
+            eprintln!(
+                "{name}: {} cached vectors from {}",
+                texts.len(),
+                file.display()
+            );
+            return Ok(flat.chunks(dim).map(<[f32]>::to_vec).collect());
+        }
+    }
+    let t = Instant::now();
+    let mut out = Vec::with_capacity(texts.len());
+    for batch in texts.chunks(64) {
+        let refs: Vec<&str> = batch.iter().map(String::as_str).collect();
+        out.extend(e.embed(&refs, EmbedKind::Passage)?);
+        eprint!("\r{name}: embedded {}/{}", out.len(), texts.len());
+        std::io::stderr().flush().ok();
+    }
+    let secs = t.elapsed().as_secs_f64();
+    eprintln!(
+        "\r{name}: embedded {} texts in {secs:.1} s ({:.0} texts/s)",
+        texts.len(),
+        texts.len() as f64 / secs.max(1e-9)
+    );
+    std::fs::create_dir_all(cache_dir).ok();
+    let mut bytes = Vec::with_capacity(texts.len() * dim * 4);
+    for v in &out {
+        for x in v {
+            bytes.extend_from_slice(&x.to_le_bytes());
+        }
+    }
+    if let Err(err) = std::fs::write(&file, bytes) {
+        eprintln!("warning: could not write {}: {err}", file.display());
+    }
+    Ok(out)
+}
+
+/// nDCG@k with binary relevance.
+pub fn ndcg_at(ranked: &[String], relevant: &[String], k: usize) -> f64 {
+    let dcg: f64 = ranked
+        .iter()
+        .take(k)
+        .enumerate()
+        .filter(|(_, d)| relevant.contains(d))
+        .map(|(i, _)| 1.0 / ((i + 2) as f64).log2())
+        .sum();
+    let idcg: f64 = (0..relevant.len().min(k))
+        .map(|i| 1.0 / ((i + 2) as f64).log2())
+        .sum();
+    if idcg == 0.0 {
+        0.0
+    } else {
+        dcg / idcg
+    }
+}
+
+/// Recall@k: the fraction of relevant documents in the top k.
+pub fn recall_at(ranked: &[String], relevant: &[String], k: usize) -> f64 {
+    if relevant.is_empty() {
+        return 0.0;
+    }
+    let top = &ranked[..ranked.len().min(k)];
+    relevant.iter().filter(|r| top.contains(r)).count() as f64 / relevant.len() as f64
+}
+
+/// The p-th percentile (0–100) of `v` (sorted in place), nearest rank.
+pub fn percentile(v: &mut [f64], p: f64) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(f64::total_cmp);
+    let rank = ((p / 100.0) * v.len() as f64).ceil() as usize;
+    v[rank.clamp(1, v.len()) - 1]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metrics() {
+        let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        assert!((ndcg_at(&s(&["a", "b"]), &s(&["a"]), 10) - 1.0).abs() < 1e-12);
+        assert!((ndcg_at(&s(&["b", "a"]), &s(&["a"]), 10) - 1.0 / 3f64.log2()).abs() < 1e-12);
+        assert_eq!(ndcg_at(&s(&["b"]), &s(&["a"]), 10), 0.0);
+        assert_eq!(recall_at(&s(&["a", "b", "c"]), &s(&["c", "d"]), 2), 0.0);
+        assert_eq!(recall_at(&s(&["a", "b", "c"]), &s(&["c", "d"]), 3), 0.5);
+        let mut v = vec![5.0, 1.0, 3.0, 2.0, 4.0];
+        assert_eq!(percentile(&mut v, 50.0), 3.0);
+        assert_eq!(percentile(&mut v, 99.0), 5.0);
+    }
+}

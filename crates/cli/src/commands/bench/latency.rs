@@ -1,0 +1,203 @@
+//! `bib bench latency` — p50/p99 of one ask at SciFact scale (5,183 chunks), query embedding
+//! included, trimming off and on, over the in-memory index and over the SQLite store (the real
+//! `bib ask` path, minus process start).
+//!
+//! Trimming is timed twice: *cold* (a fresh sentence cache per question, so every sentence of
+//! the five chunks is embedded) and *warm* (the sentences were embedded by an earlier ask).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use bib_retrieve::trim::{TrimOptions, USE_M3_THRESHOLD};
+use bib_retrieve::{
+    ChunkIndex, ChunkRecord, EmbeddingCache, Filter, MemoryIndex, RetrieveOptions, Retriever,
+    StoreIndex, StoreVectors, VectorBacking,
+};
+use bib_store::{ChunkWrite, DocumentChange, SqliteStore, Store};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::ask_common::{data_dir, embed_corpus_cached, percentile, read_jsonl};
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Benchmark data folder (holds scifact/). Default: ../shared/bench/data.
+    #[arg(long)]
+    data: Option<PathBuf>,
+    /// Where corpus embeddings and the SciFact store are cached between runs.
+    #[arg(long, default_value = ".bib/bench-cache")]
+    cache_dir: PathBuf,
+    /// Questions timed (from the SciFact test queries).
+    #[arg(long, default_value_t = 300)]
+    queries: usize,
+    /// Write the report as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Doc {
+    #[serde(rename = "_id")]
+    id: String,
+    title: String,
+    text: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct Query {
+    text: String,
+}
+
+fn time_asks(
+    index: &dyn ChunkIndex,
+    e: &dyn bib_embed::Embedder,
+    queries: &[Query],
+    trim: Option<TrimOptions>,
+    shared: Option<&EmbeddingCache>,
+    backing: Option<Arc<dyn VectorBacking>>,
+) -> anyhow::Result<Vec<f64>> {
+    let opts = RetrieveOptions {
+        trim,
+        ..RetrieveOptions::default()
+    };
+    let mut out = Vec::with_capacity(queries.len());
+    for q in queries {
+        let fresh = match &backing {
+            Some(b) => EmbeddingCache::default().with_backing(b.clone()),
+            None => EmbeddingCache::default(),
+        };
+        let cache = shared.unwrap_or(&fresh);
+        let t = std::time::Instant::now();
+        let r =
+            Retriever::new(index, Some(e), cache).retrieve(&q.text, &opts, &Filter::default())?;
+        out.push(t.elapsed().as_secs_f64() * 1000.0);
+        std::hint::black_box(r);
+    }
+    Ok(out)
+}
+
+pub fn run(a: Args) -> anyhow::Result<()> {
+    let dir = data_dir(a.data.clone()).join("scifact");
+    let docs: Vec<Doc> = read_jsonl(&dir.join("corpus.jsonl"))?;
+    let mut queries: Vec<Query> = read_jsonl(&dir.join("queries_test.jsonl"))?;
+    queries.truncate(a.queries);
+    let embedder = super::super::ask::load_embedder(bib_embed::DEFAULT_MODEL)?;
+    let e = embedder.as_ref();
+    let texts: Vec<String> = docs
+        .iter()
+        .map(|d| format!("{}\n{}", d.title, d.text))
+        .collect();
+    let vecs = embed_corpus_cached(e, &texts, &a.cache_dir, "scifact")?;
+
+    let mut mem = MemoryIndex::new();
+    for (i, (d, v)) in docs.iter().zip(&vecs).enumerate() {
+        mem.add(
+            ChunkRecord {
+                id: i as i64,
+                path: format!("{}.md", d.id),
+                chunk_index: 0,
+                title: d.title.clone(),
+                heading_path: vec![],
+                content: format!("[Doc: {}]\n{}", d.title, d.text),
+                metadata: Value::Null,
+            },
+            Some(v.clone()),
+        )?;
+    }
+
+    let store_path = a.cache_dir.join("latency-scifact.sqlite");
+    std::fs::create_dir_all(&a.cache_dir).ok();
+    let store = Arc::new(
+        SqliteStore::open(&store_path)
+            .with_context(|| format!("opening {}", store_path.display()))?,
+    );
+    if store.documents()?.len() != docs.len() {
+        eprintln!(
+            "latency: building the SciFact store at {} …",
+            store_path.display()
+        );
+        for (d, v) in docs.iter().zip(&vecs) {
+            let prefix = format!("[Doc: {}]", d.title);
+            store.apply_document(&DocumentChange {
+                path: format!("{}.md", d.id),
+                title: d.title.clone(),
+                metadata: Value::Null,
+                content_hash: d.id.clone(),
+                chunk_count: 1,
+                upserts: vec![ChunkWrite {
+                    chunk_index: 0,
+                    prefix,
+                    heading_path: vec![],
+                    content: d.text.clone(),
+                    content_hash: d.id.clone(),
+                    tokens_estimate: 0,
+                    tokens_model: 0,
+                    span_start: 0,
+                    span_end: 0,
+                    model_id: e.model_id().to_string(),
+                    embedding: v.clone(),
+                }],
+            })?;
+        }
+    }
+    let six = StoreIndex::new(store.as_ref());
+    let persisted: Arc<dyn VectorBacking> = Arc::new(StoreVectors(store.clone()));
+    let trim = Some(TrimOptions {
+        threshold: USE_M3_THRESHOLD,
+        window: 1,
+        ..TrimOptions::default()
+    });
+    // Warm-up (page cache, allocator, model weights).
+    time_asks(&mem, e, &queries[..queries.len().min(10)], None, None, None)?;
+
+    println!(
+        "ask latency at SciFact scale ({} chunks, {} questions, top-5 hybrid, {} model)",
+        docs.len(),
+        queries.len(),
+        e.model_id()
+    );
+    println!(
+        "{:<10} {:<16} {:>9} {:>9} {:>9}",
+        "index", "trim", "p50 ms", "p99 ms", "mean ms"
+    );
+    let mut rows = Vec::new();
+    for (iname, index) in [
+        ("memory", &mem as &dyn ChunkIndex),
+        ("sqlite", &six as &dyn ChunkIndex),
+    ] {
+        let warm = EmbeddingCache::default();
+        // Prime the warm cache with one pass.
+        time_asks(index, e, &queries, trim, Some(&warm), None)?;
+        let mut variants: Vec<(
+            &str,
+            Option<TrimOptions>,
+            Option<&EmbeddingCache>,
+            Option<Arc<dyn VectorBacking>>,
+        )> = vec![
+            ("off", None, None, None),
+            ("on (cold)", trim, None, None),
+            ("on (warm)", trim, Some(&warm), None),
+        ];
+        if iname == "sqlite" {
+            // Prime the store's persistent cache, then time fresh per-process caches over it.
+            time_asks(index, e, &queries, trim, None, Some(persisted.clone()))?;
+            variants.push(("on (persisted)", trim, None, Some(persisted.clone())));
+        }
+        for (tname, t, cache, backing) in variants {
+            let mut ms = time_asks(index, e, &queries, t, cache, backing)?;
+            let mean = ms.iter().sum::<f64>() / ms.len().max(1) as f64;
+            let p50 = percentile(&mut ms, 50.0);
+            let p99 = percentile(&mut ms, 99.0);
+            println!("{iname:<10} {tname:<16} {p50:>9.2} {p99:>9.2} {mean:>9.2}");
+            rows.push(json!({"index": iname, "trim": tname, "p50_ms": p50, "p99_ms": p99, "mean_ms": mean}));
+        }
+    }
+    if let Some(p) = &a.json {
+        std::fs::write(
+            p,
+            serde_json::to_string_pretty(&json!({"bench": "latency", "rows": rows}))?,
+        )?;
+    }
+    Ok(())
+}

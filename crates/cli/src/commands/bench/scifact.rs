@@ -1,0 +1,233 @@
+//! `bib bench scifact` — retrieval quality of bm25, vector and hybrid (RRF) on SciFact (BEIR
+//! test split: 5,183 abstracts, 300 claims): nDCG@10 and Recall@100, next to the published
+//! anchors in `<data>/anchors.json`.
+//!
+//! Each abstract is one chunk (`title` newline `text`) in a `bib_retrieve::MemoryIndex`, whose
+//! BM25 equals the store's (same term function, same formula); vectors come from the default
+//! embedding model and are cached on disk between runs.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::Context;
+use bib_embed::EmbedKind;
+use bib_retrieve::retrieve::rank;
+use bib_retrieve::{ChunkIndex, ChunkRecord, Filter, MemoryIndex, Mode};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::ask_common::{data_dir, embed_corpus_cached, ndcg_at, read_jsonl, recall_at};
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Benchmark data folder (holds scifact/ and anchors.json). Default: ../shared/bench/data.
+    #[arg(long)]
+    data: Option<PathBuf>,
+    /// Where corpus embeddings are cached between runs.
+    #[arg(long, default_value = ".bib/bench-cache")]
+    cache_dir: PathBuf,
+    /// Embedding model.
+    #[arg(long, default_value = "use-m3")]
+    model: String,
+    /// Candidates taken from each list before fusion.
+    #[arg(long, default_value_t = 100)]
+    candidates: usize,
+    /// Extra RRF k values to report beside the default 60.
+    #[arg(long, value_delimiter = ',', default_value = "10,30,100")]
+    extra_k: Vec<f64>,
+    /// Write the report as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Doc {
+    #[serde(rename = "_id")]
+    id: String,
+    title: String,
+    text: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct Query {
+    #[serde(rename = "_id")]
+    id: String,
+    text: String,
+}
+
+#[derive(Default, Clone, Copy)]
+struct Acc {
+    ndcg: f64,
+    r100: f64,
+    r10: f64,
+}
+
+pub fn run(a: Args) -> anyhow::Result<()> {
+    let data = data_dir(a.data.clone());
+    let dir = data.join("scifact");
+    let docs: Vec<Doc> = read_jsonl(&dir.join("corpus.jsonl"))?;
+    let queries: Vec<Query> = read_jsonl(&dir.join("queries_test.jsonl"))?;
+    let qrels_text = std::fs::read_to_string(dir.join("qrels_test.tsv"))
+        .with_context(|| format!("reading {}", dir.join("qrels_test.tsv").display()))?;
+    let mut qrels: HashMap<String, Vec<String>> = HashMap::new();
+    for line in qrels_text.lines().skip(1) {
+        let f: Vec<&str> = line.split('\t').collect();
+        if f.len() >= 3 && f[2].trim() != "0" {
+            qrels
+                .entry(f[0].to_string())
+                .or_default()
+                .push(f[1].to_string());
+        }
+    }
+    let queries: Vec<Query> = queries
+        .into_iter()
+        .filter(|q| qrels.contains_key(&q.id))
+        .collect();
+    eprintln!(
+        "scifact: {} docs, {} test queries with qrels",
+        docs.len(),
+        queries.len()
+    );
+
+    let embedder = super::super::ask::load_embedder(&a.model)?;
+    let texts: Vec<String> = docs
+        .iter()
+        .map(|d| format!("{}\n{}", d.title, d.text))
+        .collect();
+    let vecs = embed_corpus_cached(embedder.as_ref(), &texts, &a.cache_dir, "scifact")?;
+
+    let mut ix = MemoryIndex::new();
+    for (i, (d, v)) in docs.iter().zip(vecs).enumerate() {
+        ix.add(
+            ChunkRecord {
+                id: i as i64,
+                path: d.id.clone(),
+                chunk_index: 0,
+                title: d.title.clone(),
+                heading_path: vec![],
+                content: texts[i].clone(),
+                metadata: Value::Null,
+            },
+            Some(v),
+        )?;
+    }
+    let doc_id = |id: i64| docs[id as usize].id.clone();
+
+    let t = Instant::now();
+    let qtexts: Vec<&str> = queries.iter().map(|q| q.text.as_str()).collect();
+    let qvecs = embedder.embed(&qtexts, EmbedKind::Query)?;
+    let embed_q_ms = t.elapsed().as_secs_f64() * 1000.0 / queries.len().max(1) as f64;
+
+    let mut ks = vec![60.0];
+    ks.extend(a.extra_k.iter().copied().filter(|k| *k != 60.0));
+    let mut names: Vec<String> = vec!["bm25".into(), "vector".into()];
+    names.extend(ks.iter().map(|k| format!("hybrid (RRF k={k})")));
+    let mut acc = vec![Acc::default(); names.len()];
+    let mut wins = [0usize; 3]; // per query: hybrid better, equal, worse than the best single list
+    let n = a.candidates.max(100);
+    for (q, qv) in queries.iter().zip(&qvecs) {
+        let rel = &qrels[&q.id];
+        let bm = ix.bm25_top(&q.text, n, &Filter::default())?;
+        let ve = ix.vector_top(qv, n, &Filter::default())?;
+        let mut lists = vec![
+            rank(Mode::Bm25, &bm, &ve, 60.0, 100),
+            rank(Mode::Vector, &bm, &ve, 60.0, 100),
+        ];
+        for &k in &ks {
+            lists.push(rank(Mode::Hybrid, &bm, &ve, k, 100));
+        }
+        let mut nd = Vec::new();
+        for (slot, l) in acc.iter_mut().zip(&lists) {
+            let ids: Vec<String> = l.iter().map(|h| doc_id(h.id)).collect();
+            let x = ndcg_at(&ids, rel, 10);
+            nd.push(x);
+            slot.ndcg += x;
+            slot.r10 += recall_at(&ids, rel, 10);
+            slot.r100 += recall_at(&ids, rel, 100);
+        }
+        let best_single = nd[0].max(nd[1]);
+        let i = if nd[2] > best_single + 1e-12 {
+            0
+        } else if (nd[2] - best_single).abs() <= 1e-12 {
+            1
+        } else {
+            2
+        };
+        wins[i] += 1;
+    }
+    let nq = queries.len().max(1) as f64;
+    println!(
+        "SciFact test ({} queries, {} docs), model {}, candidates {n} per list",
+        queries.len(),
+        docs.len(),
+        a.model
+    );
+    println!(
+        "{:<22} {:>8} {:>8} {:>9}",
+        "run", "nDCG@10", "R@10", "R@100"
+    );
+    let mut rows = Vec::new();
+    for (name, s) in names.iter().zip(&acc) {
+        let (nd, r10, r100) = (s.ndcg / nq, s.r10 / nq, s.r100 / nq);
+        println!("{name:<22} {nd:>8.4} {r10:>8.4} {r100:>9.4}");
+        rows.push(json!({"run": name, "ndcg10": nd, "r10": r10, "r100": r100}));
+    }
+    let best_single = (acc[0].ndcg.max(acc[1].ndcg)) / nq;
+    let hybrid = acc[2].ndcg / nq;
+    println!(
+        "hybrid (k=60) vs best single list: {:+.4} nDCG@10 ({:.3}×); per query better/equal/worse: {}/{}/{}",
+        hybrid - best_single,
+        hybrid / best_single.max(1e-12),
+        wins[0],
+        wins[1],
+        wins[2]
+    );
+    println!("query embedding: {embed_q_ms:.2} ms/query (batched)");
+
+    let anchors: Value = std::fs::read_to_string(data.join("anchors.json"))
+        .ok()
+        .and_then(|s| serde_json::from_str(&s).ok())
+        .unwrap_or(Value::Null);
+    let sf = &anchors["scifact_test_ndcg10"];
+    println!("anchors (nDCG@10):");
+    let anchor_rows = [
+        ("BM25 (BEIR paper)", &sf["BEIR_paper_Table2"]["BM25"]),
+        (
+            "BM25 flat (Anserini)",
+            &sf["Anserini_regressions"]["BM25_flat"]["ndcg10"],
+        ),
+        ("BM25 bm25s local", &sf["local_sanity_bm25s"]["ndcg10"]),
+        (
+            "bge-small-en-v1.5",
+            &sf["MTEB_results"]["bge-small-en-v1.5"]["ndcg10"],
+        ),
+        (
+            "multilingual-e5-small",
+            &sf["MTEB_results"]["multilingual-e5-small"]["ndcg10"],
+        ),
+        (
+            "all-MiniLM-L6-v2",
+            &sf["MTEB_results"]["all-MiniLM-L6-v2"]["ndcg10"],
+        ),
+        (
+            "bge-m3 dense",
+            &sf["MTEB_results"]["bge-m3_dense"]["ndcg10"],
+        ),
+    ];
+    for (name, v) in anchor_rows {
+        if let Some(x) = v.as_f64() {
+            println!("  {name:<24} {x:.4}");
+        }
+    }
+    if let Some(p) = &a.json {
+        let report = json!({
+            "bench": "scifact", "model": a.model, "queries": queries.len(), "docs": docs.len(),
+            "candidates": n, "rows": rows, "hybrid_minus_best_single": hybrid - best_single,
+            "per_query_better_equal_worse": wins, "query_embed_ms": embed_q_ms,
+        });
+        std::fs::write(p, serde_json::to_string_pretty(&report)?)
+            .with_context(|| format!("writing {}", p.display()))?;
+    }
+    Ok(())
+}

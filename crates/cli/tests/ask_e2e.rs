@@ -1,0 +1,434 @@
+//! End-to-end: `bib ask` on the real binary over a small ingested bilingual wiki, with the real
+//! default model: JSON shape, trimming on/off (flag, env, bib.toml and their precedence),
+//! filters, modes, the query log, error messages, and `--synthesize` against a fake
+//! OpenAI-compatible server. Set `BIB_SKIP_MODEL_TESTS=1` where the model cannot be installed.
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+const ENV_CLEARED: [&str; 9] = [
+    "RETRIEVAL_TRIM",
+    "RETRIEVAL_TRIM_THRESHOLD",
+    "RETRIEVAL_TRIM_WINDOW",
+    "BIB_STORE",
+    "BIB_CONFIG",
+    "BIB_LLM_BASE_URL",
+    "BIB_LLM_MODEL",
+    "BIB_LLM_API_KEY",
+    "NO_COLOR",
+];
+
+fn bib(cwd: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_bib"));
+    c.current_dir(cwd).args(args);
+    for k in ENV_CLEARED {
+        c.env_remove(k);
+    }
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().expect("bib runs")
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn model_available(cwd: &Path) -> bool {
+    let o = bib(cwd, &["model", "list"], &[]);
+    if String::from_utf8_lossy(&o.stdout).contains("use-m3") {
+        return true;
+    }
+    if std::env::var("BIB_SKIP_MODEL_TESTS").as_deref() == Ok("1") {
+        eprintln!("skipping: default model not installed and BIB_SKIP_MODEL_TESTS=1");
+        return false;
+    }
+    panic!("the default embedding model is not installed: run `bib model install` (or set BIB_SKIP_MODEL_TESTS=1)");
+}
+
+fn write(root: &Path, rel: &str, body: &str) {
+    let p = root.join(rel);
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::write(p, body).unwrap();
+}
+
+/// A small bilingual wiki, ingested into `<tmp>/kb.sqlite`.
+fn setup() -> Option<(tempfile::TempDir, PathBuf)> {
+    let t = tempfile::tempdir().unwrap();
+    if !model_available(t.path()) {
+        return None;
+    }
+    let wiki = t.path().join("wiki");
+    write(
+        &wiki,
+        "en/push.md",
+        "---\ntitle: Pushing packages\napp: cli\ntags: [publish, cli]\n---\n# Push\n\n\
+         Use `nuget push` to publish a package to a feed. The default timeout of nuget push is 300 seconds. \
+         You can change it with the -Timeout option. The weather today is sunny and warm. \
+         Cats like to sleep in the sun all afternoon. Bread is baked in a hot oven.\n",
+    );
+    write(
+        &wiki,
+        "en/config.md",
+        "---\ntitle: Configuration\napp: core\n---\n# Config files\n\n\
+         The nuget.config file lists the package sources. Each source has a name and a URL. \
+         Credentials for private feeds are stored separately.\n",
+    );
+    write(
+        &wiki,
+        "es/restaurar.md",
+        "---\ntitle: Restaurar paquetes\napp: core\ntags: [restore]\n---\n# Restaurar\n\n\
+         La restauración descarga los paquetes desde los orígenes configurados. \
+         La caché global guarda cada versión una sola vez. \
+         El tiempo de espera de la restauración no se puede cambiar.\n",
+    );
+    let store = t.path().join("kb.sqlite");
+    let o = bib(
+        t.path(),
+        &[
+            "ingest",
+            wiki.to_str().unwrap(),
+            "--store",
+            store.to_str().unwrap(),
+            "--json",
+        ],
+        &[],
+    );
+    assert!(o.status.success(), "ingest failed: {}", text(&o));
+    Some((t, store))
+}
+
+fn ask_json(cwd: &Path, store: &Path, q: &str, extra: &[&str], env: &[(&str, &str)]) -> Value {
+    let mut args = vec!["ask", q, "--json", "--store", store.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    let o = bib(cwd, &args, env);
+    assert!(o.status.success(), "ask {extra:?} failed: {}", text(&o));
+    serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("bad JSON ({e}): {}", text(&o)))
+}
+
+fn results(v: &Value) -> &Vec<Value> {
+    v["results"].as_array().expect("results array")
+}
+
+fn paths(v: &Value) -> Vec<String> {
+    results(v)
+        .iter()
+        .map(|r| r["path"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn ask_json_trim_filters_modes_config_and_log() {
+    let Some((t, store)) = setup() else { return };
+    let cwd = t.path();
+    let q = "What is the default timeout of nuget push?";
+
+    // Shape and ranking, trimming off by default.
+    let v = ask_json(cwd, &store, q, &[], &[]);
+    assert_eq!(v["query"], q);
+    assert_eq!(v["mode"], "hybrid");
+    let r0 = &results(&v)[0];
+    assert_eq!(r0["path"], "en/push.md", "{v:#}");
+    assert_eq!(r0["chunk_index"], 0);
+    assert!(r0["content"].as_str().unwrap().contains("300 seconds"));
+    assert!(r0["score"].as_f64().unwrap() > 0.0);
+    assert!(
+        r0["bm25"]["rank"].is_u64() && r0["vector"]["rank"].is_u64(),
+        "{r0:#}"
+    );
+    let scores: Vec<f64> = results(&v)
+        .iter()
+        .map(|r| r["score"].as_f64().unwrap())
+        .collect();
+    assert!(
+        scores.windows(2).all(|w| w[0] >= w[1]),
+        "best first: {scores:?}"
+    );
+    let before = v["tokens_before"].as_u64().unwrap();
+    assert!(before > 0);
+    assert_eq!(v["tokens_in_context"].as_u64().unwrap(), before);
+    assert!(r0["sentences_total"].is_null());
+    let whole = r0["content"].as_str().unwrap().to_string();
+
+    // --trim with a threshold nothing reaches: best sentence ± 1 neighbour per chunk.
+    let v = ask_json(cwd, &store, q, &["--trim", "--trim-threshold", "0.95"], &[]);
+    let r0 = &results(&v)[0];
+    let trimmed = r0["content"].as_str().unwrap();
+    assert_eq!(r0["path"], "en/push.md");
+    assert!(
+        trimmed.contains("300 seconds"),
+        "best sentence kept: {trimmed}"
+    );
+    assert!(
+        !trimmed.contains("Bread is baked"),
+        "far sentence dropped: {trimmed}"
+    );
+    assert!(trimmed.starts_with("[Doc: "), "prefix restored: {trimmed}");
+    let prefix = trimmed.split_once('\n').unwrap().0;
+    assert!(whole.starts_with(prefix), "same prefix: {prefix}");
+    for piece in trimmed[prefix.len()..].split("[...]") {
+        assert!(
+            whole.contains(piece.trim()),
+            "{piece:?} not in the original chunk {whole:?}"
+        );
+    }
+    assert!(v["tokens_in_context"].as_u64().unwrap() < v["tokens_before"].as_u64().unwrap());
+    assert_eq!(v["tokens_before"].as_u64().unwrap(), before);
+    assert!(
+        v["exact_tokens_in_context"].as_u64().unwrap() < v["exact_tokens_before"].as_u64().unwrap()
+    );
+    assert!(r0["sentences_kept"].as_u64().unwrap() < r0["sentences_total"].as_u64().unwrap());
+
+    // Env turns trimming on; the --no-trim flag beats the env.
+    let env = [
+        ("RETRIEVAL_TRIM", "1"),
+        ("RETRIEVAL_TRIM_THRESHOLD", "0.95"),
+    ];
+    let v = ask_json(cwd, &store, q, &[], &env);
+    assert!(v["tokens_in_context"].as_u64().unwrap() < v["tokens_before"].as_u64().unwrap());
+    assert!((v["trim"]["threshold"].as_f64().unwrap() - 0.95).abs() < 1e-6);
+    let v = ask_json(cwd, &store, q, &["--no-trim"], &env);
+    assert!(v["trim"].is_null());
+    assert_eq!(v["tokens_in_context"], v["tokens_before"]);
+
+    // Filters apply before the cut.
+    let v = ask_json(cwd, &store, q, &["--filter", "app=core"], &[]);
+    let p = paths(&v);
+    assert!(
+        !p.is_empty() && p.iter().all(|p| p != "en/push.md"),
+        "{p:?}"
+    );
+    let v = ask_json(
+        cwd,
+        &store,
+        q,
+        &["--filter", "path=es/", "--top-k", "1"],
+        &[],
+    );
+    assert_eq!(paths(&v), vec!["es/restaurar.md".to_string()]);
+    let v = ask_json(
+        cwd,
+        &store,
+        q,
+        &["--filter", "tags=publish", "--filter", "app=cli"],
+        &[],
+    );
+    assert_eq!(paths(&v), vec!["en/push.md".to_string()]);
+
+    // Modes.
+    let v = ask_json(cwd, &store, q, &["--mode", "bm25"], &[]);
+    assert_eq!(v["mode"], "bm25");
+    assert!(results(&v)
+        .iter()
+        .all(|r| r["vector"].is_null() && !r["bm25"].is_null()));
+    let v = ask_json(
+        cwd,
+        &store,
+        "¿Dónde se guardan las versiones descargadas?",
+        &["--mode", "vector"],
+        &[],
+    );
+    assert_eq!(v["mode"], "vector");
+    assert!(results(&v)
+        .iter()
+        .all(|r| r["bm25"].is_null() && !r["vector"].is_null()));
+
+    // bib.toml in the working directory; flags beat it.
+    std::fs::write(
+        cwd.join("bib.toml"),
+        format!(
+            "[store]\npath = {:?}\n[ask]\ntop_k = 1\ntrim = true\ntrim_threshold = 0.95\n",
+            store.to_str().unwrap()
+        ),
+    )
+    .unwrap();
+    let o = bib(cwd, &["ask", q, "--json"], &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(results(&v).len(), 1);
+    assert!(!v["trim"].is_null(), "file turns trimming on");
+    let o = bib(
+        cwd,
+        &["ask", q, "--json", "--top-k", "2"],
+        &[("RETRIEVAL_TRIM", "0")],
+    );
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(results(&v).len(), 2);
+    assert!(v["trim"].is_null(), "env beats the file");
+    std::fs::write(cwd.join("bib.toml"), "[ask]\ntop_k = \"many\"\n").unwrap();
+    let o = bib(cwd, &["ask", q, "--store", store.to_str().unwrap()], &[]);
+    assert!(!o.status.success());
+    assert!(
+        text(&o).contains("bib.toml") && text(&o).contains("ask.top_k"),
+        "{}",
+        text(&o)
+    );
+    std::fs::remove_file(cwd.join("bib.toml")).unwrap();
+
+    // Human output: sources and token accounting.
+    let o = bib(
+        cwd,
+        &["ask", q, "--store", store.to_str().unwrap(), "--trim"],
+        &[],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("[1] en/push.md › "), "{out}");
+    assert!(
+        out.contains("tokens: ") && out.contains("model tokenizer"),
+        "{out}"
+    );
+
+    // Every successful ask above was logged, newest first.
+    let s = bib_store::SqliteStore::open(&store).unwrap();
+    use bib_store::Store;
+    let log = s.recent_queries(100).unwrap();
+    assert_eq!(log.len(), 12, "{log:#?}");
+    assert_eq!(log[0].query, q);
+    assert!(!log[0].chunk_ids.is_empty() && log[0].chunk_ids.len() == log[0].scores.len());
+    assert!(log.iter().any(|e| e.mode == "vector"));
+
+    // Errors name the problem.
+    let o = bib(
+        cwd,
+        &[
+            "ask",
+            q,
+            "--store",
+            cwd.join("nope.sqlite").to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(
+        !o.status.success() && text(&o).contains("no knowledge base"),
+        "{}",
+        text(&o)
+    );
+    let o = bib(
+        cwd,
+        &[
+            "ask",
+            q,
+            "--store",
+            store.to_str().unwrap(),
+            "--filter",
+            "oops",
+        ],
+        &[],
+    );
+    assert!(
+        !o.status.success() && text(&o).contains("key=value"),
+        "{}",
+        text(&o)
+    );
+    let o = bib(
+        cwd,
+        &[
+            "ask",
+            q,
+            "--store",
+            store.to_str().unwrap(),
+            "--mode",
+            "fuzzy",
+        ],
+        &[],
+    );
+    assert!(
+        !o.status.success() && text(&o).contains("hybrid, bm25, vector"),
+        "{}",
+        text(&o)
+    );
+}
+
+/// A one-shot fake chat-completions server answering with SSE; returns the URL and the request.
+fn fake_llm() -> (String, std::thread::JoinHandle<String>) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/v1", l.local_addr().unwrap());
+    let h = std::thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        let mut buf = Vec::new();
+        let mut tmp = [0u8; 8192];
+        loop {
+            let n = s.read(&mut tmp).unwrap();
+            buf.extend_from_slice(&tmp[..n]);
+            let t = String::from_utf8_lossy(&buf).to_string();
+            if let Some(end) = t.find("\r\n\r\n") {
+                let len = t[..end]
+                    .lines()
+                    .find_map(|l| {
+                        l.to_ascii_lowercase()
+                            .strip_prefix("content-length:")
+                            .map(|v| v.trim().parse::<usize>().unwrap())
+                    })
+                    .unwrap_or(0);
+                if buf.len() >= end + 4 + len {
+                    break;
+                }
+            }
+            if n == 0 {
+                break;
+            }
+        }
+        let body = "data: {\"choices\":[{\"delta\":{\"content\":\"The timeout is \"}}]}\n\n\
+                    data: {\"choices\":[{\"delta\":{\"content\":\"300 seconds [1].\"}}]}\n\ndata: [DONE]\n\n";
+        let resp = format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        s.write_all(resp.as_bytes()).unwrap();
+        String::from_utf8_lossy(&buf).to_string()
+    });
+    (url, h)
+}
+
+#[test]
+fn ask_synthesize_streams_with_citations() {
+    let Some((t, store)) = setup() else { return };
+    let cwd = t.path();
+    let q = "What is the default timeout of nuget push?";
+    let st = store.to_str().unwrap();
+
+    let o = bib(cwd, &["ask", q, "--store", st, "--synthesize"], &[]);
+    assert!(!o.status.success());
+    assert!(text(&o).contains("BIB_LLM_BASE_URL"), "{}", text(&o));
+
+    let (url, h) = fake_llm();
+    let o = bib(
+        cwd,
+        &["ask", q, "--store", st, "--synthesize", "--trim"],
+        &[
+            ("BIB_LLM_BASE_URL", &url),
+            ("BIB_LLM_MODEL", "tiny"),
+            ("BIB_LLM_API_KEY", "sk-test"),
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("The timeout is 300 seconds [1]."), "{out}");
+    assert!(out.contains("[1] en/push.md › "), "{out}");
+    let req = h.join().unwrap();
+    assert!(req.starts_with("POST /v1/chat/completions"), "{req}");
+    assert!(req.contains("Bearer sk-test"));
+    assert!(req.contains("\"model\":\"tiny\""));
+    assert!(req.contains("[1] en/push.md"), "{req}");
+
+    // JSON mode carries the answer.
+    let (url, h) = fake_llm();
+    let o = bib(
+        cwd,
+        &["ask", q, "--store", st, "--synthesize", "--json"],
+        &[("BIB_LLM_BASE_URL", &url), ("BIB_LLM_MODEL", "tiny")],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["answer"], "The timeout is 300 seconds [1].");
+    h.join().unwrap();
+}
