@@ -49,6 +49,14 @@ struct Query {
     text: String,
 }
 
+/// (name, trimming, shared cache, persistent backing) of one timed configuration.
+type Variant<'a> = (
+    &'static str,
+    Option<TrimOptions>,
+    Option<&'a EmbeddingCache>,
+    Option<Arc<dyn VectorBacking>>,
+);
+
 fn time_asks(
     index: &dyn ChunkIndex,
     e: &dyn bib_embed::Embedder,
@@ -169,12 +177,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         let warm = EmbeddingCache::default();
         // Prime the warm cache with one pass.
         time_asks(index, e, &queries, trim, Some(&warm), None)?;
-        let mut variants: Vec<(
-            &str,
-            Option<TrimOptions>,
-            Option<&EmbeddingCache>,
-            Option<Arc<dyn VectorBacking>>,
-        )> = vec![
+        let mut variants: Vec<Variant<'_>> = vec![
             ("off", None, None, None),
             ("on (cold)", trim, None, None),
             ("on (warm)", trim, Some(&warm), None),

@@ -118,10 +118,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             for q in &qs {
                 let r = retriever.retrieve(&q.question, &opts, &Filter::default())?;
                 tokens += r.tokens_in_context;
-                if r.chunks
-                    .iter()
-                    .any(|c| q.files.iter().any(|f| c.chunk.path == *f))
-                {
+                if r.chunks.iter().any(|c| q.files.contains(&c.chunk.path)) {
                     file_hit += 1;
                 }
                 let ctx = norm(
