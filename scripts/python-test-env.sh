@@ -10,8 +10,8 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 venv="${BIB_TEST_VENV:-$root/.venv-test}"
 python="${PYTHON:-python3}"
-# The MCP SDK needs a recent Python; the streamable HTTP client needs mcp >= 1.8.
-spec="${BIB_MCP_SPEC:-mcp>=1.8}"
+# Pinned to the version the tests were written against (the streamable HTTP client needs >= 1.8).
+spec="${BIB_MCP_SPEC:-mcp==2.3.0}"
 
 if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c 'import mcp.client.stdio, mcp.client.streamable_http' 2>/dev/null; then
     echo "python test env ready: $venv ($("$venv/bin/python" -c 'import importlib.metadata as m; print("mcp", m.version("mcp"))'))"
