@@ -797,6 +797,53 @@ mod tests {
         assert!((gelu(1.0) - 0.841_344_7).abs() < 1e-6);
     }
 
+    fn tiny_tokenizer() -> E5Tokenizer {
+        let pieces = [
+            "<s>",
+            "<pad>",
+            "</s>",
+            "<unk>",
+            "\u{2581}",
+            "a",
+            "b",
+            "\u{2581}ab",
+            "\u{2581}a",
+        ];
+        let scores = vec![0.0, 0.0, 0.0, 0.0, -2.0, -3.0, -3.0, -4.0, -1.5];
+        E5Tokenizer {
+            pieces: pieces
+                .iter()
+                .enumerate()
+                .map(|(i, p)| (p.as_bytes().into(), i as u32))
+                .collect(),
+            unk_score: -4.0 - 10.0,
+            scores,
+            unk: 3,
+            bos: 0,
+            eos: 2,
+            max_piece_bytes: pieces.iter().map(|p| p.len()).max().unwrap(),
+            norm: [('\u{ff21}', vec!['a'].into_boxed_slice())]
+                .into_iter()
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn viterbi_picks_the_best_segmentation() {
+        let t = tiny_tokenizer();
+        // "▁ab" (-4) beats "▁a"+"b" (-4.5) and "▁"+"a"+"b" (-8).
+        assert_eq!(t.encode("ab"), vec![7]);
+        // Runs of spaces collapse; each space becomes the metaspace.
+        assert_eq!(t.encode("a  b"), vec![8, 4, 6]);
+        // Unknown characters fall back to <unk>, one per character.
+        assert_eq!(t.encode("x"), vec![4, 3]);
+        // The normalisation table applies before segmentation.
+        assert_eq!(t.encode("\u{ff21}b"), vec![7]);
+        // Like the package's C strings, nothing after a NUL counts.
+        assert_eq!(t.encode("ab\0zz"), vec![7]);
+        assert_eq!(t.count_tokens("a  b"), 3);
+    }
+
     #[test]
     fn missing_model_is_not_installed_error() {
         let dir = tempfile::tempdir().unwrap();
