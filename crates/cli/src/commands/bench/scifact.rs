@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use anyhow::Context;
 use bib_embed::EmbedKind;
-use bib_retrieve::retrieve::rank;
+use bib_retrieve::retrieve::{rank, ScoredHit};
 use bib_retrieve::{ChunkIndex, ChunkRecord, Filter, MemoryIndex, Mode};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -123,6 +123,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     ks.extend(a.extra_k.iter().copied().filter(|k| *k != 60.0));
     let mut names: Vec<String> = vec!["bm25".into(), "vector".into()];
     names.extend(ks.iter().map(|k| format!("hybrid (RRF k={k})")));
+    names.push("hybrid (k=60, bm25 ×2)".into());
     let mut acc = vec![Acc::default(); names.len()];
     let mut wins = [0usize; 3]; // per query: hybrid better, equal, worse than the best single list
     let n = a.candidates.max(100);
@@ -137,6 +138,19 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         for &k in &ks {
             lists.push(rank(Mode::Hybrid, &bm, &ve, k, 100));
         }
+        // BM25 counted twice (a rank-only weight of 2), for comparison.
+        let weighted: Vec<ScoredHit> =
+            bib_retrieve::rrf_fuse(&[bm.clone(), bm.clone(), ve.clone()], 60.0)
+                .into_iter()
+                .take(100)
+                .map(|f| ScoredHit {
+                    id: f.id,
+                    score: f.score,
+                    bm25: f.lists[0],
+                    vector: f.lists[2],
+                })
+                .collect();
+        lists.push(weighted);
         let mut nd = Vec::new();
         for (slot, l) in acc.iter_mut().zip(&lists) {
             let ids: Vec<String> = l.iter().map(|h| doc_id(h.id)).collect();
