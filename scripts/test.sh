@@ -31,5 +31,6 @@ export BIB_TEST_VENV="${BIB_TEST_VENV:-$root/.venv-test}"
 
 cargo build --locked -p bib
 ./target/debug/bib model install use-m3
+./target/debug/bib model install e5-small
 
 cargo test --locked --workspace "$@"

@@ -35,10 +35,10 @@ enum Command {
     Ask(commands::ask::Args),
     /// Run a benchmark and print a report.
     Bench(commands::bench::Args),
-    /// Copy a knowledge base to another store (e.g. SQLite to postgres://).
-    Migrate(commands::migrate::Args),
     /// Compare retrieval variants (A/B harness) over a golden set or the query log.
     Eval(commands::eval::Args),
+    /// Copy a knowledge base to another store (e.g. SQLite to postgres://).
+    Migrate(commands::migrate::Args),
     /// Serve MCP over stdio (tools bib_ask, bib_pack, bib_eval_retrieval, bib_register_doc, bib_index_chunks).
     Mcp(commands::mcp::Args),
     /// Serve the HTTP API and MCP over streamable HTTP (/mcp).
@@ -56,8 +56,8 @@ fn main() -> anyhow::Result<()> {
         Command::Runs(a) => commands::runs::run(a),
         Command::Ask(a) => commands::ask::run(a),
         Command::Bench(a) => commands::bench::run(a),
-        Command::Migrate(a) => commands::migrate::run(a),
         Command::Eval(a) => commands::eval::run(a),
+        Command::Migrate(a) => commands::migrate::run(a),
         Command::Mcp(a) => commands::mcp::run(a),
         Command::Serve(a) => commands::serve::run(a),
     }

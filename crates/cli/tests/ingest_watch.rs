@@ -53,7 +53,11 @@ fn watch_reingests_changes_until_killed() {
     // Add a file and edit one: one debounced run picks both up.
     write(&wiki, "c.md", &page("gamma", 1));
     let text = std::fs::read_to_string(wiki.join("a.md")).unwrap();
-    write(&wiki, "a.md", &text.replace("step 3 of part 1", "a watched edit of part 1"));
+    write(
+        &wiki,
+        "a.md",
+        &text.replace("step 3 of part 1", "a watched edit of part 1"),
+    );
     let mut seen_c = false;
     for _ in 0..5 {
         let r = next("adding c.md and editing a.md");

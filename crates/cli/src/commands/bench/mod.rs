@@ -23,11 +23,11 @@ pub struct Args {
 
 #[derive(Debug, Subcommand)]
 enum Bench {
+    /// Embedding throughput vs the reference Python package (same vectors), SciFact vector nDCG@10.
+    Embed(embed::Args),
     /// Ingest the NuGet wikis with the default model: wall time, chunks/s, embedding share,
     /// second-run ratio, search latency.
     Ingest(ingest::Args),
-    /// Embedding throughput vs the reference Python package (same vectors), SciFact vector nDCG@10.
-    Embed(embed::Args),
     /// Ask latency p50/p99 at SciFact scale, trim off/on, memory and SQLite index.
     Latency(latency::Args),
     /// History packer evidence recall on LoCoMo, side by side with the JS reference.
@@ -49,8 +49,8 @@ enum Bench {
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     match args.bench {
-        Bench::Ingest(a) => ingest::run(a),
         Bench::Embed(a) => embed::run(a),
+        Bench::Ingest(a) => ingest::run(a),
         Bench::Latency(a) => latency::run(a),
         Bench::Locomo(a) => locomo::run(a),
         Bench::Sbd(a) => sbd::run(a),
