@@ -136,7 +136,7 @@ fn load_model(model_id: &str) -> anyhow::Result<Box<dyn Embedder>> {
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {
-    let env = Layer::from_env(|k| env_var(k))?;
+    let env = Layer::from_env(env_var)?;
     let args = eval_args(&a, &env)?;
     let synth = if args.synthesize {
         Some(SynthConfig::from_parts(

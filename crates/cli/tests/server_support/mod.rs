@@ -145,7 +145,7 @@ impl Drop for Served {
 pub fn serve(store: &Path, token: Option<&str>, extra: &[&str]) -> Served {
     let mut cmd = bib();
     cmd.arg("serve").arg("--store").arg(store);
-    if !extra.iter().any(|a| *a == "--addr") {
+    if !extra.contains(&"--addr") {
         cmd.args(["--addr", "127.0.0.1:0"]);
     }
     cmd.args(extra);
@@ -228,10 +228,7 @@ pub fn http_raw(
 
 fn dechunk(mut b: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
-    loop {
-        let Some(pos) = b.windows(2).position(|w| w == b"\r\n") else {
-            break;
-        };
+    while let Some(pos) = b.windows(2).position(|w| w == b"\r\n") {
         let size = usize::from_str_radix(std::str::from_utf8(&b[..pos]).unwrap_or("0").trim(), 16)
             .unwrap_or(0);
         if size == 0 {
