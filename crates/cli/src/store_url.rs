@@ -45,7 +45,6 @@ pub fn open_postgres(spec: &str) -> anyhow::Result<PgStore> {
 }
 
 /// The store setting of a `bib.toml` text: top-level `store`, else `[store] path`.
-#[allow(dead_code)] // for `bib ingest` / `bib ask`, which resolve the store themselves today
 pub fn from_config(text: &str, origin: &str) -> anyhow::Result<Option<String>> {
     let v: toml::Table = text
         .parse()
@@ -66,7 +65,6 @@ pub fn from_config(text: &str, origin: &str) -> anyhow::Result<Option<String>> {
 
 /// Resolve the store string: `flag` (`--store`), else `BIB_STORE`, else the config file
 /// (`config`, else `BIB_CONFIG`, else `./bib.toml` when present), else `.bib/kb.sqlite`.
-#[allow(dead_code)] // for `bib ingest` / `bib ask`, which resolve the store themselves today
 pub fn resolve(flag: Option<&str>, config: Option<&Path>) -> anyhow::Result<String> {
     if let Some(f) = flag.filter(|s| !s.is_empty()) {
         return Ok(f.to_string());

@@ -12,16 +12,16 @@ use std::time::Duration;
 
 use anyhow::Context;
 use bib_ingest::{IngestOptions, NoProgress, Progress, RunReport};
-use bib_store::{SqliteStore, DEFAULT_STORE_PATH};
 use indicatif::{ProgressBar, ProgressStyle};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Directory of Markdown files (the wiki root).
     pub dir: PathBuf,
-    /// Knowledge-base file.
-    #[arg(long, env = "BIB_STORE", default_value = DEFAULT_STORE_PATH)]
-    pub store: PathBuf,
+    /// Knowledge base: a SQLite file or a postgres:// URL (else BIB_STORE, else `store` in
+    /// bib.toml, else .bib/kb.sqlite).
+    #[arg(long)]
+    pub store: Option<String>,
     /// Print the run record as JSON.
     #[arg(long)]
     pub json: bool,
@@ -141,8 +141,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if !args.dir.is_dir() {
         anyhow::bail!("cannot ingest {}: not a directory", args.dir.display());
     }
-    let store = SqliteStore::open(&args.store)
-        .with_context(|| format!("opening the knowledge base {}", args.store.display()))?;
+    let spec = crate::store_url::resolve(args.store.as_deref(), None)?;
+    let store = crate::store_url::open(&spec)
+        .with_context(|| format!("opening the knowledge base {spec}"))?;
+    let store = store.as_ref();
     let embedder =
         bib_embed::UseM3::load_default().context("loading the default embedding model")?;
     let opts = IngestOptions {
@@ -173,7 +175,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         }
         bib_ingest::watch(
             &args.dir,
-            &store,
+            store,
             &embedder,
             &opts,
             progress,
@@ -183,7 +185,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         )?;
         return Ok(());
     }
-    let report = bib_ingest::ingest(&args.dir, &store, &embedder, &opts, progress)?;
+    let report = bib_ingest::ingest(&args.dir, store, &embedder, &opts, progress)?;
     print(&report, args.json)?;
     if report.status != "completed" {
         anyhow::bail!(
