@@ -19,7 +19,7 @@ use bib_retrieve::synth::{self, SynthConfig};
 use bib_retrieve::{
     log_entry, EmbeddingCache, Filter, Mode, Retriever, StoreIndex, StoreVectors, TrimScorer,
 };
-use bib_store::{SqliteStore, Store};
+use bib_store::Store;
 use serde_json::json;
 
 #[derive(Debug, clap::Args)]
@@ -152,16 +152,13 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         None
     };
 
-    if !settings.store.is_file() {
-        bail!(
-            "no knowledge base at {} (run `bib ingest <dir>` first, or pass --store)",
-            settings.store.display()
-        );
+    // A SQLite file or a postgres:// URL.
+    let spec = settings.store.to_string_lossy().into_owned();
+    if !crate::store_url::exists(&spec) {
+        bail!("no knowledge base at {spec} (run `bib ingest <dir>` first, or pass --store)");
     }
-    let store = Arc::new(
-        SqliteStore::open(&settings.store)
-            .with_context(|| format!("opening {}", settings.store.display()))?,
-    );
+    let store: Arc<dyn Store> =
+        Arc::from(crate::store_url::open(&spec).with_context(|| format!("opening {spec}"))?);
     let model_id = store
         .chunk_states()?
         .into_iter()
