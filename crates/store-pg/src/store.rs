@@ -69,31 +69,10 @@ where
     row.try_get::<T, _>(idx).map_err(pg(op))
 }
 
-/// Same checks as the SQLite store, so both reject the same changes.
+/// The shared checks of every store, plus pgvector's limit on dimensions.
 fn validate(change: &DocumentChange) -> Result<(), StoreError> {
-    if change.path.is_empty() {
-        return Err(StoreError::Invalid("document path is empty".into()));
-    }
-    let mut seen = HashSet::new();
+    change.validate()?;
     for c in &change.upserts {
-        if c.chunk_index >= change.chunk_count {
-            return Err(StoreError::Invalid(format!(
-                "{}: chunk_index {} is not below chunk_count {}",
-                change.path, c.chunk_index, change.chunk_count
-            )));
-        }
-        if !seen.insert(c.chunk_index) {
-            return Err(StoreError::Invalid(format!(
-                "{}: chunk_index {} given twice",
-                change.path, c.chunk_index
-            )));
-        }
-        if c.embedding.is_empty() || c.embedding.iter().any(|x| !x.is_finite()) {
-            return Err(StoreError::Invalid(format!(
-                "{}: chunk {} has an empty or non-finite embedding",
-                change.path, c.chunk_index
-            )));
-        }
         if c.embedding.len() > usize::from(u16::MAX) {
             return Err(StoreError::Invalid(format!(
                 "{}: chunk {} has {} dimensions; pgvector stores at most 16000",

@@ -600,34 +600,6 @@ fn chunk_record(r: RawChunk) -> Result<ChunkRecord, StoreError> {
     })
 }
 
-fn validate(change: &DocumentChange) -> Result<(), StoreError> {
-    if change.path.is_empty() {
-        return Err(StoreError::Invalid("document path is empty".into()));
-    }
-    let mut seen = std::collections::HashSet::new();
-    for c in &change.upserts {
-        if c.chunk_index >= change.chunk_count {
-            return Err(StoreError::Invalid(format!(
-                "{}: chunk_index {} is not below chunk_count {}",
-                change.path, c.chunk_index, change.chunk_count
-            )));
-        }
-        if !seen.insert(c.chunk_index) {
-            return Err(StoreError::Invalid(format!(
-                "{}: chunk_index {} given twice",
-                change.path, c.chunk_index
-            )));
-        }
-        if c.embedding.is_empty() || c.embedding.iter().any(|x| !x.is_finite()) {
-            return Err(StoreError::Invalid(format!(
-                "{}: chunk {} has an empty or non-finite embedding",
-                change.path, c.chunk_index
-            )));
-        }
-    }
-    Ok(())
-}
-
 impl Store for SqliteStore {
     fn backend(&self) -> &'static str {
         "sqlite"
@@ -699,7 +671,7 @@ impl Store for SqliteStore {
     }
 
     fn apply_document(&self, change: &DocumentChange) -> Result<ApplyOutcome, StoreError> {
-        validate(change)?;
+        change.validate()?;
         let mut conn = self.conn();
         let tx = conn
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)

@@ -83,6 +83,40 @@ pub struct DocumentChange {
     pub upserts: Vec<ChunkWrite>,
 }
 
+impl DocumentChange {
+    /// The checks every store applies before writing a change, so all stores reject the same
+    /// changes: a path, chunk indices below `chunk_count` and given once, finite non-empty
+    /// embeddings.
+    pub fn validate(&self) -> Result<(), crate::StoreError> {
+        use crate::StoreError;
+        if self.path.is_empty() {
+            return Err(StoreError::Invalid("document path is empty".into()));
+        }
+        let mut seen = std::collections::HashSet::new();
+        for c in &self.upserts {
+            if c.chunk_index >= self.chunk_count {
+                return Err(StoreError::Invalid(format!(
+                    "{}: chunk_index {} is not below chunk_count {}",
+                    self.path, c.chunk_index, self.chunk_count
+                )));
+            }
+            if !seen.insert(c.chunk_index) {
+                return Err(StoreError::Invalid(format!(
+                    "{}: chunk_index {} given twice",
+                    self.path, c.chunk_index
+                )));
+            }
+            if c.embedding.is_empty() || c.embedding.iter().any(|x| !x.is_finite()) {
+                return Err(StoreError::Invalid(format!(
+                    "{}: chunk {} has an empty or non-finite embedding",
+                    self.path, c.chunk_index
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// What [`crate::Store::apply_document`] did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ApplyOutcome {
