@@ -30,6 +30,13 @@ pub fn content_key(text: &str, kind: EmbedKind) -> ContentKey {
     h.finalize().into()
 }
 
+/// The key under which a store's persistent vector cache keeps `text` embedded as `kind`: the
+/// hex [`content_key`], tagged `text:` so it can never collide with the chunk content hashes
+/// kept in the same table. Ingest writes sentence vectors under it; trimming reads them.
+pub fn store_key(text: &str, kind: EmbedKind) -> String {
+    format!("text:{}", hex::encode(content_key(text, kind)))
+}
+
 /// Storage for vectors keyed by (model id, content key).
 pub trait VectorCache: Send + Sync {
     /// One entry per key, `None` for a miss.

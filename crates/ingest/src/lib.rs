@@ -54,6 +54,13 @@ pub struct IngestOptions {
     pub register_guard: f64,
     /// Phase B guard: minimum (created + updated + skipped) / total (spec: 0.70).
     pub index_guard: f64,
+    /// Also embed every sentence of every chunk into the store's content-keyed vector cache,
+    /// so trimming at ask time looks sentence vectors up instead of embedding them (default
+    /// on; `bib ingest --no-sentence-vectors` turns it off).
+    pub sentence_vectors: bool,
+    /// At most this many sentences per embedding call (they are short; the padded-token
+    /// budget still bounds every call).
+    pub sentence_batch_max: usize,
 }
 
 impl Default for IngestOptions {
@@ -66,6 +73,8 @@ impl Default for IngestOptions {
             window_chunks: 256,
             register_guard: 0.80,
             index_guard: 0.70,
+            sentence_vectors: true,
+            sentence_batch_max: 64,
         }
     }
 }
@@ -102,6 +111,19 @@ pub struct PhaseB {
     pub tokens_embedded_estimate: u64,
     pub batches: u64,
     pub embed_ms: u64,
+    /// Sentences embedded into the vector cache for trimming (see
+    /// [`IngestOptions::sentence_vectors`]), and those already there.
+    #[serde(default)]
+    pub sentences_embedded: u64,
+    #[serde(default)]
+    pub sentences_reused: u64,
+    /// Time spent embedding sentences (included in `embed_ms`).
+    #[serde(default)]
+    pub sentence_embed_ms: u64,
+    /// Why some sentence vectors could not be computed or stored (best effort: chunks are
+    /// written regardless; trimming embeds what is missing at ask time).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sentence_warning: Option<String>,
     pub duration_ms: u64,
     pub guard_passed: bool,
     /// Whether vanished documents were pruned, or why not.

@@ -4,9 +4,10 @@ use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use bib_embed::{EmbedKind, Embedder};
+use bib_embed::{store_key, EmbedKind, Embedder};
 use bib_store::{ChunkState, ChunkWrite, DocRecord, DocumentChange, Store};
 use bib_text::chunk::{chunk_markdown, Chunk};
+use bib_text::sentences::chunk_sentences;
 use bib_text::tokens::estimate_tokens;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
@@ -269,6 +270,17 @@ impl Ctx<'_> {
                 }
             }
         }
+        // Texts whose sentences trimming will look up (as `ChunkWrite::text` builds them).
+        let sentence_sources: Vec<String> = if self.opts.sentence_vectors {
+            window
+                .iter()
+                .filter(|p| p.failed.is_none())
+                .flat_map(|p| &p.chunks)
+                .map(|pc| format!("{}\n{}", pc.chunk.prefix, pc.chunk.content))
+                .collect()
+        } else {
+            Vec::new()
+        };
         // 3. One transaction per document.
         for plan in window.drain(..) {
             let doc = &self.docs[plan.doc_idx];
@@ -338,7 +350,88 @@ impl Ctx<'_> {
             }
             self.progress.advance(1);
         }
+        // 4. Sentence vectors for trimming, after the chunks are safely written.
+        self.embed_sentences(&sentence_sources);
         Ok(())
+    }
+
+    /// Embed the sentences of `texts` that the store's vector cache does not hold yet, under
+    /// the key trimming looks them up by ([`bib_embed::store_key`]). Best effort: a failure is
+    /// recorded in `sentence_warning` and only costs latency at ask time.
+    fn embed_sentences(&mut self, texts: &[String]) {
+        let model = self.embedder.model_id().to_string();
+        let mut keys: Vec<String> = Vec::new();
+        let mut sentences: Vec<&str> = Vec::new();
+        let mut seen = HashSet::new();
+        for t in texts {
+            let (offset, spans) = chunk_sentences(t);
+            let body = &t[offset..];
+            for s in spans {
+                let text = s.text(body);
+                let key = store_key(text, EmbedKind::Passage);
+                if seen.insert(key.clone()) {
+                    keys.push(key);
+                    sentences.push(text);
+                }
+            }
+        }
+        if keys.is_empty() {
+            return;
+        }
+        let known: HashSet<String> = match self.store.cached_vectors(&model, &keys) {
+            Ok(v) => v.into_iter().map(|(k, _)| k).collect(),
+            Err(e) => {
+                self.b.sentence_warning = Some(format!("reading sentence vectors: {e}"));
+                return;
+            }
+        };
+        let tokenizer = self.embedder.tokenizer();
+        let cap = self.embedder.max_input_tokens().max(1);
+        // (padded tokens, sentence) of the misses, shortest first to cut padding.
+        let mut todo: Vec<(usize, usize)> = (0..keys.len())
+            .filter(|&i| !known.contains(&keys[i]))
+            .map(|i| (tokenizer.count_tokens(sentences[i]).min(cap) + 2, i))
+            .collect();
+        self.b.sentences_reused += (keys.len() - todo.len()) as u64;
+        todo.sort_unstable();
+        let padded: Vec<usize> = todo.iter().map(|&(p, _)| p).collect();
+        let plan = bib_embed::split_batches(
+            &padded,
+            self.opts.batch_token_budget,
+            self.opts.sentence_batch_max.max(1),
+        );
+        for batch in &plan.batches {
+            let idx: Vec<usize> = batch.iter().map(|&j| todo[j].1).collect();
+            let batch_texts: Vec<&str> = idx.iter().map(|&i| sentences[i]).collect();
+            let t = Instant::now();
+            let res = self.embedder.embed(&batch_texts, EmbedKind::Passage);
+            let took = ms(t.elapsed());
+            self.b.embed_ms += took;
+            self.b.sentence_embed_ms += took;
+            match res {
+                Ok(vectors) if vectors.len() == batch_texts.len() => {
+                    let items: Vec<(String, Vec<f32>)> =
+                        idx.iter().map(|&i| keys[i].clone()).zip(vectors).collect();
+                    match self.store.cache_vectors(&model, &items) {
+                        Ok(()) => self.b.sentences_embedded += items.len() as u64,
+                        Err(e) => {
+                            self.b.sentence_warning =
+                                Some(format!("storing sentence vectors: {e}"));
+                        }
+                    }
+                }
+                Ok(v) => {
+                    self.b.sentence_warning = Some(format!(
+                        "model returned {} vectors for {} sentences",
+                        v.len(),
+                        batch_texts.len()
+                    ));
+                }
+                Err(e) => {
+                    self.b.sentence_warning = Some(format!("embedding sentences: {e}"));
+                }
+            }
+        }
     }
 }
 

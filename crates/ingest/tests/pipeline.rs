@@ -4,10 +4,11 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
-use bib_embed::{EmbedError, EmbedKind, Embedder};
+use bib_embed::{store_key, EmbedError, EmbedKind, Embedder};
 use bib_ingest::{ingest, IngestOptions, NoProgress, RunReport};
 use bib_store::{conformance::fake_vector, Filter, SqliteStore, Store};
 use bib_text::chunk::chunk_markdown;
+use bib_text::sentences::chunk_sentences;
 use bib_text::tokens::{EstimateCounter, TokenCounter};
 
 #[derive(Default)]
@@ -84,8 +85,14 @@ fn wiki(root: &Path) {
     write(root, "e.md", "---\ntitle: Echo\n---\nEcho body text.\n");
 }
 
+/// One ingest with sentence vectors off, so embedder counts are chunk counts (the sentence
+/// vectors have their own test).
 fn run(root: &Path, store: &dyn Store, emb: &FakeEmbedder) -> RunReport {
-    ingest(root, store, emb, &IngestOptions::default(), &NoProgress).unwrap()
+    let opts = IngestOptions {
+        sentence_vectors: false,
+        ..IngestOptions::default()
+    };
+    ingest(root, store, emb, &opts, &NoProgress).unwrap()
 }
 
 fn chunks_of(text: &str) -> Vec<String> {
@@ -191,6 +198,97 @@ fn incremental_ingest_skips_unchanged_and_prunes() {
     assert_eq!(runs[0].id, r5.id);
     assert_eq!(runs[0].status, "completed");
     assert_eq!(runs[0].record["phase_b"]["documents_removed"], 1);
+}
+
+/// The trimming key of every sentence of every stored chunk, deduplicated.
+fn sentence_keys(store: &dyn Store) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    for c in store.get_chunks(&store.chunk_ids().unwrap()).unwrap() {
+        let text = c.text();
+        let (offset, spans) = chunk_sentences(&text);
+        for s in spans {
+            let sentence = s.text(&text[offset..]).to_string();
+            out.push((store_key(&sentence, EmbedKind::Passage), sentence));
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+#[test]
+fn sentence_vectors_are_embedded_once_under_the_trimming_key() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("wiki");
+    wiki(&root);
+    let store = SqliteStore::open(t.path().join("kb.sqlite")).unwrap();
+    let emb = FakeEmbedder::default();
+    let ingest_default =
+        || ingest(&root, &store, &emb, &IngestOptions::default(), &NoProgress).unwrap();
+
+    let r1 = ingest_default();
+    let b1 = r1.phase_b.clone().unwrap();
+    assert_eq!(r1.status, "completed", "{r1:?}");
+    assert_eq!(b1.sentence_warning, None);
+    let keys = sentence_keys(&store);
+    assert!(keys.len() > 50, "{} sentences", keys.len());
+    assert_eq!(b1.sentences_embedded as usize, keys.len());
+    assert_eq!(
+        emb.embedded() as u64,
+        b1.chunks_embedded + b1.sentences_embedded
+    );
+    // Every sentence is in the store's cache, with the model's vector of exactly that text.
+    let wanted: Vec<String> = keys.iter().map(|(k, _)| k.clone()).collect();
+    let got: std::collections::HashMap<String, Vec<f32>> = store
+        .cached_vectors("fake-16", &wanted)
+        .unwrap()
+        .into_iter()
+        .collect();
+    assert_eq!(got.len(), keys.len());
+    for (k, sentence) in &keys {
+        assert_eq!(got[k], fake_vector(sentence), "{sentence}");
+    }
+
+    // A re-ingest embeds nothing: chunks skipped, sentences known.
+    emb.reset();
+    let b2 = ingest_default().phase_b.unwrap();
+    assert_eq!(emb.embedded(), 0, "{:?}", emb.texts.lock().unwrap());
+    assert_eq!(b2.sentences_reused as usize, keys.len());
+
+    // Editing one sentence embeds that sentence (and its chunk) only.
+    let old = std::fs::read_to_string(root.join("b.md")).unwrap();
+    write(
+        &root,
+        "b.md",
+        &old.replacen(
+            "Sentence 7 of section 1",
+            "A rewritten sentence 7 of section 1",
+            1,
+        ),
+    );
+    emb.reset();
+    let b3 = ingest_default().phase_b.unwrap();
+    assert_eq!(b3.sentences_embedded, 1, "{:?}", emb.texts.lock().unwrap());
+    assert!(emb
+        .texts
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|t| t.starts_with("A rewritten sentence 7 of section 1")));
+
+    // Switched off, a fresh store gets no sentence vectors.
+    let store2 = SqliteStore::open(t.path().join("kb2.sqlite")).unwrap();
+    let opts = IngestOptions {
+        sentence_vectors: false,
+        ..IngestOptions::default()
+    };
+    let b4 = ingest(&root, &store2, &emb, &opts, &NoProgress)
+        .unwrap()
+        .phase_b
+        .unwrap();
+    assert_eq!((b4.sentences_embedded, b4.sentences_reused), (0, 0));
+    let keys2: Vec<String> = sentence_keys(&store2).into_iter().map(|(k, _)| k).collect();
+    assert!(store2.cached_vectors("fake-16", &keys2).unwrap().is_empty());
 }
 
 #[test]

@@ -50,6 +50,21 @@ pub fn split_sentences(text: &str) -> Vec<Sentence> {
     out
 }
 
+/// The sentences of a retrieved chunk as trimming sees them: the `[Doc: …]` prefix split off
+/// ([`split_chunk_prefix`]) and the body split by [`split_sentences`]. Returns the body's byte
+/// offset in `content` and the non-empty sentence spans, relative to the body.
+///
+/// Ingest (which embeds these sentences ahead of time) and trimming (which looks them up) both
+/// call this, so they always agree on the exact sentence texts.
+pub fn chunk_sentences(content: &str) -> (usize, Vec<Sentence>) {
+    let (prefix, body) = split_chunk_prefix(content);
+    let sentences = split_sentences(body)
+        .into_iter()
+        .filter(|s| s.end <= body.len() && s.start < s.end)
+        .collect();
+    (prefix.len(), sentences)
+}
+
 /// Split plain prose (no Markdown structure) into sentences. Blank lines end a paragraph; single
 /// newlines are soft wraps; `world.Today` (no space after the dot) is a boundary.
 pub fn split_prose(text: &str) -> Vec<Sentence> {
