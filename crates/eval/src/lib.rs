@@ -530,6 +530,7 @@ fn sweep_question(
                 content: c.chunk.content.clone(),
                 cosine: s.cosine,
                 fused: s.fused,
+                bm25_rank: s.bm25_rank,
             })
             .collect(),
         evidence: item.evidence.clone(),

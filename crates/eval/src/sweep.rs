@@ -136,6 +136,7 @@ pub struct SweepChunk {
     pub content: String,
     pub cosine: Vec<f32>,
     pub fused: Vec<f64>,
+    pub bm25_rank: Vec<Option<usize>>,
 }
 
 /// Run the sweep over prepared questions.
@@ -190,6 +191,7 @@ pub fn run(
                         SentenceScores {
                             cosine: c.cosine.clone(),
                             fused: c.fused.clone(),
+                            bm25_rank: c.bm25_rank.clone(),
                         },
                     )
                 })
@@ -370,6 +372,7 @@ mod tests {
                 content,
                 cosine: vec![0.1, 0.3, 0.5, 0.2],
                 fused: vec![0.0; 4],
+                bm25_rank: vec![],
             }],
             evidence: vec!["Gamma answer three.".into()],
             answer: Some("answer".into()),

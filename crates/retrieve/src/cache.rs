@@ -12,7 +12,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use bib_embed::{EmbedKind, Embedder};
-use sha2::{Digest, Sha256};
 
 use crate::error::RetrieveError;
 
@@ -47,14 +46,10 @@ impl VectorBacking for StoreVectors {
     }
 }
 
-/// The persistent key of a text: kind and SHA-256 of the text, so it cannot collide with the
-/// chunk hashes the store keeps in the same cache.
+/// The persistent key of a text ([`bib_embed::store_key`]): the same key ingest writes
+/// sentence vectors under, so trimming finds them.
 pub fn content_key(kind: EmbedKind, text: &str) -> String {
-    let k = match kind {
-        EmbedKind::Query => "q",
-        EmbedKind::Passage => "p",
-    };
-    format!("text:{k}:{}", hex::encode(Sha256::digest(text.as_bytes())))
+    bib_embed::store_key(text, kind)
 }
 
 /// Thread-safe, bounded, content-keyed cache of embeddings.

@@ -240,6 +240,7 @@ impl AskSettings {
             window: l.trim_window.unwrap_or(1),
             scorer: l.trim_scorer.unwrap_or_default(),
             rrf_k: l.rrf_k.unwrap_or(d.rrf_k),
+            lexical_top: 0,
         });
         if let Some(t) = &trim {
             t.validate()?;

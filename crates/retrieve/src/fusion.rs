@@ -35,6 +35,14 @@ pub struct FusedHit {
 /// Fuse ranked lists (each best first) by RRF with constant `k`. Output best first; ties broken
 /// by the best single rank, then by id, so the order is deterministic.
 pub fn rrf_fuse(lists: &[Vec<Hit>], k: f64) -> Vec<FusedHit> {
+    rrf_fuse_weighted(lists, &[], k)
+}
+
+/// Weighted RRF: list `i` contributes `weights[i] / (k + rank)` (a missing weight is 1). A
+/// weight still only scales *ranks*: it says how much one list's opinion counts when the two
+/// lists are of unequal quality (e.g. a sentence-similarity model on claim → abstract search),
+/// without ever mixing raw scores.
+pub fn rrf_fuse_weighted(lists: &[Vec<Hit>], weights: &[f64], k: f64) -> Vec<FusedHit> {
     let mut by_id: HashMap<ChunkId, FusedHit> = HashMap::new();
     for (li, list) in lists.iter().enumerate() {
         for (pos, h) in list.iter().enumerate() {
@@ -50,7 +58,7 @@ pub fn rrf_fuse(lists: &[Vec<Hit>], k: f64) -> Vec<FusedHit> {
                     score: h.score,
                     rank,
                 });
-                e.score += 1.0 / (k + rank as f64);
+                e.score += weights.get(li).copied().unwrap_or(1.0) / (k + rank as f64);
             }
         }
     }
@@ -141,6 +149,27 @@ mod tests {
             .map(|h| h.id)
             .collect();
         assert_eq!(f1, f2);
+    }
+
+    #[test]
+    fn weights_tilt_the_balance_toward_one_list() {
+        // Equal weights (k = 1): 2 (rank 2 + rank 2: 2/3) beats 1 and 3 (rank 1 once: 1/2).
+        let a = list(&[1, 2]);
+        let b = list(&[3, 2]);
+        assert_eq!(
+            rrf_fuse_weighted(&[a.clone(), b.clone()], &[1.0, 1.0], 1.0)[0].id,
+            2
+        );
+        // A heavy first list: its first place (3/2) beats 2 (3/3 + 0.5/3).
+        assert_eq!(
+            rrf_fuse_weighted(&[a.clone(), b.clone()], &[3.0, 0.5], 1.0)[0].id,
+            1
+        );
+        // Unit weights are the plain RRF.
+        assert_eq!(
+            rrf_fuse_weighted(&[a.clone(), b.clone()], &[1.0, 1.0], 60.0),
+            rrf_fuse(&[a, b], 60.0)
+        );
     }
 
     proptest! {

@@ -33,7 +33,7 @@ pub mod trim;
 pub use cache::{EmbeddingCache, StoreVectors, VectorBacking};
 pub use error::RetrieveError;
 pub use filter::Filter;
-pub use fusion::{rrf_fuse, FusedHit, ListHit, DEFAULT_RRF_K};
+pub use fusion::{rrf_fuse, rrf_fuse_weighted, FusedHit, ListHit, DEFAULT_RRF_K};
 pub use index::{ChunkId, ChunkIndex, ChunkRecord, Hit, MemoryIndex};
 pub use log::{log_entry, QueryLogEntry};
 pub use retrieve::{Mode, RetrievalResult, RetrieveOptions, Retriever, ScoredChunk};

@@ -24,7 +24,7 @@ use std::cmp::Ordering;
 
 use bib_embed::{EmbedKind, Embedder};
 use bib_text::bm25::{Bm25Index, Bm25Params};
-use bib_text::sentences::{split_chunk_prefix, split_sentences, Sentence};
+use bib_text::sentences::{chunk_sentences, Sentence};
 use bib_text::terms::terms;
 use serde::{Deserialize, Serialize};
 
@@ -81,6 +81,12 @@ pub struct TrimOptions {
     pub scorer: TrimScorer,
     /// RRF constant for the hybrid scorer.
     pub rrf_k: f64,
+    /// Also keep the `lexical_top` best sentences of the whole pool (all chunks of the answer)
+    /// by sentence-level BM25, whatever their cosine: the sentence a question was written from
+    /// usually shares its rare words, which a sentence embedding can rank below a paraphrase.
+    /// 0 (the spec's behaviour) turns it off.
+    #[serde(default)]
+    pub lexical_top: usize,
 }
 
 impl Default for TrimOptions {
@@ -91,6 +97,7 @@ impl Default for TrimOptions {
             window: 0,
             scorer: TrimScorer::Cosine,
             rrf_k: DEFAULT_RRF_K,
+            lexical_top: 0,
         }
     }
 }
@@ -126,12 +133,7 @@ pub struct Prepared<'a> {
 impl<'a> Prepared<'a> {
     /// Split `content` into prefix and body, and the body into sentences.
     pub fn new(content: &'a str) -> Self {
-        let (prefix, body) = split_chunk_prefix(content);
-        let body_offset = prefix.len();
-        let sentences = split_sentences(body)
-            .into_iter()
-            .filter(|s| s.end <= body.len() && s.start < s.end)
-            .collect();
+        let (body_offset, sentences) = chunk_sentences(content);
         Self {
             content,
             body_offset,
@@ -157,6 +159,9 @@ pub struct SentenceScores {
     pub cosine: Vec<f32>,
     /// RRF of cosine rank and BM25 rank over all candidate sentences, per sentence.
     pub fused: Vec<f64>,
+    /// 1-based BM25 rank of the sentence among all candidate sentences (`None`: no query term;
+    /// an empty vector: not computed).
+    pub bm25_rank: Vec<Option<usize>>,
 }
 
 /// The result of trimming one text.
@@ -207,8 +212,10 @@ pub fn score_texts(
     for (r, &i) in cos_order.iter().enumerate() {
         fused[i] += 1.0 / (rrf_k + (r + 1) as f64);
     }
+    let mut bm25_rank = vec![None; n];
     for (r, &i) in bm_order.iter().enumerate() {
         fused[i] += 1.0 / (rrf_k + (r + 1) as f64);
+        bm25_rank[i] = Some(r + 1);
     }
 
     let mut out = Vec::with_capacity(prepared.len());
@@ -218,6 +225,7 @@ pub fn score_texts(
         out.push(SentenceScores {
             cosine: cos[at..at + m].to_vec(),
             fused: fused[at..at + m].to_vec(),
+            bm25_rank: bm25_rank[at..at + m].to_vec(),
         });
         at += m;
     }
@@ -233,11 +241,27 @@ pub fn select_sentences(
     min_sentences: usize,
     window: usize,
 ) -> Vec<usize> {
+    select_sentences_with(cosine, priority, &[], threshold, min_sentences, window)
+}
+
+/// [`select_sentences`] plus `forced` sentences kept whatever their score (before the window is
+/// applied, so they get neighbours like any kept sentence).
+pub fn select_sentences_with(
+    cosine: &[f32],
+    priority: &[usize],
+    forced: &[usize],
+    threshold: f32,
+    min_sentences: usize,
+    window: usize,
+) -> Vec<usize> {
     let n = cosine.len();
     let passing = cosine.iter().filter(|&&c| c >= threshold).count();
     let want = passing.max(min_sentences.min(n));
     let mut keep = vec![false; n];
     for &i in priority.iter().filter(|&&i| i < n).take(want) {
+        keep[i] = true;
+    }
+    for &i in forced.iter().filter(|&&i| i < n) {
         keep[i] = true;
     }
     if window > 0 {
@@ -302,9 +326,20 @@ pub fn apply(p: &Prepared<'_>, s: &SentenceScores, opts: &TrimOptions) -> Trimme
         TrimScorer::Cosine => order_by(&s.cosine, f32::total_cmp),
         TrimScorer::Hybrid => order_by(&s.fused, f64::total_cmp),
     };
-    let kept = select_sentences(
+    let forced: Vec<usize> = if opts.lexical_top == 0 {
+        Vec::new()
+    } else {
+        s.bm25_rank
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.is_some_and(|r| r <= opts.lexical_top))
+            .map(|(i, _)| i)
+            .collect()
+    };
+    let kept = select_sentences_with(
         &s.cosine,
         &priority,
+        &forced,
         opts.threshold,
         opts.min_sentences,
         opts.window,
@@ -373,6 +408,7 @@ mod tests {
         let s = SentenceScores {
             cosine: vec![0.52, 0.21, 0.40],
             fused: vec![0.0; 3],
+            bm25_rank: vec![],
         };
         let t = apply(&p, &s, &TrimOptions::default());
         assert_eq!(
@@ -393,6 +429,7 @@ mod tests {
         let s = SentenceScores {
             cosine: vec![0.52, 0.21, 0.40],
             fused: vec![0.0; 3],
+            bm25_rank: vec![],
         };
         let t = apply(&p, &s, &TrimOptions::default());
         assert_eq!(
@@ -482,6 +519,7 @@ mod tests {
         let s = SentenceScores {
             cosine: vec![0.5, 0.3, 0.36],
             fused: vec![1.0 / 61.0, 1.0 / 63.0, 1.0 / 62.0 + 1.0 / 61.0],
+            bm25_rank: vec![Some(3), None, Some(1)],
         };
         let cos = apply(&p, &s, &TrimOptions::default());
         assert_eq!(cos.kept, vec![0]);
@@ -494,6 +532,17 @@ mod tests {
             },
         );
         assert_eq!(hy.kept, vec![2]);
+        // The lexical top-1 of the pool joins the cosine pick.
+        let lx = apply(
+            &p,
+            &s,
+            &TrimOptions {
+                lexical_top: 1,
+                ..TrimOptions::default()
+            },
+        );
+        assert_eq!(lx.kept, vec![0, 2]);
+        assert_eq!(lx.content, "Alpha beta. [...] Version 4.2 ships today.");
     }
 
     #[test]

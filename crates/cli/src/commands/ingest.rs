@@ -37,6 +37,10 @@ pub struct Args {
     /// Watch mode: wait this long after the last change before re-ingesting.
     #[arg(long, default_value_t = 500)]
     pub debounce_ms: u64,
+    /// Do not embed chunk sentences ahead of time (ingest is faster; `bib ask --trim` then
+    /// embeds the sentences of its chunks on first use).
+    #[arg(long)]
+    pub no_sentence_vectors: bool,
 }
 
 /// indicatif bars, one per phase.
@@ -101,6 +105,17 @@ pub fn summary(r: &RunReport) -> String {
             r.embed_fraction * 100.0,
             r.chunks_per_sec
         ));
+        if b.sentences_embedded + b.sentences_reused > 0 || b.sentence_warning.is_some() {
+            s.push_str(&format!(
+                "\n  sentence vectors for trimming: {} embedded in {:.2} s, {} already known",
+                b.sentences_embedded,
+                b.sentence_embed_ms as f64 / 1000.0,
+                b.sentences_reused
+            ));
+        }
+        if let Some(w) = &b.sentence_warning {
+            s.push_str(&format!("\n  warning: {w}"));
+        }
         s.push_str(&format!("\n  prune: {}", b.prune));
     }
     if let Some(c) = &r.phase_c {
@@ -150,6 +165,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let opts = IngestOptions {
         max_file_bytes: args.max_file_bytes,
         window_chunks: args.window_chunks.max(1),
+        sentence_vectors: !args.no_sentence_vectors,
         ..IngestOptions::default()
     };
     let bars = Bars {
