@@ -30,6 +30,10 @@ pub struct Args {
     /// Also run the hybrid path (BM25 + embeddings) with the default local model.
     #[arg(long)]
     hybrid: bool,
+    /// Hybrid variants to compare, as `sem_budget:rrf_k` pairs (comma-separated); empty = the
+    /// defaults only. Every variant shares one embedding cache, so a turn is embedded once.
+    #[arg(long, value_delimiter = ',')]
+    hybrid_variants: Vec<String>,
     /// Conversations to run, as `first-last` (0-based, inclusive).
     #[arg(long, default_value = "0-9")]
     convs: String,
@@ -400,13 +404,28 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     );
 
     let embedder: Option<Box<dyn bib_embed::Embedder>> = if args.hybrid {
-        Some(
-            super::super::pack::default_embedder()
-                .context("loading the default embedder for --hybrid")?,
-        )
+        let e = super::super::pack::default_embedder()
+            .context("loading the default embedder for --hybrid")?;
+        // One cache across sessions and budgets: each turn and question is embedded once.
+        Some(Box::new(bib_embed::CachedEmbedder::new(
+            e,
+            bib_embed::MemoryCache::new(),
+        )))
     } else {
         None
     };
+    let mut variants: Vec<(String, PackOptions)> = Vec::new();
+    for v in &args.hybrid_variants {
+        let (sb, k) = v
+            .split_once(':')
+            .with_context(|| format!("--hybrid-variants: `{v}` is not sem_budget:rrf_k"))?;
+        let opts = PackOptions {
+            sem_budget: sb.trim().parse().context("--hybrid-variants: sem_budget")?,
+            rrf_k: k.trim().parse().context("--hybrid-variants: rrf_k")?,
+            ..PackOptions::default()
+        };
+        variants.push((format!("bib hybrid sb={sb} k={k}"), opts));
+    }
 
     let mut rows: Vec<Row> = Vec::new();
     for &budget in &budgets {
@@ -436,6 +455,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 &opts,
                 &mut |s, b| s.pack_hybrid(b, e.as_ref()),
             ));
+            for (name, vo) in &variants {
+                rows.push(run_ours(name, &convs, budget, vo, &mut |s, b| {
+                    s.pack_hybrid(b, e.as_ref())
+                }));
+            }
         }
         let last = rows
             .last()
@@ -451,14 +475,18 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     // The project's own probe set (multilingual + agent sessions): a default may only change
     // if this does not lose.
     let set = bib_pack::probes::ProbeSet::parse(PROBES).context("parsing the probe set")?;
-    let mut configs: Vec<(&str, bool)> = vec![("bib lexical", false)];
+    let mut configs: Vec<(String, bool, PackOptions)> =
+        vec![("bib lexical".into(), false, PackOptions::default())];
     if embedder.is_some() {
-        configs.push(("bib hybrid", true));
+        configs.push(("bib hybrid".into(), true, PackOptions::default()));
+        for (name, o) in &variants {
+            configs.push((name.clone(), true, o.clone()));
+        }
     }
     println!("\nOwn probe set (crates/pack/tests/data/probes.json)");
-    for (name, hybrid) in configs {
+    for (name, hybrid, o) in configs {
         let res = bib_pack::probes::run_probes(&set, |h, b| {
-            let mut p = bib_pack::Packer::new(PackOptions::default());
+            let mut p = bib_pack::Packer::new(o.clone());
             match (&embedder, hybrid) {
                 (Some(e), true) => p.pack_hybrid(h, b, e.as_ref()),
                 _ => p.pack(h, b),

@@ -12,6 +12,7 @@ mod sbd;
 mod scifact;
 mod serve;
 mod split;
+mod stores;
 mod wiki;
 mod xquad;
 
@@ -39,6 +40,9 @@ enum Bench {
     /// Load test of `bib serve` on loopback: concurrent asks + registrations, req/s, p50/p99,
     /// errors, lost writes.
     Serve(serve::Args),
+    /// SQLite vs PostgreSQL stores side by side: ingest time and query p50/p99 on SciFact and
+    /// on synthetic chunks (needs a PostgreSQL server).
+    Stores(stores::Args),
     /// Sentence-splitter throughput (MB/s) on the NuGet wikis, next to UAX #29.
     Split(split::Args),
     /// Ask on the NuGet wiki golden sets: evidence in top-k before/after trimming.
@@ -57,6 +61,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Bench::Scifact(a) => scifact::run(a),
         Bench::Serve(a) => serve::run(a),
         Bench::Split(a) => split::run(a),
+        Bench::Stores(a) => stores::run(a),
         Bench::Wiki(a) => wiki::run(a),
         Bench::Xquad(a) => xquad::run(a),
     }

@@ -36,6 +36,12 @@ pub struct Args {
     /// Extra RRF k values to report beside the default 60.
     #[arg(long, value_delimiter = ',', default_value = "10,30,100")]
     extra_k: Vec<f64>,
+    /// BM25 weights (vector weight 1) of the weighted-RRF rows.
+    #[arg(long, value_delimiter = ',', default_value = "1.5,2,3")]
+    bm25_weights: Vec<f64>,
+    /// Skip the sentence-level vector rows (they embed every abstract sentence once).
+    #[arg(long)]
+    no_sentences: bool,
     /// Write the report as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -119,14 +125,60 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let qvecs = embedder.embed(&qtexts, EmbedKind::Query)?;
     let embed_q_ms = t.elapsed().as_secs_f64() * 1000.0 / queries.len().max(1) as f64;
 
+    // Sentence-level vectors: every title and abstract sentence embedded on its own; a
+    // document's score in this list is its best sentence's cosine ("max-sim"). use-m3 is a
+    // sentence-similarity model and a claim is one sentence, so a claim meets its evidence
+    // sentence head on instead of an average over a whole abstract.
+    let mut sent_texts: Vec<String> = Vec::new();
+    let mut sent_doc: Vec<usize> = Vec::new();
+    for (i, d) in docs.iter().enumerate() {
+        sent_texts.push(d.title.clone());
+        sent_doc.push(i);
+        for s in bib_text::sentences::split_sentences(&d.text) {
+            sent_texts.push(s.text(&d.text).to_string());
+            sent_doc.push(i);
+        }
+    }
+    eprintln!("scifact: {} sentences", sent_texts.len());
+    let sent_vecs = if a.no_sentences {
+        Vec::new()
+    } else {
+        embed_corpus_cached(
+            embedder.as_ref(),
+            &sent_texts,
+            &a.cache_dir,
+            "scifact-sentences",
+        )?
+    };
+
     let mut ks = vec![60.0];
     ks.extend(a.extra_k.iter().copied().filter(|k| *k != 60.0));
     let mut names: Vec<String> = vec!["bm25".into(), "vector".into()];
     names.extend(ks.iter().map(|k| format!("hybrid (RRF k={k})")));
-    names.push("hybrid (k=60, bm25 ×2)".into());
+    for w in &a.bm25_weights {
+        names.push(format!("hybrid (k=60, bm25 ×{w})"));
+    }
+    if !a.no_sentences {
+        names.push("vector (best sentence)".into());
+        names.push("hybrid sent (k=60)".into());
+        for w in &a.bm25_weights {
+            names.push(format!("hybrid sent (k=60, bm25 ×{w})"));
+        }
+    }
     let mut acc = vec![Acc::default(); names.len()];
     let mut wins = [0usize; 3]; // per query: hybrid better, equal, worse than the best single list
     let n = a.candidates.max(100);
+    let to_scored = |f: Vec<bib_retrieve::FusedHit>| -> Vec<ScoredHit> {
+        f.into_iter()
+            .take(100)
+            .map(|f| ScoredHit {
+                id: f.id,
+                score: f.score,
+                bm25: f.lists[0],
+                vector: f.lists[1],
+            })
+            .collect()
+    };
     for (q, qv) in queries.iter().zip(&qvecs) {
         let rel = &qrels[&q.id];
         let bm = ix.bm25_top(&q.text, n, &Filter::default())?;
@@ -138,19 +190,41 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         for &k in &ks {
             lists.push(rank(Mode::Hybrid, &bm, &ve, k, 100));
         }
-        // BM25 counted twice (a rank-only weight of 2), for comparison.
-        let weighted: Vec<ScoredHit> =
-            bib_retrieve::rrf_fuse(&[bm.clone(), bm.clone(), ve.clone()], 60.0)
+        for &w in &a.bm25_weights {
+            lists.push(to_scored(bib_retrieve::rrf_fuse_weighted(
+                &[bm.clone(), ve.clone()],
+                &[w, 1.0],
+                60.0,
+            )));
+        }
+        if !a.no_sentences {
+            let mut best = vec![f32::NEG_INFINITY; docs.len()];
+            for (v, &d) in sent_vecs.iter().zip(&sent_doc) {
+                let c = bib_embed::cosine(v, qv);
+                if c > best[d] {
+                    best[d] = c;
+                }
+            }
+            let mut order: Vec<usize> = (0..docs.len()).collect();
+            order.sort_by(|&x, &y| best[y].total_cmp(&best[x]).then(x.cmp(&y)));
+            let vs: Vec<bib_retrieve::Hit> = order
                 .into_iter()
-                .take(100)
-                .map(|f| ScoredHit {
-                    id: f.id,
-                    score: f.score,
-                    bm25: f.lists[0],
-                    vector: f.lists[2],
+                .take(n)
+                .map(|i| bib_retrieve::Hit {
+                    id: i as i64,
+                    score: f64::from(best[i]),
                 })
                 .collect();
-        lists.push(weighted);
+            lists.push(rank(Mode::Vector, &bm, &vs, 60.0, 100));
+            lists.push(rank(Mode::Hybrid, &bm, &vs, 60.0, 100));
+            for &w in &a.bm25_weights {
+                lists.push(to_scored(bib_retrieve::rrf_fuse_weighted(
+                    &[bm.clone(), vs.clone()],
+                    &[w, 1.0],
+                    60.0,
+                )));
+            }
+        }
         let mut nd = Vec::new();
         for (slot, l) in acc.iter_mut().zip(&lists) {
             let ids: Vec<String> = l.iter().map(|h| doc_id(h.id)).collect();
@@ -178,13 +252,13 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         a.model
     );
     println!(
-        "{:<22} {:>8} {:>8} {:>9}",
+        "{:<32} {:>8} {:>8} {:>9}",
         "run", "nDCG@10", "R@10", "R@100"
     );
     let mut rows = Vec::new();
     for (name, s) in names.iter().zip(&acc) {
         let (nd, r10, r100) = (s.ndcg / nq, s.r10 / nq, s.r100 / nq);
-        println!("{name:<22} {nd:>8.4} {r10:>8.4} {r100:>9.4}");
+        println!("{name:<32} {nd:>8.4} {r10:>8.4} {r100:>9.4}");
         rows.push(json!({"run": name, "ndcg10": nd, "r10": r10, "r100": r100}));
     }
     let best_single = (acc[0].ndcg.max(acc[1].ndcg)) / nq;

@@ -107,6 +107,20 @@ fn parse_sweep(s: &str) -> anyhow::Result<Vec<f32>> {
         .collect())
 }
 
+/// A short column label: scorer, window and lexical top (e.g. `cos w0 +lx2`).
+fn variant_label(&(s, w, lx): &(TrimScorer, usize, usize)) -> String {
+    let name = if s == TrimScorer::Cosine {
+        "cos"
+    } else {
+        "hyb"
+    };
+    if lx == 0 {
+        format!("{name} w{w}")
+    } else {
+        format!("{name} w{w} +lx{lx}")
+    }
+}
+
 /// (kept fraction among answerable, reduction, kept among all)
 fn evaluate(cases: &[Case], opts: &TrimOptions) -> (f64, f64, f64) {
     let (mut before, mut after) = (0usize, 0usize);
@@ -146,11 +160,16 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let thresholds = parse_sweep(&a.sweep)?;
     let embedder = super::super::ask::load_embedder(&a.model)?;
     let cache = EmbeddingCache::default();
-    let variants: Vec<(TrimScorer, usize)> = vec![
-        (TrimScorer::Cosine, 0),
-        (TrimScorer::Cosine, 1),
-        (TrimScorer::Hybrid, 0),
-        (TrimScorer::Hybrid, 1),
+    // (scorer, window, lexical_top)
+    let variants: Vec<(TrimScorer, usize, usize)> = vec![
+        (TrimScorer::Cosine, 0, 0),
+        (TrimScorer::Cosine, 1, 0),
+        (TrimScorer::Hybrid, 0, 0),
+        (TrimScorer::Hybrid, 1, 0),
+        (TrimScorer::Cosine, 0, 1),
+        (TrimScorer::Cosine, 0, 2),
+        (TrimScorer::Cosine, 0, 3),
+        (TrimScorer::Hybrid, 0, 2),
     ];
     // results[lang][variant][threshold] = (kept, reduction, kept_all)
     let mut results: Vec<Vec<Vec<(f64, f64, f64)>>> = Vec::new();
@@ -235,23 +254,12 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             100.0 * gold_found as f64 / cases.len().max(1) as f64
         );
         print!("{:>6}", "thr");
-        for (s, w) in &variants {
-            print!(
-                "  {:>15}",
-                format!(
-                    "{}{}",
-                    if *s == TrimScorer::Cosine {
-                        "cos"
-                    } else {
-                        "hyb"
-                    },
-                    format_args!(" w{w}")
-                )
-            );
+        for v in &variants {
+            print!("  {:>15}", variant_label(v));
         }
         println!();
         let mut per_variant = Vec::new();
-        for (s, w) in &variants {
+        for (s, w, lx) in &variants {
             let mut col = Vec::new();
             for &t in &thresholds {
                 let opts = TrimOptions {
@@ -260,6 +268,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                     window: *w,
                     scorer: *s,
                     rrf_k: 60.0,
+                    lexical_top: *lx,
                 };
                 col.push(evaluate(&cases, &opts));
             }
@@ -278,11 +287,11 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             }
             println!();
         }
-        for ((s, w), col) in variants.iter().zip(&per_variant) {
+        for ((s, w, lx), col) in variants.iter().zip(&per_variant) {
             for (ti, t) in thresholds.iter().enumerate() {
                 let (k, r, ka) = col[ti];
                 report.push(
-                    json!({"lang": lang, "scorer": s, "window": w, "threshold": t,
+                    json!({"lang": lang, "scorer": s, "window": w, "lexical_top": lx, "threshold": t,
                     "kept": k, "reduction": r, "kept_of_all": ka}),
                 );
             }
@@ -296,7 +305,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         100.0 * a.goal_kept,
         100.0 * a.goal_reduction
     );
-    for (vi, (s, w)) in variants.iter().enumerate() {
+    for (vi, v) in variants.iter().enumerate() {
+        let label = variant_label(v);
         let mut best: Option<(f32, f64, f64)> = None;
         for (ti, &t) in thresholds.iter().enumerate() {
             let kept = results
@@ -313,13 +323,13 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         }
         match best {
             Some((t, k, r)) => println!(
-                "  {s:?} window {w}: highest threshold keeping ≥{:.0}%: {t:.2} (min kept {:.1}%, min reduction {:.1}%){}",
+                "  {label}: highest threshold keeping ≥{:.0}%: {t:.2} (min kept {:.1}%, min reduction {:.1}%){}",
                 100.0 * a.goal_kept,
                 100.0 * k,
                 100.0 * r,
                 if r >= a.goal_reduction { "  ← meets goal" } else { "" }
             ),
-            None => println!("  {s:?} window {w}: no threshold keeps ≥{:.0}%", 100.0 * a.goal_kept),
+            None => println!("  {label}: no threshold keeps ≥{:.0}%", 100.0 * a.goal_kept),
         }
     }
     if let Some(p) = &a.json {

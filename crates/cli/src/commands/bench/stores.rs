@@ -1,0 +1,508 @@
+//! `bib bench stores` — the two [`Store`] implementations side by side: ingest time and query
+//! latency (p50/p99) of SQLite and PostgreSQL + pgvector on the same data, in one run.
+//!
+//! Two datasets:
+//! - **SciFact** (5,183 abstracts, one chunk each, real `use-m3` vectors from the bench cache,
+//!   the 300 test claims as queries);
+//! - **synthetic** (`--synthetic N` chunks, default 100,000, ten per document): words drawn from
+//!   a Zipf-like vocabulary per topic and unit vectors scattered around one centroid per topic,
+//!   so both the lexical and the vector index see clustered, realistic-ish data. Deterministic
+//!   (fixed seed).
+//!
+//! Per store and dataset: ingest wall time (one `apply_document` per document, as `bib ingest`
+//! does), then per query `bm25_search` (top 100), `vector_search` (top 100) and the *hybrid*
+//! path (both searches, RRF, fetch of the top 5 chunks) — p50 and p99 of each. PostgreSQL is
+//! timed with exact vector search and with its HNSW index; HNSW recall@10 against exact is
+//! printed beside it.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::Context;
+use bib_store::{ChunkWrite, DocumentChange, Filter, Hit, SqliteStore, Store};
+use bib_store_pg::{PgOptions, PgStore, VectorSearch};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::ask_common::{data_dir, embed_corpus_cached, percentile, read_jsonl};
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Benchmark data folder (holds scifact/). Default: ../shared/bench/data.
+    #[arg(long)]
+    data: Option<PathBuf>,
+    /// Where SciFact corpus embeddings are cached between runs.
+    #[arg(long, default_value = ".bib/bench-cache")]
+    cache_dir: PathBuf,
+    /// PostgreSQL server (a `postgres://` URL). Default: `BIB_TEST_PG_URL`, then a
+    /// `postgres://` `BIB_STORE`. Each run works in fresh schemas it drops at the end.
+    #[arg(long)]
+    pg: Option<String>,
+    /// Chunks in the synthetic dataset (0 skips it).
+    #[arg(long, default_value_t = 100_000)]
+    synthetic: usize,
+    /// Vector dimensions of the synthetic dataset (use-m3's 512 by default).
+    #[arg(long, default_value_t = 512)]
+    dims: usize,
+    /// Queries timed per dataset.
+    #[arg(long, default_value_t = 300)]
+    queries: usize,
+    /// Skip the SciFact dataset.
+    #[arg(long)]
+    no_scifact: bool,
+    /// Write the report as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Doc {
+    #[serde(rename = "_id")]
+    id: String,
+    title: String,
+    text: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct Query {
+    text: String,
+}
+
+/// A dataset ready to load into any store.
+struct Dataset {
+    name: String,
+    docs: Vec<DocumentChange>,
+    queries: Vec<(String, Vec<f32>)>,
+}
+
+impl Dataset {
+    fn chunks(&self) -> usize {
+        self.docs.iter().map(|d| d.upserts.len()).sum()
+    }
+}
+
+/// Timings of one store on one dataset.
+struct Row {
+    dataset: String,
+    store: String,
+    ingest_s: f64,
+    chunks: usize,
+    bm25: Vec<f64>,
+    vector: Vec<f64>,
+    hybrid: Vec<f64>,
+    recall10: Option<f64>,
+}
+
+fn chunk_write(
+    index: u32,
+    prefix: String,
+    content: String,
+    model: &str,
+    v: Vec<f32>,
+) -> ChunkWrite {
+    let hash = format!("{:016x}", fxhash(&content));
+    ChunkWrite {
+        chunk_index: index,
+        tokens_estimate: bib_text::tokens::estimate_tokens(&content) as u32,
+        tokens_model: 0,
+        span_start: 0,
+        span_end: content.len() as u64,
+        prefix,
+        heading_path: vec![],
+        content,
+        content_hash: hash,
+        model_id: model.to_string(),
+        embedding: v,
+    }
+}
+
+/// FNV-1a: a content hash for synthetic chunks (no cryptographic need here).
+fn fxhash(s: &str) -> u64 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
+fn scifact(a: &Args) -> anyhow::Result<Dataset> {
+    let dir = data_dir(a.data.clone()).join("scifact");
+    let docs: Vec<Doc> = read_jsonl(&dir.join("corpus.jsonl"))?;
+    let mut queries: Vec<Query> = read_jsonl(&dir.join("queries_test.jsonl"))?;
+    queries.truncate(a.queries);
+    let embedder = super::super::ask::load_embedder(bib_embed::DEFAULT_MODEL)?;
+    let e = embedder.as_ref();
+    let texts: Vec<String> = docs
+        .iter()
+        .map(|d| format!("{}\n{}", d.title, d.text))
+        .collect();
+    let vecs = embed_corpus_cached(e, &texts, &a.cache_dir, "scifact")?;
+    let qtexts: Vec<&str> = queries.iter().map(|q| q.text.as_str()).collect();
+    let qvecs = e.embed(&qtexts, bib_embed::EmbedKind::Query)?;
+    let changes = docs
+        .iter()
+        .zip(vecs)
+        .map(|(d, v)| DocumentChange {
+            path: format!("{}.md", d.id),
+            title: d.title.clone(),
+            metadata: Value::Null,
+            content_hash: d.id.clone(),
+            chunk_count: 1,
+            upserts: vec![chunk_write(
+                0,
+                format!("[Doc: {}]", d.title),
+                d.text.clone(),
+                e.model_id(),
+                v,
+            )],
+        })
+        .collect();
+    Ok(Dataset {
+        name: "scifact".into(),
+        docs: changes,
+        queries: queries.into_iter().map(|q| q.text).zip(qvecs).collect(),
+    })
+}
+
+/// A pseudo-word for vocabulary entry `i` (distinct for every `i`).
+fn word(i: usize) -> String {
+    const SYL: [&str; 16] = [
+        "ka", "lo", "mi", "ne", "ru", "ta", "shi", "vo", "de", "pa", "zu", "gri", "on", "el",
+        "bra", "ti",
+    ];
+    let mut s = String::new();
+    let mut x = i + 16;
+    while x > 0 {
+        s.push_str(SYL[x % 16]);
+        x /= 16;
+    }
+    s
+}
+
+fn unit(mut v: Vec<f32>) -> Vec<f32> {
+    let n = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
+    v.iter_mut().for_each(|x| *x /= n);
+    v
+}
+
+fn gaussian(rng: &mut fastrand::Rng) -> f32 {
+    // Box–Muller.
+    let u1 = rng.f64().max(1e-12);
+    let u2 = rng.f64();
+    ((-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()) as f32
+}
+
+fn synthetic(n: usize, dims: usize, nq: usize) -> Dataset {
+    const TOPICS: usize = 200;
+    const VOCAB: usize = 50_000;
+    const PER_DOC: usize = 10;
+    let mut rng = fastrand::Rng::with_seed(0x5eed_b1b);
+    let centroids: Vec<Vec<f32>> = (0..TOPICS)
+        .map(|_| unit((0..dims).map(|_| gaussian(&mut rng)).collect()))
+        .collect();
+    let near = |rng: &mut fastrand::Rng, c: &[f32], spread: f32| -> Vec<f32> {
+        unit(
+            c.iter()
+                .map(|x| x + spread * gaussian(rng) / (dims as f32).sqrt())
+                .collect(),
+        )
+    };
+    // Zipf-like draw: index ~ VOCAB^u - 1 favours small indices; each topic shifts the vocabulary.
+    let draw = |rng: &mut fastrand::Rng, topic: usize| -> String {
+        let r = ((VOCAB as f64).powf(rng.f64()) - 1.0) as usize;
+        word((r + topic * 97) % VOCAB)
+    };
+    let mut docs = Vec::with_capacity(n.div_ceil(PER_DOC));
+    let mut made = 0usize;
+    let mut d = 0usize;
+    while made < n {
+        let topic = rng.usize(..TOPICS);
+        let count = PER_DOC.min(n - made);
+        let upserts = (0..count)
+            .map(|ci| {
+                let len = 60 + rng.usize(..120);
+                let text: Vec<String> = (0..len).map(|_| draw(&mut rng, topic)).collect();
+                chunk_write(
+                    ci as u32,
+                    format!("[Doc: synthetic {d} › part {ci}]"),
+                    text.join(" "),
+                    "synthetic",
+                    near(&mut rng, &centroids[topic], 1.5),
+                )
+            })
+            .collect();
+        docs.push(DocumentChange {
+            path: format!("synthetic/{:03}/{d}.md", d % 1000),
+            title: format!("synthetic {d}"),
+            metadata: json!({"topic": topic}),
+            content_hash: format!("{d:x}"),
+            chunk_count: count as u32,
+            upserts,
+        });
+        made += count;
+        d += 1;
+    }
+    let queries = (0..nq)
+        .map(|_| {
+            let topic = rng.usize(..TOPICS);
+            let text: Vec<String> = (0..6).map(|_| draw(&mut rng, topic)).collect();
+            (text.join(" "), near(&mut rng, &centroids[topic], 2.0))
+        })
+        .collect();
+    Dataset {
+        name: format!("synthetic {}k", n / 1000),
+        docs,
+        queries,
+    }
+}
+
+fn pct(v: &[f64], p: f64) -> f64 {
+    percentile(&mut v.to_vec(), p)
+}
+
+fn ms(t: Instant) -> f64 {
+    t.elapsed().as_secs_f64() * 1000.0
+}
+
+fn ingest(store: &dyn Store, data: &Dataset) -> anyhow::Result<f64> {
+    let t = Instant::now();
+    for (i, d) in data.docs.iter().enumerate() {
+        store
+            .apply_document(d)
+            .with_context(|| format!("{}: writing {}", store.backend(), d.path))?;
+        if i % 500 == 0 {
+            eprint!(
+                "\r{} {}: {}/{} documents",
+                data.name,
+                store.backend(),
+                i,
+                data.docs.len()
+            );
+        }
+    }
+    eprintln!();
+    Ok(t.elapsed().as_secs_f64())
+}
+
+/// A chunk's identity across stores (chunk ids are local to one store).
+type ChunkKey = (String, u32);
+
+/// Time every query; also return each query's vector top-10 (for HNSW recall).
+fn query(store: &dyn Store, data: &Dataset, row: &mut Row) -> anyhow::Result<Vec<Vec<ChunkKey>>> {
+    let f = Filter::default();
+    // Warm-up: caches, prepared statements, the SQLite store's in-memory vectors.
+    for (q, v) in data.queries.iter().take(5) {
+        store.bm25_search(q, 100, &f)?;
+        store.vector_search(v, 100, &f)?;
+    }
+    let mut tops = Vec::with_capacity(data.queries.len());
+    for (q, v) in &data.queries {
+        let t = Instant::now();
+        std::hint::black_box(store.bm25_search(q, 100, &f)?);
+        row.bm25.push(ms(t));
+        let t = Instant::now();
+        let vs = store.vector_search(v, 100, &f)?;
+        row.vector.push(ms(t));
+        tops.push(
+            vs.iter()
+                .take(10)
+                .map(|h| (h.path.clone(), h.chunk_index))
+                .collect(),
+        );
+
+        let t = Instant::now();
+        let bm: Vec<Hit> = store.bm25_search(q, 100, &f)?;
+        let ve: Vec<Hit> = store.vector_search(v, 100, &f)?;
+        let to = |l: Vec<Hit>| -> Vec<bib_retrieve::Hit> {
+            l.into_iter()
+                .map(|h| bib_retrieve::Hit {
+                    id: h.chunk_id,
+                    score: h.score,
+                })
+                .collect()
+        };
+        let fused = bib_retrieve::rrf_fuse(&[to(bm), to(ve)], 60.0);
+        let ids: Vec<i64> = fused.iter().take(5).map(|h| h.id).collect();
+        std::hint::black_box(store.get_chunks(&ids)?);
+        row.hybrid.push(ms(t));
+    }
+    Ok(tops)
+}
+
+fn recall_at_10(exact: &[Vec<ChunkKey>], approx: &[Vec<ChunkKey>]) -> f64 {
+    let (mut hit, mut total) = (0usize, 0usize);
+    for (e, a) in exact.iter().zip(approx) {
+        total += e.len();
+        hit += e.iter().filter(|id| a.contains(id)).count();
+    }
+    hit as f64 / total.max(1) as f64
+}
+
+fn pg_url(a: &Args) -> anyhow::Result<String> {
+    if let Some(u) = &a.pg {
+        return Ok(u.clone());
+    }
+    for var in ["BIB_TEST_PG_URL", "BIB_STORE"] {
+        if let Ok(u) = std::env::var(var) {
+            if bib_store_pg::is_postgres_url(&u) {
+                return Ok(u);
+            }
+        }
+    }
+    anyhow::bail!(
+        "bib bench stores needs a PostgreSQL server: pass --pg postgres://… or set \
+         BIB_TEST_PG_URL (scripts/postgres-dev.sh start; scripts/postgres-dev.sh url)"
+    )
+}
+
+fn pg_store(url: &str, dataset: &str, v: VectorSearch) -> anyhow::Result<PgStore> {
+    let tag: String = dataset
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric())
+        .collect::<String>()
+        .to_ascii_lowercase();
+    let schema = format!("bib_bench_{tag}_{}", std::process::id());
+    let mut o = PgOptions::parse(url)?
+        .with_schema(&schema)?
+        .with_vector_search(v);
+    o.drop_schema_on_drop = true;
+    Ok(PgStore::connect_with(o)?)
+}
+
+fn bench_dataset(a: &Args, url: &str, data: &Dataset) -> anyhow::Result<Vec<Row>> {
+    let new_row = |store: &str, ingest_s: f64| Row {
+        dataset: data.name.clone(),
+        store: store.into(),
+        ingest_s,
+        chunks: data.chunks(),
+        bm25: vec![],
+        vector: vec![],
+        hybrid: vec![],
+        recall10: None,
+    };
+    let mut rows = Vec::new();
+
+    let dir = tempfile_dir(a)?;
+    let path = dir.join(format!("{}.sqlite", data.name.replace(' ', "-")));
+    let _ = std::fs::remove_file(&path);
+    let sqlite = SqliteStore::open(&path).with_context(|| format!("opening {}", path.display()))?;
+    let s = ingest(&sqlite, data)?;
+    let mut row = new_row("sqlite", s);
+    let exact_tops = query(&sqlite, data, &mut row)?;
+    rows.push(row);
+    drop(sqlite);
+    for ext in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{ext}", path.display()));
+    }
+
+    let pg = pg_store(url, &data.name, VectorSearch::Exact)?;
+    let s = ingest(&pg, data)?;
+    let mut row = new_row("postgres exact", s);
+    let pg_exact = query(&pg, data, &mut row)?;
+    row.recall10 = Some(recall_at_10(&exact_tops, &pg_exact));
+    rows.push(row);
+    // The same schema searched through HNSW (the index was built during ingest).
+    let hnsw = pg.reopen_with(VectorSearch::default())?;
+    let mut row = new_row("postgres hnsw", s);
+    let tops = query(&hnsw, data, &mut row)?;
+    row.recall10 = Some(recall_at_10(&exact_tops, &tops));
+    rows.push(row);
+    drop(hnsw);
+    drop(pg);
+    Ok(rows)
+}
+
+fn tempfile_dir(a: &Args) -> anyhow::Result<PathBuf> {
+    let d = a.cache_dir.join("stores-bench");
+    std::fs::create_dir_all(&d).with_context(|| format!("creating {}", d.display()))?;
+    Ok(d)
+}
+
+pub fn run(a: Args) -> anyhow::Result<()> {
+    let url = pg_url(&a)?;
+    let mut datasets = Vec::new();
+    if !a.no_scifact {
+        datasets.push(scifact(&a)?);
+    }
+    if a.synthetic > 0 {
+        datasets.push(synthetic(a.synthetic, a.dims, a.queries));
+    }
+    let mut rows = Vec::new();
+    for d in &datasets {
+        eprintln!(
+            "{}: {} documents, {} chunks, {} queries",
+            d.name,
+            d.docs.len(),
+            d.chunks(),
+            d.queries.len()
+        );
+        rows.extend(bench_dataset(&a, &url, d)?);
+    }
+
+    println!(
+        "\n{:<15} {:<15} {:>9} {:>9}  {:>17}  {:>17}  {:>17}  {:>9}",
+        "dataset",
+        "store",
+        "ingest s",
+        "chunks/s",
+        "bm25 p50/p99 ms",
+        "vector p50/p99",
+        "hybrid p50/p99",
+        "recall@10"
+    );
+    let mut report = Vec::new();
+    for r in &rows {
+        let p = |v: &[f64]| (pct(v, 50.0), pct(v, 99.0));
+        let (b50, b99) = p(&r.bm25);
+        let (v50, v99) = p(&r.vector);
+        let (h50, h99) = p(&r.hybrid);
+        let rate = r.chunks as f64 / r.ingest_s.max(1e-9);
+        println!(
+            "{:<15} {:<15} {:>9.1} {:>9.0}  {:>8.2} /{:>7.2}  {:>8.2} /{:>7.2}  {:>8.2} /{:>7.2}  {:>9}",
+            r.dataset,
+            r.store,
+            r.ingest_s,
+            rate,
+            b50,
+            b99,
+            v50,
+            v99,
+            h50,
+            h99,
+            r.recall10.map_or("—".into(), |x| format!("{x:.4}"))
+        );
+        report.push(json!({
+            "dataset": r.dataset, "store": r.store, "chunks": r.chunks,
+            "ingest_s": r.ingest_s, "chunks_per_s": rate,
+            "bm25_p50_ms": b50, "bm25_p99_ms": b99,
+            "vector_p50_ms": v50, "vector_p99_ms": v99,
+            "hybrid_p50_ms": h50, "hybrid_p99_ms": h99,
+            "recall10_vs_sqlite_exact": r.recall10,
+        }));
+    }
+    // Ratios against SQLite, per dataset.
+    println!("\nratios (postgres / sqlite; > 1 = postgres slower):");
+    for d in &datasets {
+        let of = |s: &str| rows.iter().find(|r| r.dataset == d.name && r.store == s);
+        let Some(base) = of("sqlite") else { continue };
+        for name in ["postgres exact", "postgres hnsw"] {
+            let Some(r) = of(name) else { continue };
+            let h = |v: &[f64]| pct(v, 50.0);
+            println!(
+                "  {:<15} {:<15} ingest {:.2}×  bm25 p50 {:.2}×  vector p50 {:.2}×  hybrid p50 {:.2}×",
+                d.name,
+                name,
+                r.ingest_s / base.ingest_s.max(1e-9),
+                h(&r.bm25) / h(&base.bm25).max(1e-9),
+                h(&r.vector) / h(&base.vector).max(1e-9),
+                h(&r.hybrid) / h(&base.hybrid).max(1e-9),
+            );
+        }
+    }
+    if let Some(p) = &a.json {
+        std::fs::write(
+            p,
+            serde_json::to_string_pretty(&json!({"bench": "stores", "rows": report}))?,
+        )
+        .with_context(|| format!("writing {}", p.display()))?;
+    }
+    Ok(())
+}
