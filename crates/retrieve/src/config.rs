@@ -33,7 +33,7 @@ use std::path::PathBuf;
 use std::str::FromStr;
 
 use crate::error::RetrieveError;
-use crate::retrieve::{Mode, RetrieveOptions};
+use crate::retrieve::{Fusion, Mode, RetrieveOptions};
 use crate::trim::{TrimOptions, TrimScorer, USE_M3_THRESHOLD};
 
 /// One layer of optional settings.
@@ -48,6 +48,8 @@ pub struct Layer {
     pub trim_min_sentences: Option<usize>,
     pub trim_scorer: Option<TrimScorer>,
     pub rrf_k: Option<f64>,
+    pub fusion: Option<Fusion>,
+    pub fusion_alpha: Option<f64>,
     pub candidates: Option<usize>,
     /// `key=value` filters; the highest layer that sets any wins (they do not add up).
     pub filters: Option<Vec<String>>,
@@ -69,6 +71,8 @@ impl Layer {
             trim_min_sentences: self.trim_min_sentences.or(lower.trim_min_sentences),
             trim_scorer: self.trim_scorer.or(lower.trim_scorer),
             rrf_k: self.rrf_k.or(lower.rrf_k),
+            fusion: self.fusion.or(lower.fusion),
+            fusion_alpha: self.fusion_alpha.or(lower.fusion_alpha),
             candidates: self.candidates.or(lower.candidates),
             filters: self.filters.or(lower.filters),
             llm_base_url: self.llm_base_url.or(lower.llm_base_url),
@@ -143,6 +147,10 @@ impl Layer {
                 })
                 .transpose()?;
             l.rrf_k = float_of(a, "rrf_k")?;
+            l.fusion = str_of(a, "ask", "fusion")?
+                .map(|m| Fusion::from_str(&m).map_err(|e| bad("ask.fusion", e.to_string())))
+                .transpose()?;
+            l.fusion_alpha = float_of(a, "fusion_alpha")?;
             l.candidates = uint_of(a, "candidates")?;
             l.filters = match a.get("filters") {
                 None => None,
@@ -204,6 +212,19 @@ impl Layer {
                     .map_err(|_| bad("RETRIEVAL_TRIM_WINDOW", "must be a non-negative integer"))?,
             );
         }
+        if let Some(v) = get("RETRIEVAL_FUSION") {
+            l.fusion = Some(
+                Fusion::from_str(v.trim())
+                    .map_err(|_| bad("RETRIEVAL_FUSION", "must be rrf or convex"))?,
+            );
+        }
+        if let Some(v) = get("RETRIEVAL_FUSION_ALPHA") {
+            l.fusion_alpha = Some(
+                v.trim()
+                    .parse()
+                    .map_err(|_| bad("RETRIEVAL_FUSION_ALPHA", "must be a number"))?,
+            );
+        }
         l.store = get("BIB_STORE").map(PathBuf::from);
         l.llm_base_url = get("BIB_LLM_BASE_URL");
         l.llm_model = get("BIB_LLM_MODEL");
@@ -250,8 +271,16 @@ impl AskSettings {
             mode: l.mode.unwrap_or(d.mode),
             candidates: l.candidates.unwrap_or(d.candidates),
             rrf_k: l.rrf_k.unwrap_or(d.rrf_k),
+            fusion: l.fusion.unwrap_or(d.fusion),
+            convex_alpha: l.fusion_alpha.unwrap_or(d.convex_alpha),
             trim,
         };
+        if !(0.0..=1.0).contains(&options.convex_alpha) {
+            return Err(RetrieveError::InvalidOption {
+                name: "fusion_alpha".into(),
+                reason: format!("{} is not a weight in [0, 1]", options.convex_alpha),
+            });
+        }
         if options.top_k == 0 {
             return Err(RetrieveError::InvalidOption {
                 name: "top_k".into(),
@@ -313,6 +342,45 @@ whatever = 1
         assert_eq!(s.options.mode, Mode::Hybrid);
         assert!(s.options.trim.is_none(), "trimming is off by default");
         assert!(s.filters.is_empty());
+        assert_eq!(s.options.fusion, Fusion::Convex);
+    }
+
+    #[test]
+    fn fusion_from_file_env_and_flags() {
+        let file = Layer::from_toml("[ask]\nfusion = \"rrf\"\nfusion_alpha = 0.5", "f").unwrap();
+        let s =
+            AskSettings::resolve(Layer::default(), Layer::default(), file.clone(), "d").unwrap();
+        assert_eq!(
+            (s.options.fusion, s.options.convex_alpha),
+            (Fusion::Rrf, 0.5)
+        );
+        let e = env(&[
+            ("RETRIEVAL_FUSION", "convex"),
+            ("RETRIEVAL_FUSION_ALPHA", "0.9"),
+        ]);
+        let s = AskSettings::resolve(Layer::default(), e.clone(), file.clone(), "d").unwrap();
+        assert_eq!(
+            (s.options.fusion, s.options.convex_alpha),
+            (Fusion::Convex, 0.9)
+        );
+        let flags = Layer {
+            fusion_alpha: Some(0.6),
+            ..Layer::default()
+        };
+        let s = AskSettings::resolve(flags, e, file, "d").unwrap();
+        assert_eq!(s.options.convex_alpha, 0.6);
+        let bad = Layer {
+            fusion_alpha: Some(2.0),
+            ..Layer::default()
+        };
+        let err = AskSettings::resolve(bad, Layer::default(), Layer::default(), "d").unwrap_err();
+        assert!(err.to_string().contains("fusion_alpha"), "{err}");
+        assert!(
+            Layer::from_env(|k| (k == "RETRIEVAL_FUSION").then(|| "mean".to_string()))
+                .unwrap_err()
+                .to_string()
+                .contains("RETRIEVAL_FUSION")
+        );
     }
 
     #[test]
@@ -366,6 +434,7 @@ whatever = 1
         let cases = [
             ("[ask]\ntop_k = \"five\"", "ask.top_k"),
             ("[ask]\nmode = \"fuzzy\"", "ask.mode"),
+            ("[ask]\nfusion = \"mean\"", "ask.fusion"),
             ("[ask]\ntrim = 1", "ask.trim"),
             ("[ask]\nfilters = \"app=core\"", "ask.filters"),
             ("[ask\n", "(syntax)"),

@@ -63,6 +63,9 @@ pub trait ChunkIndex: Send + Sync {
     ) -> Result<Vec<Hit>, RetrieveError>;
     /// Fetch chunks by id, in the order asked; unknown ids are skipped.
     fn chunks(&self, ids: &[ChunkId]) -> Result<Vec<ChunkRecord>, RetrieveError>;
+    /// Stored vectors of chunks by id (unknown ids and chunks without a vector are skipped):
+    /// convex fusion needs the cosine of BM25-only candidates.
+    fn vectors(&self, ids: &[ChunkId]) -> Result<Vec<(ChunkId, Vec<f32>)>, RetrieveError>;
 }
 
 /// The terms of `text` with repetitions (term frequency matters to BM25). Whitespace always
@@ -234,6 +237,16 @@ impl ChunkIndex for MemoryIndex {
         Ok(ids
             .iter()
             .filter_map(|id| self.by_id.get(id).map(|&i| self.chunks[i].clone()))
+            .collect())
+    }
+
+    fn vectors(&self, ids: &[ChunkId]) -> Result<Vec<(ChunkId, Vec<f32>)>, RetrieveError> {
+        Ok(ids
+            .iter()
+            .filter_map(|id| {
+                let &i = self.by_id.get(id)?;
+                Some((*id, self.vectors[i].clone()?))
+            })
             .collect())
     }
 }

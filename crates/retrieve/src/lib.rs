@@ -36,6 +36,6 @@ pub use filter::Filter;
 pub use fusion::{rrf_fuse, rrf_fuse_weighted, FusedHit, ListHit, DEFAULT_RRF_K};
 pub use index::{ChunkId, ChunkIndex, ChunkRecord, Hit, MemoryIndex};
 pub use log::{log_entry, QueryLogEntry};
-pub use retrieve::{Mode, RetrievalResult, RetrieveOptions, Retriever, ScoredChunk};
+pub use retrieve::{Fusion, Mode, RetrievalResult, RetrieveOptions, Retriever, ScoredChunk};
 pub use store_index::StoreIndex;
 pub use trim::{TrimOptions, TrimScorer};

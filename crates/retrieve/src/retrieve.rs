@@ -58,6 +58,48 @@ impl std::str::FromStr for Mode {
     }
 }
 
+/// How hybrid mode combines the BM25 and vector lists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Fusion {
+    /// Reciprocal rank fusion (`Σ w / (k + rank)`): ranks only, robust when both lists are
+    /// of comparable quality (spec 003).
+    Rrf,
+    /// Convex combination of normalised scores: `α · bm25 / max bm25 + (1 − α) · cosine`
+    /// min-max scaled over the candidates. Keeps *how much* better a hit is, not only its
+    /// place, so a weaker list nudges instead of reshuffling; on SciFact with the default
+    /// model it is the only fusion above BM25 alone (BENCHMARKS.md, "Ask").
+    #[default]
+    Convex,
+}
+
+impl Fusion {
+    /// The name used on the command line and in config.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Fusion::Rrf => "rrf",
+            Fusion::Convex => "convex",
+        }
+    }
+}
+
+impl std::str::FromStr for Fusion {
+    type Err = RetrieveError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.to_ascii_lowercase().as_str() {
+            "rrf" => Ok(Fusion::Rrf),
+            "convex" => Ok(Fusion::Convex),
+            other => Err(RetrieveError::InvalidOption {
+                name: "fusion".into(),
+                reason: format!("`{other}` is not one of rrf, convex"),
+            }),
+        }
+    }
+}
+
+/// Default BM25 weight α of [`Fusion::Convex`] (calibrated with `bib bench scifact`).
+pub const DEFAULT_CONVEX_ALPHA: f64 = 0.7;
+
 /// Options of one retrieval.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RetrieveOptions {
@@ -69,8 +111,18 @@ pub struct RetrieveOptions {
     pub candidates: usize,
     /// RRF constant.
     pub rrf_k: f64,
+    /// How hybrid mode combines its two lists.
+    #[serde(default)]
+    pub fusion: Fusion,
+    /// BM25 weight α in [0, 1] of convex fusion.
+    #[serde(default = "default_alpha")]
+    pub convex_alpha: f64,
     /// Sentence trimming; `None` returns whole chunks.
     pub trim: Option<TrimOptions>,
+}
+
+fn default_alpha() -> f64 {
+    DEFAULT_CONVEX_ALPHA
 }
 
 impl Default for RetrieveOptions {
@@ -80,6 +132,8 @@ impl Default for RetrieveOptions {
             mode: Mode::Hybrid,
             candidates: 50,
             rrf_k: DEFAULT_RRF_K,
+            fusion: Fusion::default(),
+            convex_alpha: DEFAULT_CONVEX_ALPHA,
             trim: None,
         }
     }
@@ -194,16 +248,46 @@ impl<'a> Retriever<'a> {
         } else {
             Vec::new()
         };
+        let mut qv = None;
         let vector = if mode != Mode::Bm25 {
-            let qv = match query_vec {
+            let v = match query_vec {
                 Some(v) => v.to_vec(),
                 None => self.embed_query(query)?,
             };
-            self.index.vector_top(&qv, n, filter)?
+            let hits = self.index.vector_top(&v, n, filter)?;
+            qv = Some(v);
+            hits
         } else {
             Vec::new()
         };
-        Ok(rank(mode, &bm25, &vector, opts.rrf_k, opts.top_k))
+        match (mode, opts.fusion, qv) {
+            (Mode::Hybrid, Fusion::Convex, Some(qv)) => {
+                // The BM25-only candidates need their cosine too.
+                let in_vec: std::collections::HashSet<_> = vector.iter().map(|h| h.id).collect();
+                let missing: Vec<_> = bm25
+                    .iter()
+                    .map(|h| h.id)
+                    .filter(|id| !in_vec.contains(id))
+                    .collect();
+                let extra: Vec<Hit> = self
+                    .index
+                    .vectors(&missing)?
+                    .into_iter()
+                    .map(|(id, v)| Hit {
+                        id,
+                        score: f64::from(bib_embed::cosine(&v, &qv)),
+                    })
+                    .collect();
+                Ok(convex_fuse(
+                    &bm25,
+                    &vector,
+                    &extra,
+                    opts.convex_alpha,
+                    opts.top_k,
+                ))
+            }
+            _ => Ok(rank(mode, &bm25, &vector, opts.rrf_k, opts.top_k)),
+        }
     }
 
     fn effective_mode(&self, asked: Mode) -> Mode {
@@ -232,6 +316,12 @@ impl<'a> Retriever<'a> {
             return Err(RetrieveError::InvalidOption {
                 name: "rrf_k".into(),
                 reason: format!("{} must be a non-negative number", opts.rrf_k),
+            });
+        }
+        if !opts.convex_alpha.is_finite() || !(0.0..=1.0).contains(&opts.convex_alpha) {
+            return Err(RetrieveError::InvalidOption {
+                name: "fusion_alpha".into(),
+                reason: format!("{} is not a weight in [0, 1]", opts.convex_alpha),
             });
         }
         if let Some(t) = &opts.trim {
@@ -327,7 +417,76 @@ pub struct ScoredHit {
     pub vector: Option<ListHit>,
 }
 
-/// Combine the lists for `mode` and keep `top_k`.
+/// Convex fusion of a BM25 list and a vector list (each best first): every candidate scores
+/// `alpha · bm25 / max bm25 + (1 − alpha) · (cos − min cos) / (max cos − min cos)`, where a
+/// candidate absent from the BM25 list scores 0 on it, and `extra_cosine` gives the cosine of
+/// BM25-only candidates (one absent there too gets the lowest cosine). Ties by id. Each hit keeps
+/// its raw score and rank in the lists it came from.
+pub fn convex_fuse(
+    bm25: &[Hit],
+    vector: &[Hit],
+    extra_cosine: &[Hit],
+    alpha: f64,
+    top_k: usize,
+) -> Vec<ScoredHit> {
+    use std::collections::HashMap;
+    let mut by_id: HashMap<crate::index::ChunkId, ScoredHit> = HashMap::new();
+    let mut cos: HashMap<crate::index::ChunkId, f64> = HashMap::new();
+    for (i, h) in bm25.iter().enumerate() {
+        by_id.entry(h.id).or_insert(ScoredHit {
+            id: h.id,
+            score: 0.0,
+            bm25: Some(ListHit {
+                score: h.score,
+                rank: i + 1,
+            }),
+            vector: None,
+        });
+    }
+    for (i, h) in vector.iter().enumerate() {
+        let e = by_id.entry(h.id).or_insert(ScoredHit {
+            id: h.id,
+            score: 0.0,
+            bm25: None,
+            vector: None,
+        });
+        if e.vector.is_none() {
+            e.vector = Some(ListHit {
+                score: h.score,
+                rank: i + 1,
+            });
+            cos.insert(h.id, h.score);
+        }
+    }
+    for h in extra_cosine {
+        cos.entry(h.id).or_insert(h.score);
+    }
+    let bmax = bm25.iter().map(|h| h.score).fold(0.0, f64::max);
+    let cmin = cos.values().copied().fold(f64::INFINITY, f64::min);
+    let cmax = cos.values().copied().fold(f64::NEG_INFINITY, f64::max);
+    let span = cmax - cmin;
+    let mut out: Vec<ScoredHit> = by_id
+        .into_values()
+        .map(|mut h| {
+            let b = match (h.bm25, bmax > 0.0) {
+                (Some(l), true) => l.score / bmax,
+                _ => 0.0,
+            };
+            let c = match cos.get(&h.id) {
+                Some(&c) if span > 0.0 => (c - cmin) / span,
+                Some(_) => 1.0,
+                None => 0.0,
+            };
+            h.score = alpha * b + (1.0 - alpha) * c;
+            h
+        })
+        .collect();
+    out.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.id.cmp(&b.id)));
+    out.truncate(top_k);
+    out
+}
+
+/// Combine the lists for `mode` (hybrid: by RRF) and keep `top_k`.
 pub fn rank(mode: Mode, bm25: &[Hit], vector: &[Hit], rrf_k: f64, top_k: usize) -> Vec<ScoredHit> {
     let single = |list: &[Hit], is_bm25: bool| -> Vec<ScoredHit> {
         list.iter()
@@ -415,10 +574,17 @@ mod tests {
         let ix = index(&e);
         let cache = EmbeddingCache::default();
         let r = Retriever::new(&ix, Some(&e), &cache);
-        for mode in [Mode::Hybrid, Mode::Bm25, Mode::Vector] {
+        let runs = [
+            (Mode::Hybrid, Fusion::Rrf),
+            (Mode::Hybrid, Fusion::Convex),
+            (Mode::Bm25, Fusion::default()),
+            (Mode::Vector, Fusion::default()),
+        ];
+        for (mode, fusion) in runs {
             let opts = RetrieveOptions {
                 top_k: 2,
                 mode,
+                fusion,
                 ..Default::default()
             };
             let res = r.retrieve("cat naps", &opts, &Filter::default()).unwrap();
@@ -431,7 +597,7 @@ mod tests {
             match mode {
                 Mode::Bm25 => assert!(c0.bm25.is_some() && c0.vector.is_none()),
                 Mode::Vector => assert!(c0.vector.is_some() && c0.bm25.is_none()),
-                Mode::Hybrid => {
+                Mode::Hybrid if fusion == Fusion::Rrf => {
                     let expect: f64 = [c0.bm25, c0.vector]
                         .iter()
                         .flatten()
@@ -439,9 +605,68 @@ mod tests {
                         .sum();
                     assert!((c0.score - expect).abs() < 1e-12);
                 }
+                Mode::Hybrid => {
+                    // First in both lists: 1 on both normalised scales.
+                    assert_eq!(c0.bm25.map(|l| l.rank), Some(1));
+                    assert_eq!(c0.vector.map(|l| l.rank), Some(1));
+                    assert!((c0.score - 1.0).abs() < 1e-12, "{}", c0.score);
+                }
             }
             assert_eq!(res.chunks[0].chunk.path, "c.md", "{mode}");
         }
+    }
+
+    fn hits(v: &[(i64, f64)]) -> Vec<Hit> {
+        v.iter().map(|&(id, score)| Hit { id, score }).collect()
+    }
+
+    #[test]
+    fn convex_fusion_table() {
+        // BM25: 1 (10), 2 (5). Vector: 3 (0.9), 1 (0.5). Cosine of BM25-only 2: 0.1.
+        // cos scaled over {0.9, 0.5, 0.1}: 3 → 1, 1 → 0.5, 2 → 0.
+        let bm = hits(&[(1, 10.0), (2, 5.0)]);
+        let ve = hits(&[(3, 0.9), (1, 0.5)]);
+        let extra = hits(&[(2, 0.1)]);
+        // (alpha, expected order, expected score of id 1)
+        let cases: &[(f64, &[i64], f64)] = &[
+            (0.5, &[1, 3, 2], 0.5 * 1.0 + 0.5 * 0.5),
+            (1.0, &[1, 2, 3], 1.0),
+            (0.0, &[3, 1, 2], 0.5),
+            (0.2, &[3, 1, 2], 0.2 + 0.8 * 0.5),
+        ];
+        for &(alpha, order, s1) in cases {
+            let f = convex_fuse(&bm, &ve, &extra, alpha, 10);
+            let ids: Vec<i64> = f.iter().map(|h| h.id).collect();
+            assert_eq!(ids, order, "alpha {alpha}");
+            let h1 = f.iter().find(|h| h.id == 1).unwrap();
+            assert!((h1.score - s1).abs() < 1e-12, "alpha {alpha}: {}", h1.score);
+            assert_eq!(h1.bm25.map(|l| l.rank), Some(1));
+            assert_eq!(h1.vector.map(|l| l.rank), Some(2));
+        }
+        // top_k cuts; a BM25-only hit keeps no vector list entry.
+        let f = convex_fuse(&bm, &ve, &extra, 1.0, 2);
+        assert_eq!(f.len(), 2);
+        assert!(f[1].vector.is_none());
+        // No BM25 hits at all: pure scaled cosine.
+        let f = convex_fuse(&[], &ve, &[], 0.7, 10);
+        assert_eq!(f.iter().map(|h| h.id).collect::<Vec<_>>(), vec![3, 1]);
+        assert!((f[0].score - 0.3).abs() < 1e-12);
+    }
+
+    #[test]
+    fn bad_fusion_alpha_is_refused_naming_the_field() {
+        let e = FakeEmbedder::default();
+        let ix = index(&e);
+        let cache = EmbeddingCache::default();
+        let r = Retriever::new(&ix, Some(&e), &cache);
+        let opts = RetrieveOptions {
+            convex_alpha: 1.5,
+            ..Default::default()
+        };
+        let err = r.retrieve("cat", &opts, &Filter::default()).unwrap_err();
+        assert!(err.to_string().contains("fusion_alpha"), "{err}");
+        assert!("nope".parse::<Fusion>().is_err());
+        assert_eq!("RRF".parse::<Fusion>().unwrap(), Fusion::Rrf);
     }
 
     #[test]

@@ -90,6 +90,10 @@ impl ChunkIndex for StoreIndex<'_> {
             })
             .collect())
     }
+
+    fn vectors(&self, ids: &[ChunkId]) -> Result<Vec<(ChunkId, Vec<f32>)>, RetrieveError> {
+        self.store.get_vectors(ids).map_err(err)
+    }
 }
 
 #[cfg(test)]

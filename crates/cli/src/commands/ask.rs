@@ -54,9 +54,16 @@ pub struct Args {
     /// must hold.
     #[arg(long = "filter", value_name = "KEY=VALUE")]
     pub filters: Vec<String>,
-    /// Reciprocal-rank-fusion constant k (default 60).
+    /// Reciprocal-rank-fusion constant k (default 60; used with `--fusion rrf`).
     #[arg(long)]
     pub rrf_k: Option<f64>,
+    /// How hybrid mode combines BM25 and vectors: convex (default: weighted normalised
+    /// scores) or rrf (reciprocal rank fusion).
+    #[arg(long)]
+    pub fusion: Option<String>,
+    /// BM25 weight α in [0, 1] of convex fusion (default 0.7).
+    #[arg(long)]
+    pub fusion_alpha: Option<f64>,
     /// Knowledge-base file (default .bib/kb.sqlite, or BIB_STORE, or [store] path).
     #[arg(long)]
     pub store: Option<PathBuf>,
@@ -113,6 +120,12 @@ fn flag_layer(a: &Args) -> anyhow::Result<Layer> {
             .map(str::parse::<TrimScorer>)
             .transpose()?,
         rrf_k: a.rrf_k,
+        fusion: a
+            .fusion
+            .as_deref()
+            .map(str::parse::<bib_retrieve::Fusion>)
+            .transpose()?,
+        fusion_alpha: a.fusion_alpha,
         candidates: None,
         filters: (!a.filters.is_empty()).then(|| a.filters.clone()),
         llm_base_url: None,

@@ -39,6 +39,12 @@ pub struct Args {
     /// BM25 weights (vector weight 1) of the weighted-RRF rows.
     #[arg(long, value_delimiter = ',', default_value = "1.5,2,3")]
     bm25_weights: Vec<f64>,
+    /// Weights α of BM25 in the convex-combination rows (α·BM25/max + (1−α)·scaled cosine).
+    #[arg(long, value_delimiter = ',', default_value = "0.5,0.6,0.7,0.8,0.9")]
+    convex: Vec<f64>,
+    /// BM25 candidates of the convex rows (a document outside them scores 0 on BM25).
+    #[arg(long, default_value_t = 100)]
+    convex_depth: usize,
     /// Skip the sentence-level vector rows (they embed every abstract sentence once).
     #[arg(long)]
     no_sentences: bool,
@@ -103,6 +109,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         .collect();
     let vecs = embed_corpus_cached(embedder.as_ref(), &texts, &a.cache_dir, "scifact")?;
 
+    let doc_vecs = vecs.clone();
     let mut ix = MemoryIndex::new();
     for (i, (d, v)) in docs.iter().zip(vecs).enumerate() {
         ix.add(
@@ -158,6 +165,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     for w in &a.bm25_weights {
         names.push(format!("hybrid (k=60, bm25 ×{w})"));
     }
+    for al in &a.convex {
+        names.push(format!("convex (α={al} bm25)"));
+    }
     if !a.no_sentences {
         names.push("vector (best sentence)".into());
         names.push("hybrid sent (k=60)".into());
@@ -196,6 +206,25 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 &[w, 1.0],
                 60.0,
             )));
+        }
+        if !a.convex.is_empty() {
+            // The product's convex fusion (bib_retrieve::retrieve::convex_fuse) over BM25
+            // top-`convex_depth` and vector top-n; BM25-only candidates get their cosine.
+            let bm_wide = ix.bm25_top(&q.text, a.convex_depth, &Filter::default())?;
+            let in_vec: std::collections::HashSet<i64> = ve.iter().map(|h| h.id).collect();
+            let extra: Vec<bib_retrieve::Hit> = bm_wide
+                .iter()
+                .filter(|h| !in_vec.contains(&h.id))
+                .map(|h| bib_retrieve::Hit {
+                    id: h.id,
+                    score: f64::from(bib_embed::cosine(&doc_vecs[h.id as usize], qv)),
+                })
+                .collect();
+            for &al in &a.convex {
+                lists.push(bib_retrieve::retrieve::convex_fuse(
+                    &bm_wide, &ve, &extra, al, 100,
+                ));
+            }
         }
         if !a.no_sentences {
             let mut best = vec![f32::NEG_INFINITY; docs.len()];

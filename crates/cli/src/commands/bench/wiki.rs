@@ -12,7 +12,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use bib_retrieve::trim::{TrimOptions, USE_M3_THRESHOLD};
-use bib_retrieve::{EmbeddingCache, Filter, Mode, RetrieveOptions, Retriever, StoreIndex};
+use bib_retrieve::{EmbeddingCache, Filter, Fusion, Mode, RetrieveOptions, Retriever, StoreIndex};
 use bib_store::SqliteStore;
 use serde::Deserialize;
 use serde_json::json;
@@ -82,11 +82,22 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         let index = StoreIndex::new(&store);
         let cache = EmbeddingCache::default();
         let retriever = Retriever::new(&index, Some(embedder.as_ref()), &cache);
-        let mut settings: Vec<(String, Option<TrimOptions>)> = vec![("no trim".into(), None)];
+        // (name, mode, fusion, trim): the retrieval modes untrimmed, then trimming over the
+        // default (hybrid, convex) retrieval.
+        let d = RetrieveOptions::default();
+        let mut settings: Vec<(String, Mode, Fusion, Option<TrimOptions>)> = vec![
+            ("no trim".into(), Mode::Hybrid, d.fusion, None),
+            ("bm25".into(), Mode::Bm25, d.fusion, None),
+            ("vector".into(), Mode::Vector, d.fusion, None),
+            ("hybrid rrf".into(), Mode::Hybrid, Fusion::Rrf, None),
+            ("hybrid convex".into(), Mode::Hybrid, Fusion::Convex, None),
+        ];
         for &t in &thresholds {
             for w in [0usize, 1] {
                 settings.push((
                     format!("trim {t:.2} w{w}"),
+                    Mode::Hybrid,
+                    d.fusion,
                     Some(TrimOptions {
                         threshold: t,
                         window: w,
@@ -96,7 +107,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             }
         }
         println!(
-            "\n{golden} over {wiki}: {} questions, top-{} hybrid",
+            "\n{golden} over {wiki}: {} questions, top-{} (trim rows: hybrid, default fusion)",
             qs.len(),
             a.top_k
         );
@@ -105,10 +116,11 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             "setting", "file hit", "evidence", "all evidence", "tokens"
         );
         let mut base_tokens = 0usize;
-        for (name, trim) in &settings {
+        for (name, mode, fusion, trim) in &settings {
             let opts = RetrieveOptions {
                 top_k: a.top_k,
-                mode: Mode::Hybrid,
+                mode: *mode,
+                fusion: *fusion,
                 trim: *trim,
                 ..RetrieveOptions::default()
             };
@@ -137,7 +149,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                     misses.push(q.id.clone());
                 }
             }
-            if trim.is_none() {
+            if name == "no trim" {
                 base_tokens = tokens;
             }
             let red = if base_tokens == 0 {

@@ -14,9 +14,11 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 use bib_embed::EmbedKind;
-use bib_retrieve::retrieve::rank;
+
 use bib_retrieve::trim::{apply, score_texts, Prepared, SentenceScores, TrimOptions, TrimScorer};
-use bib_retrieve::{ChunkIndex, ChunkRecord, EmbeddingCache, Filter, MemoryIndex, Mode};
+use bib_retrieve::{
+    ChunkRecord, EmbeddingCache, Filter, MemoryIndex, Mode, RetrieveOptions, Retriever,
+};
 use bib_text::tokens::estimate_tokens;
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -43,6 +45,9 @@ pub struct Args {
     /// Threshold sweep `from:to:step`.
     #[arg(long, default_value = "0.20:0.60:0.02")]
     sweep: String,
+    /// Hybrid fusion of the retrieval step: convex (the default of `bib ask`) or rrf.
+    #[arg(long, default_value = "convex")]
+    fusion: String,
     /// Goal: answers kept (fraction).
     #[arg(long, default_value_t = 0.97)]
     goal_kept: f64,
@@ -107,18 +112,22 @@ fn parse_sweep(s: &str) -> anyhow::Result<Vec<f32>> {
         .collect())
 }
 
-/// A short column label: scorer, window and lexical top (e.g. `cos w0 +lx2`).
-fn variant_label(&(s, w, lx): &(TrimScorer, usize, usize)) -> String {
+/// A short column label: scorer, window, lexical top, and min sentences when not 1 (e.g.
+/// `cos w0 +lx2 m0`).
+fn variant_label(&(s, w, lx, min): &(TrimScorer, usize, usize, usize)) -> String {
     let name = if s == TrimScorer::Cosine {
         "cos"
     } else {
         "hyb"
     };
-    if lx == 0 {
-        format!("{name} w{w}")
-    } else {
-        format!("{name} w{w} +lx{lx}")
+    let mut label = format!("{name} w{w}");
+    if lx > 0 {
+        label.push_str(&format!(" +lx{lx}"));
     }
+    if min != 1 {
+        label.push_str(&format!(" m{min}"));
+    }
+    label
 }
 
 /// (kept fraction among answerable, reduction, kept among all)
@@ -160,16 +169,16 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let thresholds = parse_sweep(&a.sweep)?;
     let embedder = super::super::ask::load_embedder(&a.model)?;
     let cache = EmbeddingCache::default();
-    // (scorer, window, lexical_top)
-    let variants: Vec<(TrimScorer, usize, usize)> = vec![
-        (TrimScorer::Cosine, 0, 0),
-        (TrimScorer::Cosine, 1, 0),
-        (TrimScorer::Hybrid, 0, 0),
-        (TrimScorer::Hybrid, 1, 0),
-        (TrimScorer::Cosine, 0, 1),
-        (TrimScorer::Cosine, 0, 2),
-        (TrimScorer::Cosine, 0, 3),
-        (TrimScorer::Hybrid, 0, 2),
+    // (scorer, window, lexical_top, min_sentences)
+    let variants: Vec<(TrimScorer, usize, usize, usize)> = vec![
+        (TrimScorer::Cosine, 0, 0, 1),
+        (TrimScorer::Cosine, 1, 0, 1),
+        (TrimScorer::Hybrid, 0, 0, 1),
+        (TrimScorer::Hybrid, 1, 0, 1),
+        (TrimScorer::Cosine, 0, 2, 1),
+        (TrimScorer::Cosine, 0, 3, 1),
+        (TrimScorer::Cosine, 0, 2, 0),
+        (TrimScorer::Cosine, 0, 3, 0),
     ];
     // results[lang][variant][threshold] = (kept, reduction, kept_all)
     let mut results: Vec<Vec<Vec<(f64, f64, f64)>>> = Vec::new();
@@ -213,6 +222,12 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         }
         let qtexts: Vec<&str> = queries.iter().map(|q| q.text.as_str()).collect();
         let qvecs = embedder.embed(&qtexts, EmbedKind::Query)?;
+        let ropts = RetrieveOptions {
+            top_k: a.top_k,
+            mode: Mode::Hybrid,
+            fusion: a.fusion.parse()?,
+            ..RetrieveOptions::default()
+        };
         let mut cases = Vec::new();
         let mut gold_found = 0usize;
         for (i, (q, qv)) in queries.iter().zip(&qvecs).enumerate() {
@@ -222,9 +237,12 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             let Some(span) = ans.answers.first() else {
                 continue;
             };
-            let bm = ix.bm25_top(&q.text, 50, &Filter::default())?;
-            let ve = ix.vector_top(qv, 50, &Filter::default())?;
-            let hits = rank(Mode::Hybrid, &bm, &ve, 60.0, a.top_k);
+            let hits = Retriever::new(&ix, Some(embedder.as_ref()), &cache).search(
+                &q.text,
+                &ropts,
+                &Filter::default(),
+                Some(qv),
+            )?;
             let gold = hits
                 .iter()
                 .position(|h| paras[h.id as usize].id == ans.passage_id);
@@ -259,12 +277,12 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         }
         println!();
         let mut per_variant = Vec::new();
-        for (s, w, lx) in &variants {
+        for (s, w, lx, min) in &variants {
             let mut col = Vec::new();
             for &t in &thresholds {
                 let opts = TrimOptions {
                     threshold: t,
-                    min_sentences: 1,
+                    min_sentences: *min,
                     window: *w,
                     scorer: *s,
                     rrf_k: 60.0,
@@ -287,11 +305,12 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             }
             println!();
         }
-        for ((s, w, lx), col) in variants.iter().zip(&per_variant) {
+        for ((s, w, lx, min), col) in variants.iter().zip(&per_variant) {
             for (ti, t) in thresholds.iter().enumerate() {
                 let (k, r, ka) = col[ti];
                 report.push(
-                    json!({"lang": lang, "scorer": s, "window": w, "lexical_top": lx, "threshold": t,
+                    json!({"lang": lang, "scorer": s, "window": w, "lexical_top": lx,
+                    "min_sentences": min, "threshold": t,
                     "kept": k, "reduction": r, "kept_of_all": ka}),
                 );
             }
