@@ -29,7 +29,7 @@ use std::time::Instant;
 use bib_embed::Embedder;
 use bib_retrieve::retrieve::RetrievalResult;
 use bib_retrieve::synth::{self, SynthConfig};
-use bib_retrieve::trim::{score_texts, Prepared, TrimOptions, USE_M3_THRESHOLD};
+use bib_retrieve::trim::{score_texts, Prepared, TrimOptions, ASK_PROFILE};
 use bib_retrieve::{
     ChunkIndex, EmbeddingCache, Filter, Mode, RetrieveOptions, Retriever, StoreIndex, TrimScorer,
 };
@@ -60,10 +60,14 @@ pub struct EvalArgs {
     pub top_k: usize,
     /// Cosine threshold of the trimming variants.
     pub trim_threshold: f32,
-    /// Neighbours kept around each kept sentence (also the small-to-big expansion).
+    /// Neighbours kept around each kept sentence.
     pub trim_window: usize,
     /// Sentences kept per chunk even when none passes the threshold.
     pub trim_min_sentences: usize,
+    /// Pool sentences always kept for their sentence-level BM25 rank.
+    pub trim_lexical_top: usize,
+    /// Neighbours each small-to-big sentence hit expands to, inside its chunk.
+    pub small_to_big_window: usize,
     /// Retrieval mode of the baseline and the trimming variants.
     pub mode: Mode,
     /// List length before fusion.
@@ -96,9 +100,11 @@ impl Default for EvalArgs {
     fn default() -> Self {
         Self {
             top_k: 5,
-            trim_threshold: USE_M3_THRESHOLD,
-            trim_window: 1,
-            trim_min_sentences: 1,
+            trim_threshold: ASK_PROFILE.threshold,
+            trim_window: ASK_PROFILE.window,
+            trim_min_sentences: ASK_PROFILE.min_sentences,
+            trim_lexical_top: ASK_PROFILE.lexical_top,
+            small_to_big_window: 1,
             mode: Mode::Hybrid,
             candidates: 50,
             synthesize: false,
@@ -137,6 +143,7 @@ impl EvalArgs {
             min_sentences: self.trim_min_sentences,
             window: self.trim_window,
             scorer,
+            lexical_top: self.trim_lexical_top,
             ..TrimOptions::default()
         }
     }
@@ -347,7 +354,7 @@ pub fn evaluate(
                     kb.embedder,
                     kb.cache,
                     args.s2b_hits(),
-                    args.trim_window,
+                    args.small_to_big_window,
                     args.mode,
                     &filter,
                 )?;
@@ -464,6 +471,7 @@ pub fn evaluate(
             &sweep_inputs,
             args.sweep_scorer,
             args.trim_min_sentences,
+            args.trim_lexical_top,
             args.quality_tolerance,
         )
     });

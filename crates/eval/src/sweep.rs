@@ -145,6 +145,7 @@ pub fn run(
     questions: &[SweepQuestion],
     scorer: bib_retrieve::TrimScorer,
     min_sentences: usize,
+    lexical_top: usize,
     tolerance: f64,
 ) -> SweepReport {
     use bib_retrieve::trim::{apply, Prepared, SentenceScores, TrimOptions};
@@ -207,6 +208,7 @@ pub fn run(
                 min_sentences,
                 window,
                 scorer,
+                lexical_top,
                 ..TrimOptions::default()
             };
             let (mut tok, mut ev, mut ans) = (0usize, Vec::new(), Vec::new());
@@ -378,7 +380,7 @@ mod tests {
             answer: Some("answer".into()),
         };
         let spec = SweepSpec::parse("0.10:0.60:0.10", vec![0, 1]).unwrap();
-        let r = run(&spec, &[q], bib_retrieve::TrimScorer::Cosine, 1, 0.0);
+        let r = run(&spec, &[q], bib_retrieve::TrimScorer::Cosine, 1, 0, 0.0);
         assert_eq!(r.points.len(), 12);
         assert_eq!(r.baseline_evidence_recall, Some(1.0));
         // Tokens never grow as the threshold rises (same window).

@@ -12,10 +12,13 @@
 //! top_k = 5
 //! mode = "hybrid"            # hybrid | bm25 | vector
 //! trim = false
-//! trim_threshold = 0.38
-//! trim_window = 1
-//! trim_min_sentences = 1
+//! trim_threshold = 0.21      # calibrated for use-m3 (the spec's 0.38 is bge-m3's)
+//! trim_window = 0
+//! trim_min_sentences = 0
+//! trim_lexical_top = 5       # pool sentences always kept for their BM25 rank
 //! trim_scorer = "cosine"     # cosine | hybrid
+//! fusion = "convex"          # convex | rrf
+//! fusion_alpha = 0.7         # BM25 weight of convex fusion
 //! rrf_k = 60
 //! candidates = 50
 //! filters = ["app=core"]
@@ -27,14 +30,14 @@
 //! ```
 //!
 //! Environment: `RETRIEVAL_TRIM` (`1`/`0`), `RETRIEVAL_TRIM_THRESHOLD`, `RETRIEVAL_TRIM_WINDOW`,
-//! `BIB_STORE`, `BIB_LLM_BASE_URL`, `BIB_LLM_MODEL`, `BIB_LLM_API_KEY`.
+//! `RETRIEVAL_TRIM_LEXICAL_TOP`, `RETRIEVAL_FUSION`, `RETRIEVAL_FUSION_ALPHA`, `BIB_STORE`, `BIB_LLM_BASE_URL`, `BIB_LLM_MODEL`, `BIB_LLM_API_KEY`.
 
 use std::path::PathBuf;
 use std::str::FromStr;
 
 use crate::error::RetrieveError;
 use crate::retrieve::{Fusion, Mode, RetrieveOptions};
-use crate::trim::{TrimOptions, TrimScorer, USE_M3_THRESHOLD};
+use crate::trim::{TrimOptions, TrimScorer, ASK_PROFILE};
 
 /// One layer of optional settings.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -47,6 +50,7 @@ pub struct Layer {
     pub trim_window: Option<usize>,
     pub trim_min_sentences: Option<usize>,
     pub trim_scorer: Option<TrimScorer>,
+    pub trim_lexical_top: Option<usize>,
     pub rrf_k: Option<f64>,
     pub fusion: Option<Fusion>,
     pub fusion_alpha: Option<f64>,
@@ -70,6 +74,7 @@ impl Layer {
             trim_window: self.trim_window.or(lower.trim_window),
             trim_min_sentences: self.trim_min_sentences.or(lower.trim_min_sentences),
             trim_scorer: self.trim_scorer.or(lower.trim_scorer),
+            trim_lexical_top: self.trim_lexical_top.or(lower.trim_lexical_top),
             rrf_k: self.rrf_k.or(lower.rrf_k),
             fusion: self.fusion.or(lower.fusion),
             fusion_alpha: self.fusion_alpha.or(lower.fusion_alpha),
@@ -141,6 +146,7 @@ impl Layer {
             l.trim_threshold = float_of(a, "trim_threshold")?.map(|f| f as f32);
             l.trim_window = uint_of(a, "trim_window")?;
             l.trim_min_sentences = uint_of(a, "trim_min_sentences")?;
+            l.trim_lexical_top = uint_of(a, "trim_lexical_top")?;
             l.trim_scorer = str_of(a, "ask", "trim_scorer")?
                 .map(|m| {
                     TrimScorer::from_str(&m).map_err(|e| bad("ask.trim_scorer", e.to_string()))
@@ -212,6 +218,14 @@ impl Layer {
                     .map_err(|_| bad("RETRIEVAL_TRIM_WINDOW", "must be a non-negative integer"))?,
             );
         }
+        if let Some(v) = get("RETRIEVAL_TRIM_LEXICAL_TOP") {
+            l.trim_lexical_top = Some(v.trim().parse().map_err(|_| {
+                bad(
+                    "RETRIEVAL_TRIM_LEXICAL_TOP",
+                    "must be a non-negative integer",
+                )
+            })?);
+        }
         if let Some(v) = get("RETRIEVAL_FUSION") {
             l.fusion = Some(
                 Fusion::from_str(v.trim())
@@ -256,12 +270,12 @@ impl AskSettings {
         let l = flags.over(env).over(file);
         let d = RetrieveOptions::default();
         let trim = l.trim.unwrap_or(false).then(|| TrimOptions {
-            threshold: l.trim_threshold.unwrap_or(USE_M3_THRESHOLD),
-            min_sentences: l.trim_min_sentences.unwrap_or(1),
-            window: l.trim_window.unwrap_or(1),
-            scorer: l.trim_scorer.unwrap_or_default(),
+            threshold: l.trim_threshold.unwrap_or(ASK_PROFILE.threshold),
+            min_sentences: l.trim_min_sentences.unwrap_or(ASK_PROFILE.min_sentences),
+            window: l.trim_window.unwrap_or(ASK_PROFILE.window),
+            scorer: l.trim_scorer.unwrap_or(ASK_PROFILE.scorer),
             rrf_k: l.rrf_k.unwrap_or(d.rrf_k),
-            lexical_top: 0,
+            lexical_top: l.trim_lexical_top.unwrap_or(ASK_PROFILE.lexical_top),
         });
         if let Some(t) = &trim {
             t.validate()?;
@@ -393,7 +407,8 @@ whatever = 1
         assert_eq!(s.options.top_k, 7);
         assert_eq!(s.options.mode, Mode::Bm25);
         let t = s.options.trim.unwrap();
-        assert_eq!((t.threshold, t.window, t.min_sentences), (0.5, 2, 1));
+        assert_eq!((t.threshold, t.window, t.min_sentences), (0.5, 2, 0));
+        assert_eq!(t.lexical_top, 5);
         assert_eq!(s.filters, vec!["app=core".to_string()]);
         assert_eq!(s.llm_model.as_deref(), Some("file-model"));
         // Env over file.
@@ -419,14 +434,18 @@ whatever = 1
         assert_eq!(t.threshold, 0.3);
         assert_eq!(t.window, 2, "window still from the file");
         assert_eq!(s.options.top_k, 2);
-        // Env threshold applies when the flag does not set it; ask's default window is 1.
+        // Env threshold applies when the flag does not set it; the rest is ask's profile.
         let e = env(&[
             ("RETRIEVAL_TRIM", "1"),
             ("RETRIEVAL_TRIM_THRESHOLD", "0.42"),
         ]);
         let s = AskSettings::resolve(Layer::default(), e, Layer::default(), "d").unwrap();
         let t = s.options.trim.unwrap();
-        assert_eq!((t.threshold, t.window), (0.42, 1));
+        assert_eq!((t.threshold, t.window), (0.42, 0));
+        assert_eq!(
+            (t.min_sentences, t.lexical_top),
+            (ASK_PROFILE.min_sentences, ASK_PROFILE.lexical_top)
+        );
     }
 
     #[test]

@@ -38,15 +38,19 @@ pub struct Args {
     /// Do not trim (the default unless RETRIEVAL_TRIM=1 or bib.toml says otherwise).
     #[arg(long, overrides_with = "trim")]
     pub no_trim: bool,
-    /// Minimum sentence–question cosine kept when trimming.
+    /// Minimum sentence–question cosine kept when trimming (default 0.21, calibrated for use-m3).
     #[arg(long)]
     pub trim_threshold: Option<f32>,
-    /// Neighbouring sentences kept on each side of a kept sentence (default 1).
+    /// Neighbouring sentences kept on each side of a kept sentence (default 0).
     #[arg(long)]
     pub trim_window: Option<usize>,
-    /// Sentences kept per chunk even when none reaches the threshold (default 1).
+    /// Sentences kept per chunk even when none reaches the threshold (default 0).
     #[arg(long)]
     pub trim_min_sentences: Option<usize>,
+    /// Sentences of the whole context always kept for their sentence-level BM25 rank (default
+    /// 5; 0 = cosine only, as the spec).
+    #[arg(long)]
+    pub trim_lexical_top: Option<usize>,
     /// Sentence scorer for trimming: cosine (default) or hybrid (BM25 rank fused with cosine).
     #[arg(long)]
     pub trim_scorer: Option<String>,
@@ -114,6 +118,7 @@ fn flag_layer(a: &Args) -> anyhow::Result<Layer> {
         trim_threshold: a.trim_threshold,
         trim_window: a.trim_window,
         trim_min_sentences: a.trim_min_sentences,
+        trim_lexical_top: a.trim_lexical_top,
         trim_scorer: a
             .trim_scorer
             .as_deref()

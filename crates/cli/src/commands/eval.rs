@@ -38,12 +38,18 @@ pub struct Args {
     /// Trimming threshold (default: RETRIEVAL_TRIM_THRESHOLD, bib.toml, or the calibrated value).
     #[arg(long)]
     pub trim_threshold: Option<f32>,
-    /// Neighbouring sentences kept around each kept sentence (also small-to-big's expansion).
-    #[arg(long, default_value_t = 1)]
+    /// Neighbouring sentences kept around each kept sentence.
+    #[arg(long, default_value_t = bib_retrieve::trim::ASK_PROFILE.window)]
     pub trim_window: usize,
     /// Sentences kept per chunk even when none passes the threshold.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = bib_retrieve::trim::ASK_PROFILE.min_sentences)]
     pub trim_min_sentences: usize,
+    /// Sentences of the whole context always kept for their sentence-level BM25 rank.
+    #[arg(long, default_value_t = bib_retrieve::trim::ASK_PROFILE.lexical_top)]
+    pub trim_lexical_top: usize,
+    /// Neighbours each small-to-big sentence hit expands to inside its chunk.
+    #[arg(long, default_value_t = 1)]
+    pub small_to_big_window: usize,
     /// Retrieval mode of the baseline and trimming variants: hybrid, bm25 or vector.
     #[arg(long, default_value = "hybrid")]
     pub mode: String,
@@ -107,9 +113,11 @@ fn eval_args(a: &Args, env: &Layer) -> anyhow::Result<EvalArgs> {
         trim_threshold: a
             .trim_threshold
             .or(env.trim_threshold)
-            .unwrap_or(bib_retrieve::trim::USE_M3_THRESHOLD),
+            .unwrap_or(bib_retrieve::trim::ASK_PROFILE.threshold),
         trim_window: a.trim_window,
         trim_min_sentences: a.trim_min_sentences,
+        trim_lexical_top: a.trim_lexical_top,
+        small_to_big_window: a.small_to_big_window,
         mode: a.mode.parse::<Mode>()?,
         synthesize: a.synthesize,
         questions: a.questions.clone(),

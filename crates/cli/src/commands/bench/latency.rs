@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
-use bib_retrieve::trim::{TrimOptions, USE_M3_THRESHOLD};
+use bib_retrieve::trim::{TrimOptions, ASK_PROFILE};
 use bib_retrieve::{
     ChunkIndex, ChunkRecord, EmbeddingCache, Filter, MemoryIndex, RetrieveOptions, Retriever,
     StoreIndex, StoreVectors, VectorBacking,
@@ -151,11 +151,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     }
     let six = StoreIndex::new(store.as_ref());
     let persisted: Arc<dyn VectorBacking> = Arc::new(StoreVectors(store.clone()));
-    let trim = Some(TrimOptions {
-        threshold: USE_M3_THRESHOLD,
-        window: 1,
-        ..TrimOptions::default()
-    });
+    let trim = Some(ASK_PROFILE);
     // Warm-up (page cache, allocator, model weights).
     time_asks(&mem, e, &queries[..queries.len().min(10)], None, None, None)?;
 

@@ -33,6 +33,13 @@ pub struct Args {
     /// Trim thresholds to report (window 0 and 1 each).
     #[arg(long, value_delimiter = ',')]
     thresholds: Vec<f32>,
+    /// More trim settings, each `threshold:window:lexical_top:min_sentences`.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "0.28:1:5:1,0.21:0:5:0,0.21:1:5:0"
+    )]
+    trims: Vec<String>,
     /// Write the report as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -92,6 +99,30 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             ("hybrid rrf".into(), Mode::Hybrid, Fusion::Rrf, None),
             ("hybrid convex".into(), Mode::Hybrid, Fusion::Convex, None),
         ];
+        for spec in &a.trims {
+            let p: Vec<&str> = spec.split(':').collect();
+            anyhow::ensure!(
+                p.len() == 4,
+                "--trims: `{spec}` is not threshold:window:lexical_top:min_sentences"
+            );
+            let bad = || anyhow::anyhow!("--trims: `{spec}` has a value that is not a number");
+            let t = TrimOptions {
+                threshold: p[0].parse().map_err(|_| bad())?,
+                window: p[1].parse().map_err(|_| bad())?,
+                lexical_top: p[2].parse().map_err(|_| bad())?,
+                min_sentences: p[3].parse().map_err(|_| bad())?,
+                ..TrimOptions::default()
+            };
+            settings.push((
+                format!(
+                    "trim {:.2} w{} lx{} m{}",
+                    t.threshold, t.window, t.lexical_top, t.min_sentences
+                ),
+                Mode::Hybrid,
+                d.fusion,
+                Some(t),
+            ));
+        }
         for &t in &thresholds {
             for w in [0usize, 1] {
                 settings.push((
@@ -112,7 +143,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             a.top_k
         );
         println!(
-            "{:<16} {:>10} {:>12} {:>14} {:>10}",
+            "{:<22} {:>10} {:>12} {:>14} {:>10}",
             "setting", "file hit", "evidence", "all evidence", "tokens"
         );
         let mut base_tokens = 0usize;
@@ -158,7 +189,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 1.0 - tokens as f64 / base_tokens as f64
             };
             println!(
-                "{name:<16} {:>4}/{:<5} {:>5}/{:<6} {:>6}/{:<7} {:>6} ({:+.0}%)",
+                "{name:<22} {:>4}/{:<5} {:>5}/{:<6} {:>6}/{:<7} {:>6} ({:+.0}%)",
                 file_hit,
                 qs.len(),
                 ev_found,

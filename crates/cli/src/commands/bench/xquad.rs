@@ -45,6 +45,13 @@ pub struct Args {
     /// Threshold sweep `from:to:step`.
     #[arg(long, default_value = "0.20:0.60:0.02")]
     sweep: String,
+    /// Trim variants, each `scorer:window:lexical_top:min_sentences` (scorer cos or hyb).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "cos:0:0:1,cos:1:0:1,hyb:0:0:1,hyb:1:0:1,cos:0:3:1,cos:0:3:0"
+    )]
+    variants: Vec<String>,
     /// Hybrid fusion of the retrieval step: convex (the default of `bib ask`) or rrf.
     #[arg(long, default_value = "convex")]
     fusion: String,
@@ -112,6 +119,25 @@ fn parse_sweep(s: &str) -> anyhow::Result<Vec<f32>> {
         .collect())
 }
 
+/// `scorer:window:lexical_top:min_sentences`, e.g. `cos:0:3:0`.
+fn parse_variant(v: &str) -> anyhow::Result<(TrimScorer, usize, usize, usize)> {
+    let p: Vec<&str> = v.split(':').collect();
+    anyhow::ensure!(
+        p.len() == 4,
+        "--variants: `{v}` is not scorer:window:lexical_top:min_sentences"
+    );
+    let scorer = match p[0] {
+        "cos" | "cosine" => TrimScorer::Cosine,
+        "hyb" | "hybrid" => TrimScorer::Hybrid,
+        other => anyhow::bail!("--variants: unknown scorer `{other}` (cos or hyb)"),
+    };
+    let n = |s: &str| -> anyhow::Result<usize> {
+        s.parse()
+            .map_err(|_| anyhow::anyhow!("--variants: `{s}` in `{v}` is not a count"))
+    };
+    Ok((scorer, n(p[1])?, n(p[2])?, n(p[3])?))
+}
+
 /// A short column label: scorer, window, lexical top, and min sentences when not 1 (e.g.
 /// `cos w0 +lx2 m0`).
 fn variant_label(&(s, w, lx, min): &(TrimScorer, usize, usize, usize)) -> String {
@@ -170,16 +196,11 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let embedder = super::super::ask::load_embedder(&a.model)?;
     let cache = EmbeddingCache::default();
     // (scorer, window, lexical_top, min_sentences)
-    let variants: Vec<(TrimScorer, usize, usize, usize)> = vec![
-        (TrimScorer::Cosine, 0, 0, 1),
-        (TrimScorer::Cosine, 1, 0, 1),
-        (TrimScorer::Hybrid, 0, 0, 1),
-        (TrimScorer::Hybrid, 1, 0, 1),
-        (TrimScorer::Cosine, 0, 2, 1),
-        (TrimScorer::Cosine, 0, 3, 1),
-        (TrimScorer::Cosine, 0, 2, 0),
-        (TrimScorer::Cosine, 0, 3, 0),
-    ];
+    let variants: Vec<(TrimScorer, usize, usize, usize)> = a
+        .variants
+        .iter()
+        .map(|v| parse_variant(v))
+        .collect::<anyhow::Result<_>>()?;
     // results[lang][variant][threshold] = (kept, reduction, kept_all)
     let mut results: Vec<Vec<Vec<(f64, f64, f64)>>> = Vec::new();
     let mut report = Vec::new();
