@@ -1,8 +1,9 @@
 //! `bib bench xquad` — does the answer survive sentence trimming, and how many tokens go?
 //!
 //! For XQuAD-es and XQuAD-en (240 paragraphs, 1,190 questions each): index every paragraph as
-//! one chunk (`[Doc: title]` + text), retrieve the top 5 by hybrid search, trim them at each
-//! threshold of a sweep (window 0 and 1, cosine and hybrid scorers), and report
+//! one chunk (`[Doc: title]` + text), retrieve the top 5 by hybrid search (the product's
+//! `Retriever::search`, default fusion), trim them at each threshold of a sweep for each trim
+//! variant (`--variants scorer:window:lexical_top:min_sentences`), and report
 //! - **kept**: of the questions whose answer was in the retrieved context before trimming, the
 //!   fraction whose answer text is still in the trimmed context of its own paragraph;
 //! - **reduction**: 1 − tokens after / tokens before (spec estimate, summed over questions).
@@ -43,13 +44,13 @@ pub struct Args {
     #[arg(long, default_value_t = 5)]
     top_k: usize,
     /// Threshold sweep `from:to:step`.
-    #[arg(long, default_value = "0.20:0.60:0.02")]
+    #[arg(long, default_value = "0.16:0.50:0.01")]
     sweep: String,
     /// Trim variants, each `scorer:window:lexical_top:min_sentences` (scorer cos or hyb).
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "cos:0:0:1,cos:1:0:1,hyb:0:0:1,hyb:1:0:1,cos:0:3:1,cos:0:3:0"
+        default_value = "cos:0:0:1,cos:1:0:1,hyb:1:0:1,cos:0:5:1,cos:0:5:0"
     )]
     variants: Vec<String>,
     /// Hybrid fusion of the retrieval step: convex (the default of `bib ask`) or rrf.
