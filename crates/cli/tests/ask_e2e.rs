@@ -241,6 +241,47 @@ fn ask_json_trim_filters_modes_config_and_log() {
         .iter()
         .all(|r| r["bm25"].is_null() && !r["vector"].is_null()));
 
+    // Fusion: convex by default, RRF on request (its score is the RRF formula).
+    let v = ask_json(cwd, &store, q, &[], &[]);
+    assert_eq!(v["fusion"]["method"], "convex", "{v:#}");
+    let s0 = results(&v)[0]["score"].as_f64().unwrap();
+    assert!(
+        (0.0..=1.0).contains(&s0),
+        "convex scores are in [0, 1]: {s0}"
+    );
+    let v = ask_json(cwd, &store, q, &["--fusion", "rrf"], &[]);
+    assert_eq!(v["fusion"]["method"], "rrf");
+    assert_eq!(paths(&v)[0], "en/push.md");
+    let r0 = &results(&v)[0];
+    let expect: f64 = ["bm25", "vector"]
+        .iter()
+        .filter_map(|l| r0[*l]["rank"].as_u64())
+        .map(|rank| 1.0 / (60.0 + rank as f64))
+        .sum();
+    assert!(
+        (r0["score"].as_f64().unwrap() - expect).abs() < 1e-9,
+        "{r0:#}"
+    );
+    let v = ask_json(cwd, &store, q, &[], &[("RETRIEVAL_FUSION_ALPHA", "1")]);
+    assert_eq!(v["fusion"]["alpha"], 1.0);
+    let o = bib(
+        cwd,
+        &[
+            "ask",
+            q,
+            "--store",
+            store.to_str().unwrap(),
+            "--fusion",
+            "mean",
+        ],
+        &[],
+    );
+    assert!(
+        !o.status.success() && text(&o).contains("rrf, convex"),
+        "{}",
+        text(&o)
+    );
+
     // bib.toml in the working directory; flags beat it.
     std::fs::write(
         cwd.join("bib.toml"),
@@ -291,7 +332,7 @@ fn ask_json_trim_filters_modes_config_and_log() {
     let s = bib_store::SqliteStore::open(&store).unwrap();
     use bib_store::Store;
     let log = s.recent_queries(100).unwrap();
-    assert_eq!(log.len(), 12, "{log:#?}");
+    assert_eq!(log.len(), 15, "{log:#?}");
     assert_eq!(log[0].query, q);
     assert!(!log[0].chunk_ids.is_empty() && log[0].chunk_ids.len() == log[0].scores.len());
     assert!(log.iter().any(|e| e.mode == "vector"));

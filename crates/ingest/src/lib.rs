@@ -24,7 +24,7 @@ mod watch;
 
 use serde::{Deserialize, Serialize};
 
-pub use pipeline::{ingest, read_document, ParsedDoc};
+pub use pipeline::{embed_sentence_vectors, ingest, read_document, ParsedDoc, SentenceVectors};
 pub use watch::watch;
 
 /// A file-level problem: reported with its path, counted in `errors`, never fatal to the run.

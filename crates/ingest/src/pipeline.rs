@@ -355,84 +355,111 @@ impl Ctx<'_> {
         Ok(())
     }
 
-    /// Embed the sentences of `texts` that the store's vector cache does not hold yet, under
-    /// the key trimming looks them up by ([`bib_embed::store_key`]). Best effort: a failure is
-    /// recorded in `sentence_warning` and only costs latency at ask time.
+    /// Sentence vectors for `texts` through [`embed_sentence_vectors`], counted in Phase B.
     fn embed_sentences(&mut self, texts: &[String]) {
-        let model = self.embedder.model_id().to_string();
-        let mut keys: Vec<String> = Vec::new();
-        let mut sentences: Vec<&str> = Vec::new();
-        let mut seen = HashSet::new();
-        for t in texts {
-            let (offset, spans) = chunk_sentences(t);
-            let body = &t[offset..];
-            for s in spans {
-                let text = s.text(body);
-                let key = store_key(text, EmbedKind::Passage);
-                if seen.insert(key.clone()) {
-                    keys.push(key);
-                    sentences.push(text);
-                }
-            }
+        let s = embed_sentence_vectors(self.store, self.embedder, texts, self.opts);
+        self.b.sentences_embedded += s.embedded;
+        self.b.sentences_reused += s.reused;
+        self.b.sentence_embed_ms += s.embed_ms;
+        self.b.embed_ms += s.embed_ms;
+        if s.warning.is_some() {
+            self.b.sentence_warning = s.warning;
         }
-        if keys.is_empty() {
-            return;
-        }
-        let known: HashSet<String> = match self.store.cached_vectors(&model, &keys) {
-            Ok(v) => v.into_iter().map(|(k, _)| k).collect(),
-            Err(e) => {
-                self.b.sentence_warning = Some(format!("reading sentence vectors: {e}"));
-                return;
-            }
-        };
-        let tokenizer = self.embedder.tokenizer();
-        let cap = self.embedder.max_input_tokens().max(1);
-        // (padded tokens, sentence) of the misses, shortest first to cut padding.
-        let mut todo: Vec<(usize, usize)> = (0..keys.len())
-            .filter(|&i| !known.contains(&keys[i]))
-            .map(|i| (tokenizer.count_tokens(sentences[i]).min(cap) + 2, i))
-            .collect();
-        self.b.sentences_reused += (keys.len() - todo.len()) as u64;
-        todo.sort_unstable();
-        let padded: Vec<usize> = todo.iter().map(|&(p, _)| p).collect();
-        let plan = bib_embed::split_batches(
-            &padded,
-            self.opts.batch_token_budget,
-            self.opts.sentence_batch_max.max(1),
-        );
-        for batch in &plan.batches {
-            let idx: Vec<usize> = batch.iter().map(|&j| todo[j].1).collect();
-            let batch_texts: Vec<&str> = idx.iter().map(|&i| sentences[i]).collect();
-            let t = Instant::now();
-            let res = self.embedder.embed(&batch_texts, EmbedKind::Passage);
-            let took = ms(t.elapsed());
-            self.b.embed_ms += took;
-            self.b.sentence_embed_ms += took;
-            match res {
-                Ok(vectors) if vectors.len() == batch_texts.len() => {
-                    let items: Vec<(String, Vec<f32>)> =
-                        idx.iter().map(|&i| keys[i].clone()).zip(vectors).collect();
-                    match self.store.cache_vectors(&model, &items) {
-                        Ok(()) => self.b.sentences_embedded += items.len() as u64,
-                        Err(e) => {
-                            self.b.sentence_warning =
-                                Some(format!("storing sentence vectors: {e}"));
-                        }
-                    }
-                }
-                Ok(v) => {
-                    self.b.sentence_warning = Some(format!(
-                        "model returned {} vectors for {} sentences",
-                        v.len(),
-                        batch_texts.len()
-                    ));
-                }
-                Err(e) => {
-                    self.b.sentence_warning = Some(format!("embedding sentences: {e}"));
-                }
+    }
+}
+
+/// What [`embed_sentence_vectors`] did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SentenceVectors {
+    /// Sentences embedded and stored.
+    pub embedded: u64,
+    /// Sentences the cache already held.
+    pub reused: u64,
+    /// Time spent in the model.
+    pub embed_ms: u64,
+    /// The last failure, if any (best effort: the rest went on).
+    pub warning: Option<String>,
+}
+
+/// Embed the sentences of chunk `texts` (as `ChunkWrite::text` builds them: prefix, newline,
+/// content) that the store's vector cache does not hold yet, under the key trimming looks them
+/// up by ([`bib_embed::store_key`]; the split is `bib_text::sentences::chunk_sentences`, the
+/// one trimming uses). Misses go to the model in padded-token batches, shortest first. Best
+/// effort: a failure is reported in `warning` and only costs latency at ask time.
+pub fn embed_sentence_vectors(
+    store: &dyn Store,
+    embedder: &dyn Embedder,
+    texts: &[String],
+    opts: &IngestOptions,
+) -> SentenceVectors {
+    let mut out = SentenceVectors::default();
+    let model = embedder.model_id().to_string();
+    let mut keys: Vec<String> = Vec::new();
+    let mut sentences: Vec<&str> = Vec::new();
+    let mut seen = HashSet::new();
+    for t in texts {
+        let (offset, spans) = chunk_sentences(t);
+        let body = &t[offset..];
+        for s in spans {
+            let text = s.text(body);
+            let key = store_key(text, EmbedKind::Passage);
+            if seen.insert(key.clone()) {
+                keys.push(key);
+                sentences.push(text);
             }
         }
     }
+    if keys.is_empty() {
+        return out;
+    }
+    let known: HashSet<String> = match store.cached_vectors(&model, &keys) {
+        Ok(v) => v.into_iter().map(|(k, _)| k).collect(),
+        Err(e) => {
+            out.warning = Some(format!("reading sentence vectors: {e}"));
+            return out;
+        }
+    };
+    let tokenizer = embedder.tokenizer();
+    let cap = embedder.max_input_tokens().max(1);
+    // (padded tokens, sentence) of the misses, shortest first to cut padding.
+    let mut todo: Vec<(usize, usize)> = (0..keys.len())
+        .filter(|&i| !known.contains(&keys[i]))
+        .map(|i| (tokenizer.count_tokens(sentences[i]).min(cap) + 2, i))
+        .collect();
+    out.reused = (keys.len() - todo.len()) as u64;
+    todo.sort_unstable();
+    let padded: Vec<usize> = todo.iter().map(|&(p, _)| p).collect();
+    let plan = bib_embed::split_batches(
+        &padded,
+        opts.batch_token_budget,
+        opts.sentence_batch_max.max(1),
+    );
+    for batch in &plan.batches {
+        let idx: Vec<usize> = batch.iter().map(|&j| todo[j].1).collect();
+        let batch_texts: Vec<&str> = idx.iter().map(|&i| sentences[i]).collect();
+        let t = Instant::now();
+        let res = embedder.embed(&batch_texts, EmbedKind::Passage);
+        out.embed_ms += ms(t.elapsed());
+        match res {
+            Ok(vectors) if vectors.len() == batch_texts.len() => {
+                let items: Vec<(String, Vec<f32>)> =
+                    idx.iter().map(|&i| keys[i].clone()).zip(vectors).collect();
+                match store.cache_vectors(&model, &items) {
+                    Ok(()) => out.embedded += items.len() as u64,
+                    Err(e) => out.warning = Some(format!("storing sentence vectors: {e}")),
+                }
+            }
+            Ok(v) => {
+                out.warning = Some(format!(
+                    "model returned {} vectors for {} sentences",
+                    v.len(),
+                    batch_texts.len()
+                ));
+            }
+            Err(e) => out.warning = Some(format!("embedding sentences: {e}")),
+        }
+    }
+    out
 }
 
 /// Run one ingest of `root` into `store`. Returns the run record (also stored in the store);

@@ -143,6 +143,7 @@ fn flag_layer(a: &Args) -> anyhow::Result<Layer> {
 pub fn load_embedder(model_id: &str) -> anyhow::Result<Box<dyn Embedder>> {
     match model_id {
         "use-m3" => Ok(Box::new(bib_embed::UseM3::load_default()?)),
+        "e5-small" => Ok(Box::new(bib_embed::E5Small::load_default()?)),
         other => {
             bail!("the knowledge base was embedded with `{other}`, which this build cannot load")
         }
@@ -254,6 +255,11 @@ fn result_json(r: &RetrievalResult, s: &AskSettings) -> serde_json::Value {
     json!({
         "query": r.query,
         "mode": r.mode,
+        "fusion": (r.mode == bib_retrieve::Mode::Hybrid).then(|| json!({
+            "method": s.options.fusion.as_str(),
+            "alpha": s.options.convex_alpha,
+            "rrf_k": s.options.rrf_k,
+        })),
         "top_k": s.options.top_k,
         "filters": s.filters,
         "trim": s.options.trim,
