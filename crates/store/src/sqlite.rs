@@ -225,8 +225,15 @@ impl SqliteStore {
                 });
             }
         }
-        conn.execute_batch("PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;")
-            .map_err(open_err)?;
+        // A 64 MiB page cache and 256 MiB of memory-mapped reads: the postings B-tree of a
+        // 100k-chunk base is hundreds of MiB, and SQLite's 2 MiB default turns every insert
+        // into a disk read. WAL checkpoints every ~40 MiB instead of 4 MiB (fewer fsyncs).
+        conn.execute_batch(
+            "PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON; PRAGMA cache_size=-65536; \
+             PRAGMA mmap_size=268435456; PRAGMA temp_store=MEMORY; \
+             PRAGMA wal_autocheckpoint=10000;",
+        )
+        .map_err(open_err)?;
         conn.execute_batch(&format!("BEGIN IMMEDIATE; {SCHEMA} COMMIT;"))
             .map_err(open_err)?;
         let found: Option<String> = conn

@@ -50,6 +50,9 @@ pub struct Args {
     /// Skip the SciFact dataset.
     #[arg(long)]
     no_scifact: bool,
+    /// SQLite only (no PostgreSQL server needed): for quick store experiments.
+    #[arg(long)]
+    sqlite_only: bool,
     /// Write the report as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -393,6 +396,9 @@ fn bench_dataset(a: &Args, url: &str, data: &Dataset) -> anyhow::Result<Vec<Row>
         let _ = std::fs::remove_file(format!("{}{ext}", path.display()));
     }
 
+    if a.sqlite_only {
+        return Ok(rows);
+    }
     let pg = pg_store(url, &data.name, VectorSearch::Exact)?;
     let s = ingest(&pg, data)?;
     let mut row = new_row("postgres exact", s);
@@ -417,7 +423,11 @@ fn tempfile_dir(a: &Args) -> anyhow::Result<PathBuf> {
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {
-    let url = pg_url(&a)?;
+    let url = if a.sqlite_only {
+        String::new()
+    } else {
+        pg_url(&a)?
+    };
     let mut datasets = Vec::new();
     if !a.no_scifact {
         datasets.push(scifact(&a)?);
