@@ -16,6 +16,62 @@ pub fn data_dir(arg: Option<PathBuf>) -> PathBuf {
     arg.unwrap_or_else(|| PathBuf::from("../shared/bench/data"))
 }
 
+/// A SciFact (BEIR) corpus document.
+#[derive(Debug, serde::Deserialize)]
+pub struct SciDoc {
+    #[serde(rename = "_id")]
+    pub id: String,
+    #[serde(default)]
+    pub title: String,
+    #[serde(default)]
+    pub text: String,
+}
+
+/// A SciFact test claim.
+#[derive(Debug, serde::Deserialize)]
+pub struct SciQuery {
+    #[serde(rename = "_id")]
+    pub id: String,
+    pub text: String,
+}
+
+/// SciFact's test split as every benchmark reads it.
+pub struct SciFact {
+    pub docs: Vec<SciDoc>,
+    /// Test claims that have at least one relevant document, in file order.
+    pub queries: Vec<SciQuery>,
+    /// Relevant document ids per query id (qrels with a non-zero grade).
+    pub qrels: std::collections::HashMap<String, Vec<String>>,
+}
+
+/// Load `<dir>/corpus.jsonl`, `queries_test.jsonl` and `qrels_test.tsv`.
+pub fn load_scifact(dir: &Path) -> anyhow::Result<SciFact> {
+    let docs: Vec<SciDoc> = read_jsonl(&dir.join("corpus.jsonl"))?;
+    let queries: Vec<SciQuery> = read_jsonl(&dir.join("queries_test.jsonl"))?;
+    let qrels_path = dir.join("qrels_test.tsv");
+    let text = std::fs::read_to_string(&qrels_path)
+        .with_context(|| format!("reading {}", qrels_path.display()))?;
+    let mut qrels: std::collections::HashMap<String, Vec<String>> = Default::default();
+    for line in text.lines().skip(1) {
+        let f: Vec<&str> = line.split('\t').collect();
+        if f.len() >= 3 && f[2].trim() != "0" {
+            qrels
+                .entry(f[0].to_string())
+                .or_default()
+                .push(f[1].to_string());
+        }
+    }
+    let queries = queries
+        .into_iter()
+        .filter(|q| qrels.contains_key(&q.id))
+        .collect();
+    Ok(SciFact {
+        docs,
+        queries,
+        qrels,
+    })
+}
+
 /// Read a JSONL file into typed rows; a bad line names the file and line number.
 pub fn read_jsonl<T: DeserializeOwned>(path: &Path) -> anyhow::Result<Vec<T>> {
     let f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;

@@ -16,40 +16,7 @@ use anyhow::{bail, Context};
 use bib_embed::{cosine, EmbedKind, Embedder};
 use serde_json::{json, Value};
 
-fn data_dir(arg: Option<PathBuf>) -> PathBuf {
-    arg.unwrap_or_else(|| PathBuf::from("../shared/bench/data"))
-}
-
-fn read_jsonl<T: serde::de::DeserializeOwned>(path: &Path) -> anyhow::Result<Vec<T>> {
-    let text =
-        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    text.lines()
-        .enumerate()
-        .filter(|(_, l)| !l.trim().is_empty())
-        .map(|(i, l)| {
-            serde_json::from_str(l)
-                .with_context(|| format!("{}:{}: bad JSON row", path.display(), i + 1))
-        })
-        .collect()
-}
-
-/// nDCG@k with binary relevance.
-fn ndcg_at(ranked: &[String], relevant: &[String], k: usize) -> f64 {
-    let gain = |i: usize| 1.0 / ((i + 2) as f64).log2();
-    let dcg: f64 = ranked
-        .iter()
-        .take(k)
-        .enumerate()
-        .filter(|(_, d)| relevant.contains(d))
-        .map(|(i, _)| gain(i))
-        .sum();
-    let ideal: f64 = (0..relevant.len().min(k)).map(gain).sum();
-    if ideal == 0.0 {
-        0.0
-    } else {
-        dcg / ideal
-    }
-}
+use super::ask_common::{data_dir, load_scifact, ndcg_at, SciFact, SciQuery};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -86,23 +53,6 @@ fn load(model: &str) -> anyhow::Result<Box<dyn Embedder>> {
         "e5-small" => Ok(Box::new(bib_embed::E5Small::load_default()?)),
         other => bail!("unknown model `{other}` (known: use-m3, e5-small)"),
     }
-}
-
-#[derive(serde::Deserialize)]
-struct Doc {
-    #[serde(rename = "_id")]
-    id: String,
-    #[serde(default)]
-    title: String,
-    #[serde(default)]
-    text: String,
-}
-
-#[derive(serde::Deserialize)]
-struct Query {
-    #[serde(rename = "_id")]
-    id: String,
-    text: String,
 }
 
 /// `count` windows of `words` consecutive words, cycling over the corpus.
@@ -204,7 +154,8 @@ fn run_model(a: &Args, model: &str, out: &Path) -> anyhow::Result<()> {
     // The embedder runs on rayon's global pool, which reads this before its first use.
     std::env::set_var("RAYON_NUM_THREADS", threads.to_string());
     let data = data_dir(a.data.clone());
-    let docs: Vec<Doc> = read_jsonl(&data.join("scifact/corpus.jsonl"))?;
+    let sf = load_scifact(&data.join("scifact"))?;
+    let docs = &sf.docs;
     let t = Instant::now();
     let embedder = load(model)?;
     let load_s = t.elapsed().as_secs_f64();
@@ -273,7 +224,7 @@ fn run_model(a: &Args, model: &str, out: &Path) -> anyhow::Result<()> {
     let _ = std::fs::remove_dir_all(&tmp);
 
     if !a.no_scifact {
-        let (ndcg, secs) = scifact(embedder.as_ref(), &data, &docs)?;
+        let (ndcg, secs) = scifact(embedder.as_ref(), &sf)?;
         let anchors: Value = std::fs::read_to_string(data.join("anchors.json"))
             .ok()
             .and_then(|t| serde_json::from_str(&t).ok())
@@ -307,21 +258,8 @@ fn run_model(a: &Args, model: &str, out: &Path) -> anyhow::Result<()> {
 }
 
 /// Brute-force cosine retrieval over title + text; mean nDCG@10 over the test queries.
-fn scifact(e: &dyn Embedder, data: &Path, docs: &[Doc]) -> anyhow::Result<(f64, f64)> {
-    let dir = data.join("scifact");
-    let queries: Vec<Query> = read_jsonl(&dir.join("queries_test.jsonl"))?;
-    let qrels = std::fs::read_to_string(dir.join("qrels_test.tsv"))
-        .with_context(|| format!("reading {}", dir.join("qrels_test.tsv").display()))?;
-    let mut relevant: std::collections::HashMap<String, Vec<String>> = Default::default();
-    for line in qrels.lines().skip(1) {
-        let cols: Vec<&str> = line.split('\t').collect();
-        if cols.len() >= 3 && cols[2].trim() != "0" {
-            relevant
-                .entry(cols[0].to_string())
-                .or_default()
-                .push(cols[1].to_string());
-        }
-    }
+fn scifact(e: &dyn Embedder, sf: &SciFact) -> anyhow::Result<(f64, f64)> {
+    let (docs, relevant) = (&sf.docs, &sf.qrels);
     let texts: Vec<String> = docs
         .iter()
         .map(|d| format!("{} {}", d.title, d.text).trim().to_string())
@@ -330,10 +268,7 @@ fn scifact(e: &dyn Embedder, data: &Path, docs: &[Doc]) -> anyhow::Result<(f64, 
     let t = Instant::now();
     let doc_vecs = e.embed(&refs, EmbedKind::Passage)?;
     let secs = t.elapsed().as_secs_f64();
-    let qs: Vec<&Query> = queries
-        .iter()
-        .filter(|q| relevant.contains_key(&q.id))
-        .collect();
+    let qs: Vec<&SciQuery> = sf.queries.iter().collect();
     let qtexts: Vec<&str> = qs.iter().map(|q| q.text.as_str()).collect();
     let qvecs = e.embed(&qtexts, EmbedKind::Query)?;
     let mut total = 0.0;

@@ -18,10 +18,11 @@ use bib_retrieve::{
     StoreIndex, StoreVectors, VectorBacking,
 };
 use bib_store::{ChunkWrite, DocumentChange, SqliteStore, Store};
-use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::ask_common::{data_dir, embed_corpus_cached, percentile, read_jsonl};
+use super::ask_common::{
+    data_dir, embed_corpus_cached, load_scifact, percentile, SciFact, SciQuery,
+};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -39,19 +40,6 @@ pub struct Args {
     json: Option<PathBuf>,
 }
 
-#[derive(Debug, Deserialize)]
-struct Doc {
-    #[serde(rename = "_id")]
-    id: String,
-    title: String,
-    text: String,
-}
-
-#[derive(Debug, Deserialize)]
-struct Query {
-    text: String,
-}
-
 /// (name, trimming, shared cache, persistent backing) of one timed configuration.
 type Variant<'a> = (
     &'static str,
@@ -63,7 +51,7 @@ type Variant<'a> = (
 fn time_asks(
     index: &dyn ChunkIndex,
     e: &dyn bib_embed::Embedder,
-    queries: &[Query],
+    queries: &[SciQuery],
     trim: Option<TrimOptions>,
     shared: Option<&EmbeddingCache>,
     backing: Option<Arc<dyn VectorBacking>>,
@@ -90,8 +78,9 @@ fn time_asks(
 
 pub fn run(a: Args) -> anyhow::Result<()> {
     let dir = data_dir(a.data.clone()).join("scifact");
-    let docs: Vec<Doc> = read_jsonl(&dir.join("corpus.jsonl"))?;
-    let mut queries: Vec<Query> = read_jsonl(&dir.join("queries_test.jsonl"))?;
+    let SciFact {
+        docs, mut queries, ..
+    } = load_scifact(&dir)?;
     queries.truncate(a.queries);
     let embedder = super::super::ask::load_embedder(bib_embed::DEFAULT_MODEL)?;
     let e = embedder.as_ref();

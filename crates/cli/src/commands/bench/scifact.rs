@@ -6,7 +6,6 @@
 //! BM25 equals the store's (same term function, same formula); vectors come from the default
 //! embedding model and are cached on disk between runs.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -14,10 +13,9 @@ use anyhow::Context;
 use bib_embed::EmbedKind;
 use bib_retrieve::retrieve::{rank, ScoredHit};
 use bib_retrieve::{ChunkIndex, ChunkRecord, Filter, MemoryIndex, Mode};
-use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::ask_common::{data_dir, embed_corpus_cached, ndcg_at, read_jsonl, recall_at};
+use super::ask_common::{data_dir, embed_corpus_cached, load_scifact, ndcg_at, recall_at, SciFact};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -53,21 +51,6 @@ pub struct Args {
     json: Option<PathBuf>,
 }
 
-#[derive(Debug, Deserialize)]
-struct Doc {
-    #[serde(rename = "_id")]
-    id: String,
-    title: String,
-    text: String,
-}
-
-#[derive(Debug, Deserialize)]
-struct Query {
-    #[serde(rename = "_id")]
-    id: String,
-    text: String,
-}
-
 #[derive(Default, Clone, Copy)]
 struct Acc {
     ndcg: f64,
@@ -78,24 +61,11 @@ struct Acc {
 pub fn run(a: Args) -> anyhow::Result<()> {
     let data = data_dir(a.data.clone());
     let dir = data.join("scifact");
-    let docs: Vec<Doc> = read_jsonl(&dir.join("corpus.jsonl"))?;
-    let queries: Vec<Query> = read_jsonl(&dir.join("queries_test.jsonl"))?;
-    let qrels_text = std::fs::read_to_string(dir.join("qrels_test.tsv"))
-        .with_context(|| format!("reading {}", dir.join("qrels_test.tsv").display()))?;
-    let mut qrels: HashMap<String, Vec<String>> = HashMap::new();
-    for line in qrels_text.lines().skip(1) {
-        let f: Vec<&str> = line.split('\t').collect();
-        if f.len() >= 3 && f[2].trim() != "0" {
-            qrels
-                .entry(f[0].to_string())
-                .or_default()
-                .push(f[1].to_string());
-        }
-    }
-    let queries: Vec<Query> = queries
-        .into_iter()
-        .filter(|q| qrels.contains_key(&q.id))
-        .collect();
+    let SciFact {
+        docs,
+        queries,
+        qrels,
+    } = load_scifact(&dir)?;
     eprintln!(
         "scifact: {} docs, {} test queries with qrels",
         docs.len(),

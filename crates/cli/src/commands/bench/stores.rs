@@ -21,10 +21,9 @@ use std::time::Instant;
 use anyhow::Context;
 use bib_store::{ChunkWrite, DocumentChange, Filter, Hit, SqliteStore, Store};
 use bib_store_pg::{PgOptions, PgStore, VectorSearch};
-use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::ask_common::{data_dir, embed_corpus_cached, percentile, read_jsonl};
+use super::ask_common::{data_dir, embed_corpus_cached, load_scifact, percentile, SciFact};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -56,19 +55,6 @@ pub struct Args {
     /// Write the report as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
-}
-
-#[derive(Debug, Deserialize)]
-struct Doc {
-    #[serde(rename = "_id")]
-    id: String,
-    title: String,
-    text: String,
-}
-
-#[derive(Debug, Deserialize)]
-struct Query {
-    text: String,
 }
 
 /// A dataset ready to load into any store.
@@ -128,8 +114,9 @@ fn fxhash(s: &str) -> u64 {
 
 fn scifact(a: &Args) -> anyhow::Result<Dataset> {
     let dir = data_dir(a.data.clone()).join("scifact");
-    let docs: Vec<Doc> = read_jsonl(&dir.join("corpus.jsonl"))?;
-    let mut queries: Vec<Query> = read_jsonl(&dir.join("queries_test.jsonl"))?;
+    let SciFact {
+        docs, mut queries, ..
+    } = load_scifact(&dir)?;
     queries.truncate(a.queries);
     let embedder = super::super::ask::load_embedder(bib_embed::DEFAULT_MODEL)?;
     let e = embedder.as_ref();
