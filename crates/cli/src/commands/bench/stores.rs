@@ -49,6 +49,9 @@ pub struct Args {
     /// Skip the SciFact dataset.
     #[arg(long)]
     no_scifact: bool,
+    /// `hnsw.ef_search` values timed on PostgreSQL (each with its recall@10 against exact).
+    #[arg(long, value_delimiter = ',', default_value = "100")]
+    ef_search: Vec<u32>,
     /// SQLite only (no PostgreSQL server needed): for quick store experiments.
     #[arg(long)]
     sqlite_only: bool,
@@ -393,12 +396,18 @@ fn bench_dataset(a: &Args, url: &str, data: &Dataset) -> anyhow::Result<Vec<Row>
     row.recall10 = Some(recall_at_10(&exact_tops, &pg_exact));
     rows.push(row);
     // The same schema searched through HNSW (the index was built during ingest).
-    let hnsw = pg.reopen_with(VectorSearch::default())?;
-    let mut row = new_row("postgres hnsw", s);
-    let tops = query(&hnsw, data, &mut row)?;
-    row.recall10 = Some(recall_at_10(&exact_tops, &tops));
-    rows.push(row);
-    drop(hnsw);
+    for &ef in &a.ef_search {
+        let hnsw = pg.reopen_with(VectorSearch::Hnsw { ef_search: ef })?;
+        let name = if ef == bib_store_pg::DEFAULT_EF_SEARCH {
+            "postgres hnsw".to_string()
+        } else {
+            format!("postgres hnsw ef={ef}")
+        };
+        let mut row = new_row(&name, s);
+        let tops = query(&hnsw, data, &mut row)?;
+        row.recall10 = Some(recall_at_10(&exact_tops, &tops));
+        rows.push(row);
+    }
     drop(pg);
     Ok(rows)
 }
@@ -435,7 +444,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     }
 
     println!(
-        "\n{:<15} {:<15} {:>9} {:>9}  {:>17}  {:>17}  {:>17}  {:>9}",
+        "\n{:<15} {:<20} {:>9} {:>9}  {:>17}  {:>17}  {:>17}  {:>9}",
         "dataset",
         "store",
         "ingest s",
@@ -453,7 +462,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         let (h50, h99) = p(&r.hybrid);
         let rate = r.chunks as f64 / r.ingest_s.max(1e-9);
         println!(
-            "{:<15} {:<15} {:>9.1} {:>9.0}  {:>8.2} /{:>7.2}  {:>8.2} /{:>7.2}  {:>8.2} /{:>7.2}  {:>9}",
+            "{:<15} {:<20} {:>9.1} {:>9.0}  {:>8.2} /{:>7.2}  {:>8.2} /{:>7.2}  {:>8.2} /{:>7.2}  {:>9}",
             r.dataset,
             r.store,
             r.ingest_s,
@@ -480,11 +489,16 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     for d in &datasets {
         let of = |s: &str| rows.iter().find(|r| r.dataset == d.name && r.store == s);
         let Some(base) = of("sqlite") else { continue };
-        for name in ["postgres exact", "postgres hnsw"] {
+        let names: Vec<&str> = rows
+            .iter()
+            .filter(|r| r.dataset == d.name && r.store != "sqlite")
+            .map(|r| r.store.as_str())
+            .collect();
+        for name in names {
             let Some(r) = of(name) else { continue };
             let h = |v: &[f64]| pct(v, 50.0);
             println!(
-                "  {:<15} {:<15} ingest {:.2}×  bm25 p50 {:.2}×  vector p50 {:.2}×  hybrid p50 {:.2}×",
+                "  {:<15} {:<20} ingest {:.2}×  bm25 p50 {:.2}×  vector p50 {:.2}×  hybrid p50 {:.2}×",
                 d.name,
                 name,
                 r.ingest_s / base.ingest_s.max(1e-9),
