@@ -232,7 +232,8 @@ pub struct IncludeDirective {
     pub target: String,
 }
 
-/// Find include directives outside code fences.
+/// Find include directives outside code fences and inline code spans (a document that shows
+/// the syntax in backticks is describing it, not using it).
 pub fn find_includes(text: &str) -> Vec<IncludeDirective> {
     let mut out = Vec::new();
     let mut fence = None;
@@ -254,12 +255,54 @@ pub fn find_includes(text: &str) -> Vec<IncludeDirective> {
     out
 }
 
+/// Byte ranges of the inline code spans of one line: a run of N backticks opens a span that the
+/// next run of exactly N backticks closes (CommonMark); an unclosed run is literal text.
+fn inline_code_spans(line: &str) -> Vec<(usize, usize)> {
+    let b = line.as_bytes();
+    let run_at = |i: usize| b[i..].iter().take_while(|&&c| c == b'`').count();
+    let mut spans = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] != b'`' {
+            i += 1;
+            continue;
+        }
+        let n = run_at(i);
+        let mut j = i + n;
+        let mut closed = None;
+        while j < b.len() {
+            if b[j] == b'`' {
+                let m = run_at(j);
+                if m == n {
+                    closed = Some(j + m);
+                    break;
+                }
+                j += m;
+            } else {
+                j += 1;
+            }
+        }
+        match closed {
+            Some(end) => {
+                spans.push((i, end));
+                i = end;
+            }
+            None => i += n,
+        }
+    }
+    spans
+}
+
 fn scan_line_includes(line: &str, base: usize, out: &mut Vec<IncludeDirective>) {
     let lower = line.to_ascii_lowercase();
+    let code = inline_code_spans(line);
     let mut from = 0;
     while let Some(k) = lower[from..].find("[!include") {
         let start = from + k;
         from = start + 1;
+        if code.iter().any(|&(s, e)| s <= start && start < e) {
+            continue;
+        }
         // [!INCLUDE [title](target)]
         let rest = &line[start + "[!include".len()..];
         let rest_trim = rest.trim_start();
@@ -526,5 +569,26 @@ mod tests {
         let t = "a [!INCLUDE[t](p.md)] b [!include [t2]( q.md )] c [!INCLUDE oops]";
         let found: Vec<_> = find_includes(t).into_iter().map(|d| d.target).collect();
         assert_eq!(found, ["p.md", "q.md"]);
+    }
+
+    #[test]
+    fn includes_in_code_are_text() {
+        // (text, targets found)
+        let cases: &[(&str, &[&str])] = &[
+            ("syntax: `[!INCLUDE [name](path.md)]` (docs)", &[]),
+            (
+                "``a `[!INCLUDE [x](in.md)]` b`` then [!INCLUDE [y](out.md)]",
+                &["out.md"],
+            ),
+            ("an unclosed ` [!INCLUDE [z](real.md)]", &["real.md"]),
+            (
+                "```\n[!INCLUDE [f](fenced.md)]\n```\n[!INCLUDE [g](after.md)]",
+                &["after.md"],
+            ),
+        ];
+        for (text, want) in cases {
+            let got: Vec<String> = find_includes(text).into_iter().map(|d| d.target).collect();
+            assert_eq!(&got, want, "{text:?}");
+        }
     }
 }
