@@ -214,8 +214,11 @@ pub fn not_worse(before: f64, after: f64, tol: f64) -> bool {
     after + 1e-9 >= before - tol
 }
 
-/// Judge every non-baseline variant against the spec's three criteria. Quality compares the
-/// variant's evidence (and answer) recall *after* trimming with the baseline's, within `tol`.
+/// Judge every non-baseline variant. Token-saving variants ([`Variant::saves_tokens`]) face the
+/// spec's three criteria (reduction > 20 %, overlap > 70 %, quality not worse); retrieval
+/// variants (bm25, vector, hybrid) send whole chunks, so only quality decides (reduction and
+/// overlap are still reported). Quality compares the variant's evidence (and answer) recall
+/// *after* trimming with the baseline's, within `tol`.
 pub fn verdicts(aggs: &[VariantAggregate], tol: f64) -> Vec<Verdict> {
     let Some(base) = aggs.iter().find(|a| a.variant == Variant::Baseline) else {
         return Vec::new();
@@ -258,7 +261,11 @@ pub fn verdicts(aggs: &[VariantAggregate], tol: f64) -> Vec<Verdict> {
             if quality.is_none() {
                 parts.push("quality unknown: the questions carry no evidence or answers".into());
             }
-            let status = match (reduction_ok && overlap_ok, quality) {
+            let shape_ok = !a.variant.saves_tokens() || (reduction_ok && overlap_ok);
+            if !a.variant.saves_tokens() {
+                parts.push("(a retrieval variant: judged on quality only)".into());
+            }
+            let status = match (shape_ok, quality) {
                 (false, _) | (true, Some(false)) => Status::Fail,
                 (true, Some(true)) => Status::Pass,
                 (true, None) => Status::Inconclusive,
@@ -453,6 +460,21 @@ mod tests {
             let qs = vec![q(m(100, 1.0, base_ev), m(t, o, ev))];
             let a = aggregate(&qs, &[Variant::Baseline, Variant::Trim]);
             assert_eq!(verdicts(&a, 0.0)[0].status, want, "{t} {o} {ev:?}");
+        }
+        // A retrieval variant sends whole chunks: no reduction needed, quality decides.
+        for (ev, want) in [(1.0, Status::Pass), (0.5, Status::Fail)] {
+            let qs = vec![QuestionReport {
+                id: None,
+                question: "q".into(),
+                variants: [
+                    (Variant::Baseline, m(100, 1.0, Some(1.0))),
+                    (Variant::Bm25, m(100, 0.4, Some(ev))),
+                ]
+                .into_iter()
+                .collect(),
+            }];
+            let a = aggregate(&qs, &[Variant::Baseline, Variant::Bm25]);
+            assert_eq!(verdicts(&a, 0.0)[0].status, want, "bm25 evidence {ev}");
         }
     }
 }

@@ -19,13 +19,22 @@ pub enum Variant {
     Bm25,
     /// Whole chunks, vector list only.
     Vector,
-    /// Whole chunks, BM25 and vector fused by reciprocal rank.
+    /// Whole chunks, BM25 and vector fused (the default fusion of `bib ask`).
     Hybrid,
     /// Sentence-level index; each hit expands to ±window sentences inside its parent chunk.
     SmallToBig,
 }
 
 impl Variant {
+    /// Whether the variant exists to send fewer tokens (trimming, small-to-big): the spec's
+    /// reduction and overlap criteria judge these; retrieval variants are judged on quality.
+    pub fn saves_tokens(self) -> bool {
+        matches!(
+            self,
+            Variant::Trim | Variant::TrimHybrid | Variant::SmallToBig
+        )
+    }
+
     /// Every variant, in report order.
     pub const ALL: [Variant; 7] = [
         Variant::Baseline,
