@@ -187,7 +187,7 @@ fn synthetic(n: usize, dims: usize, nq: usize) -> Dataset {
     const TOPICS: usize = 200;
     const VOCAB: usize = 50_000;
     const PER_DOC: usize = 10;
-    let mut rng = fastrand::Rng::with_seed(0x5eed_b1b);
+    let mut rng = fastrand::Rng::with_seed(0x05ee_db1b);
     let centroids: Vec<Vec<f32>> = (0..TOPICS)
         .map(|_| unit((0..dims).map(|_| gaussian(&mut rng)).collect()))
         .collect();
