@@ -52,6 +52,9 @@ pub struct Args {
     /// `hnsw.ef_search` values timed on PostgreSQL (each with its recall@10 against exact).
     #[arg(long, value_delimiter = ',', default_value = "100")]
     ef_search: Vec<u32>,
+    /// PostgreSQL only (recall against its own exact search): for HNSW experiments.
+    #[arg(long, conflicts_with = "sqlite_only")]
+    postgres_only: bool,
     /// SQLite only (no PostgreSQL server needed): for quick store experiments.
     #[arg(long)]
     sqlite_only: bool,
@@ -373,17 +376,22 @@ fn bench_dataset(a: &Args, url: &str, data: &Dataset) -> anyhow::Result<Vec<Row>
     };
     let mut rows = Vec::new();
 
-    let dir = tempfile_dir(a)?;
-    let path = dir.join(format!("{}.sqlite", data.name.replace(' ', "-")));
-    let _ = std::fs::remove_file(&path);
-    let sqlite = SqliteStore::open(&path).with_context(|| format!("opening {}", path.display()))?;
-    let s = ingest(&sqlite, data)?;
-    let mut row = new_row("sqlite", s);
-    let exact_tops = query(&sqlite, data, &mut row)?;
-    rows.push(row);
-    drop(sqlite);
-    for ext in ["", "-wal", "-shm"] {
-        let _ = std::fs::remove_file(format!("{}{ext}", path.display()));
+    // SQLite's exact top-10 is the recall reference (PostgreSQL's exact one with --postgres-only).
+    let mut exact_tops = None;
+    if !a.postgres_only {
+        let dir = tempfile_dir(a)?;
+        let path = dir.join(format!("{}.sqlite", data.name.replace(' ', "-")));
+        let _ = std::fs::remove_file(&path);
+        let sqlite =
+            SqliteStore::open(&path).with_context(|| format!("opening {}", path.display()))?;
+        let s = ingest(&sqlite, data)?;
+        let mut row = new_row("sqlite", s);
+        exact_tops = Some(query(&sqlite, data, &mut row)?);
+        rows.push(row);
+        drop(sqlite);
+        for ext in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{ext}", path.display()));
+        }
     }
 
     if a.sqlite_only {
@@ -393,6 +401,7 @@ fn bench_dataset(a: &Args, url: &str, data: &Dataset) -> anyhow::Result<Vec<Row>
     let s = ingest(&pg, data)?;
     let mut row = new_row("postgres exact", s);
     let pg_exact = query(&pg, data, &mut row)?;
+    let exact_tops = exact_tops.unwrap_or_else(|| pg_exact.clone());
     row.recall10 = Some(recall_at_10(&exact_tops, &pg_exact));
     rows.push(row);
     // The same schema searched through HNSW (the index was built during ingest).
