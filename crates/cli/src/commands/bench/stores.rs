@@ -50,7 +50,7 @@ pub struct Args {
     #[arg(long)]
     no_scifact: bool,
     /// `hnsw.ef_search` values timed on PostgreSQL (each with its recall@10 against exact).
-    #[arg(long, value_delimiter = ',', default_value = "100")]
+    #[arg(long, value_delimiter = ',', default_value = "200")]
     ef_search: Vec<u32>,
     /// PostgreSQL only (recall against its own exact search): for HNSW experiments.
     #[arg(long, conflicts_with = "sqlite_only")]
