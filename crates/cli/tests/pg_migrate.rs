@@ -166,6 +166,46 @@ fn migrate_sqlite_to_postgres() {
     assert_eq!((ql.at_ms, ql.extra), (qp.at_ms, qp.extra));
     drop(pg);
 
+    // `store = "postgres://…"` at the top of bib.toml selects the copy for ask and runs.
+    let cwd = tempfile::tempdir().unwrap();
+    std::fs::write(cwd.path().join("bib.toml"), format!("store = {to:?}\n")).unwrap();
+    let in_cwd = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_bib"))
+            .args(args)
+            .current_dir(cwd.path())
+            .env_remove("BIB_STORE")
+            .env_remove("BIB_CONFIG")
+            .output()
+            .expect("run bib")
+    };
+    let out = in_cwd(&["runs", "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let runs: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(runs.as_array().unwrap().len(), 1, "{runs}");
+    let out = in_cwd(&["ask", "packages CLI", "--mode", "bm25", "--json"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let got: Vec<String> = v["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["path"].as_str().unwrap().to_string())
+        .collect();
+    let want: Vec<String> = key(&lite, "packages CLI")
+        .into_iter()
+        .take(got.len())
+        .map(|k| k.0)
+        .collect();
+    assert_eq!(got, want, "same BM25 ranking through bib.toml: {v:#}");
+
     // A second migration into the same (now full) target is refused.
     let again = bib(&["migrate", "--from", kb.to_str().unwrap(), "--to", &to]);
     assert!(!again.status.success());

@@ -130,7 +130,10 @@ impl Layer {
                 Some(_) => Err(bad(&format!("ask.{k}"), "must be a number".into())),
             }
         };
-        if let Some(s) = section("store")? {
+        // `store = "postgres://…"` (or a file path) at the top, or `[store] path = "…"`.
+        if let Some(toml::Value::String(s)) = doc.get("store") {
+            l.store = Some(PathBuf::from(s));
+        } else if let Some(s) = section("store")? {
             l.store = str_of(s, "store", "path")?.map(PathBuf::from);
         }
         if let Some(a) = section("ask")? {
@@ -357,6 +360,18 @@ whatever = 1
         assert!(s.options.trim.is_none(), "trimming is off by default");
         assert!(s.filters.is_empty());
         assert_eq!(s.options.fusion, Fusion::Convex);
+    }
+
+    #[test]
+    fn store_at_the_top_of_the_file() {
+        let url = "postgres://bib@127.0.0.1:55432/bib?schema=kb";
+        let file = Layer::from_toml(&format!("store = {url:?}\n[ask]\ntop_k = 3\n"), "f").unwrap();
+        let s = AskSettings::resolve(Layer::default(), Layer::default(), file, "d").unwrap();
+        assert_eq!(s.store, PathBuf::from(url));
+        assert_eq!(s.options.top_k, 3);
+        let file = Layer::from_toml("[store]\npath = \"kb.sqlite\"", "f").unwrap();
+        assert_eq!(file.store, Some(PathBuf::from("kb.sqlite")));
+        assert!(Layer::from_toml("store = 3", "f").is_err());
     }
 
     #[test]

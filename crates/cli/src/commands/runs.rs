@@ -1,15 +1,11 @@
 //! `bib runs` — list past ingest runs (the audit record), newest first.
 
-use std::path::PathBuf;
-
-use anyhow::Context;
-use bib_store::{SqliteStore, Store, DEFAULT_STORE_PATH};
-
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Knowledge-base file.
-    #[arg(long, env = "BIB_STORE", default_value = DEFAULT_STORE_PATH)]
-    pub store: PathBuf,
+    /// Knowledge base: a SQLite file or a postgres:// URL (else BIB_STORE, else `store` in
+    /// bib.toml, else .bib/kb.sqlite).
+    #[arg(long)]
+    pub store: Option<String>,
     /// Print the run records as a JSON array.
     #[arg(long)]
     pub json: bool,
@@ -42,14 +38,13 @@ pub fn iso_utc(ms: i64) -> String {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    if !args.store.exists() {
+    let spec = crate::store_url::resolve(args.store.as_deref(), None)?;
+    if !crate::store_url::exists(&spec) {
         anyhow::bail!(
-            "no knowledge base at {} (run `bib ingest <dir>` first, or pass --store)",
-            args.store.display()
+            "no knowledge base at {spec} (run `bib ingest <dir>` first, or pass --store)"
         );
     }
-    let store = SqliteStore::open(&args.store)
-        .with_context(|| format!("opening the knowledge base {}", args.store.display()))?;
+    let store = crate::store_url::open(&spec)?;
     let runs = store.runs(args.limit)?;
     if args.json {
         let arr: Vec<serde_json::Value> = runs
@@ -68,7 +63,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         return Ok(());
     }
     if runs.is_empty() {
-        println!("no ingest runs recorded in {}", args.store.display());
+        println!(
+            "no ingest runs recorded in {}",
+            bib_store_pg::url::redact(&spec)
+        );
         return Ok(());
     }
     println!(
