@@ -44,6 +44,18 @@ pub fn open_postgres(spec: &str) -> anyhow::Result<PgStore> {
     PgStore::connect(spec).with_context(|| format!("opening {}", bib_store_pg::url::redact(spec)))
 }
 
+/// The config file in use: `explicit` (`--config`), else `BIB_CONFIG`, else `./bib.toml` when it
+/// exists; `None` when there is none.
+pub fn config_path(explicit: Option<&Path>) -> Option<std::path::PathBuf> {
+    match explicit {
+        Some(p) => Some(p.to_path_buf()),
+        None => match std::env::var("BIB_CONFIG") {
+            Ok(p) if !p.is_empty() => Some(p.into()),
+            _ => Some(std::path::PathBuf::from("bib.toml")).filter(|p| p.is_file()),
+        },
+    }
+}
+
 /// The store setting of a `bib.toml` text: top-level `store`, else `[store] path`.
 pub fn from_config(text: &str, origin: &str) -> anyhow::Result<Option<String>> {
     let v: toml::Table = text
@@ -74,14 +86,7 @@ pub fn resolve(flag: Option<&str>, config: Option<&Path>) -> anyhow::Result<Stri
             return Ok(e);
         }
     }
-    let file = match config {
-        Some(p) => Some(p.to_path_buf()),
-        None => match std::env::var("BIB_CONFIG") {
-            Ok(p) if !p.is_empty() => Some(p.into()),
-            _ => Some(std::path::PathBuf::from("bib.toml")).filter(|p| p.is_file()),
-        },
-    };
-    if let Some(p) = file {
+    if let Some(p) = config_path(config) {
         let text = std::fs::read_to_string(&p)
             .with_context(|| format!("cannot read config file {}", p.display()))?;
         if let Some(s) = from_config(&text, &p.display().to_string())? {

@@ -86,16 +86,10 @@ fn env_var(k: &str) -> Option<String> {
     std::env::var(k).ok()
 }
 
-/// The config file layer: `--config`, else `BIB_CONFIG`, else `./bib.toml` when present.
-fn file_layer(explicit: Option<&Path>) -> anyhow::Result<Layer> {
-    let path = match explicit {
-        Some(p) => Some(p.to_path_buf()),
-        None => match env_var("BIB_CONFIG").filter(|s| !s.is_empty()) {
-            Some(p) => Some(PathBuf::from(p)),
-            None => Some(PathBuf::from("bib.toml")).filter(|p| p.is_file()),
-        },
-    };
-    let Some(path) = path else {
+/// The config file layer ([`crate::store_url::config_path`]: `--config`, else `BIB_CONFIG`,
+/// else `./bib.toml` when present).
+pub(crate) fn file_layer(explicit: Option<&Path>) -> anyhow::Result<Layer> {
+    let Some(path) = crate::store_url::config_path(explicit) else {
         return Ok(Layer::default());
     };
     let text = std::fs::read_to_string(&path)

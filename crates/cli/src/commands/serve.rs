@@ -7,7 +7,7 @@
 //! Logs go to stderr (`BIB_LOG=debug` for more).
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -58,22 +58,6 @@ fn env_var(k: &str) -> Option<String> {
     std::env::var(k).ok().filter(|s| !s.is_empty())
 }
 
-fn file_layer(explicit: Option<&Path>) -> anyhow::Result<Layer> {
-    let path = match explicit {
-        Some(p) => Some(p.to_path_buf()),
-        None => match env_var("BIB_CONFIG") {
-            Some(p) => Some(PathBuf::from(p)),
-            None => Some(PathBuf::from("bib.toml")).filter(|p| p.is_file()),
-        },
-    };
-    let Some(path) = path else {
-        return Ok(Layer::default());
-    };
-    let text = std::fs::read_to_string(&path)
-        .with_context(|| format!("cannot read config file {}", path.display()))?;
-    Ok(Layer::from_toml(&text, &path.display().to_string())?)
-}
-
 /// The configured token: `--token-file`, else `BIB_TOKEN`.
 pub fn token(common: &CommonArgs) -> anyhow::Result<Option<String>> {
     match &common.token_file {
@@ -88,8 +72,8 @@ pub fn token(common: &CommonArgs) -> anyhow::Result<Option<String>> {
 
 /// Open the store and the model and build the service.
 pub fn build_service(common: &CommonArgs, tokens: TokenCheck) -> anyhow::Result<Arc<Service>> {
-    let base =
-        Layer::from_env(|k| std::env::var(k).ok())?.over(file_layer(common.config.as_deref())?);
+    let base = Layer::from_env(|k| std::env::var(k).ok())?
+        .over(super::ask::file_layer(common.config.as_deref())?);
     let store_path = common
         .store
         .clone()
