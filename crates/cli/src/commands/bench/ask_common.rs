@@ -27,6 +27,63 @@ pub struct SciDoc {
     pub text: String,
 }
 
+impl SciDoc {
+    /// The text the benchmarks embed for this abstract: title, newline, text.
+    pub fn embed_text(&self) -> String {
+        format!("{}\n{}", self.title, self.text)
+    }
+
+    /// The abstract as one stored chunk (`[Doc: title]` prefix, the text as content), path
+    /// `<id>.md`, with `embedding` from model `model_id`.
+    pub fn change(&self, model_id: &str, embedding: Vec<f32>) -> bib_store::DocumentChange {
+        bib_store::DocumentChange {
+            path: format!("{}.md", self.id),
+            title: self.title.clone(),
+            metadata: serde_json::Value::Null,
+            content_hash: self.id.clone(),
+            chunk_count: 1,
+            upserts: vec![chunk_write(
+                0,
+                format!("[Doc: {}]", self.title),
+                self.text.clone(),
+                model_id,
+                embedding,
+            )],
+        }
+    }
+}
+
+/// A benchmark chunk for any store: hash and token estimate of `content`, no heading path.
+pub fn chunk_write(
+    index: u32,
+    prefix: String,
+    content: String,
+    model: &str,
+    v: Vec<f32>,
+) -> bib_store::ChunkWrite {
+    let hash = format!("{:016x}", fnv1a(&content));
+    bib_store::ChunkWrite {
+        chunk_index: index,
+        tokens_estimate: bib_text::tokens::estimate_tokens(&content) as u32,
+        tokens_model: 0,
+        span_start: 0,
+        span_end: content.len() as u64,
+        prefix,
+        heading_path: vec![],
+        content,
+        content_hash: hash,
+        model_id: model.to_string(),
+        embedding: v,
+    }
+}
+
+/// FNV-1a: a content hash for benchmark chunks (no cryptographic need here).
+fn fnv1a(s: &str) -> u64 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
 /// A SciFact test claim.
 #[derive(Debug, serde::Deserialize)]
 pub struct SciQuery {

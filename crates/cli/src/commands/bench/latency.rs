@@ -17,11 +17,11 @@ use bib_retrieve::{
     ChunkIndex, ChunkRecord, EmbeddingCache, Filter, MemoryIndex, RetrieveOptions, Retriever,
     StoreIndex, StoreVectors, VectorBacking,
 };
-use bib_store::{ChunkWrite, DocumentChange, SqliteStore, Store};
+use bib_store::{SqliteStore, Store};
 use serde_json::{json, Value};
 
 use super::ask_common::{
-    data_dir, embed_corpus_cached, load_scifact, percentile, SciFact, SciQuery,
+    data_dir, embed_corpus_cached, load_scifact, percentile, SciDoc, SciFact, SciQuery,
 };
 
 #[derive(Debug, clap::Args)]
@@ -84,10 +84,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     queries.truncate(a.queries);
     let embedder = super::super::ask::load_embedder(bib_embed::DEFAULT_MODEL)?;
     let e = embedder.as_ref();
-    let texts: Vec<String> = docs
-        .iter()
-        .map(|d| format!("{}\n{}", d.title, d.text))
-        .collect();
+    let texts: Vec<String> = docs.iter().map(SciDoc::embed_text).collect();
     let vecs = embed_corpus_cached(e, &texts, &a.cache_dir, "scifact")?;
 
     let mut mem = MemoryIndex::new();
@@ -118,27 +115,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             store_path.display()
         );
         for (d, v) in docs.iter().zip(&vecs) {
-            let prefix = format!("[Doc: {}]", d.title);
-            store.apply_document(&DocumentChange {
-                path: format!("{}.md", d.id),
-                title: d.title.clone(),
-                metadata: Value::Null,
-                content_hash: d.id.clone(),
-                chunk_count: 1,
-                upserts: vec![ChunkWrite {
-                    chunk_index: 0,
-                    prefix,
-                    heading_path: vec![],
-                    content: d.text.clone(),
-                    content_hash: d.id.clone(),
-                    tokens_estimate: 0,
-                    tokens_model: 0,
-                    span_start: 0,
-                    span_end: 0,
-                    model_id: e.model_id().to_string(),
-                    embedding: v.clone(),
-                }],
-            })?;
+            store.apply_document(&d.change(e.model_id(), v.clone()))?;
         }
     }
     let six = StoreIndex::new(store.as_ref());

@@ -15,7 +15,9 @@ use bib_retrieve::retrieve::{rank, ScoredHit};
 use bib_retrieve::{ChunkIndex, ChunkRecord, Filter, MemoryIndex, Mode};
 use serde_json::{json, Value};
 
-use super::ask_common::{data_dir, embed_corpus_cached, load_scifact, ndcg_at, recall_at, SciFact};
+use super::ask_common::{
+    data_dir, embed_corpus_cached, load_scifact, ndcg_at, recall_at, SciDoc, SciFact,
+};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -73,10 +75,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     );
 
     let embedder = super::super::ask::load_embedder(&a.model)?;
-    let texts: Vec<String> = docs
-        .iter()
-        .map(|d| format!("{}\n{}", d.title, d.text))
-        .collect();
+    let texts: Vec<String> = docs.iter().map(SciDoc::embed_text).collect();
     let vecs = embed_corpus_cached(embedder.as_ref(), &texts, &a.cache_dir, "scifact")?;
 
     let doc_vecs = vecs.clone();

@@ -19,11 +19,13 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::Context;
-use bib_store::{ChunkWrite, DocumentChange, Filter, Hit, SqliteStore, Store};
+use bib_store::{DocumentChange, Filter, Hit, SqliteStore, Store};
 use bib_store_pg::{PgOptions, PgStore, VectorSearch};
-use serde_json::{json, Value};
+use serde_json::json;
 
-use super::ask_common::{data_dir, embed_corpus_cached, load_scifact, percentile, SciFact};
+use super::ask_common::{
+    chunk_write, data_dir, embed_corpus_cached, load_scifact, percentile, SciDoc, SciFact,
+};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -88,36 +90,6 @@ struct Row {
     recall10: Option<f64>,
 }
 
-fn chunk_write(
-    index: u32,
-    prefix: String,
-    content: String,
-    model: &str,
-    v: Vec<f32>,
-) -> ChunkWrite {
-    let hash = format!("{:016x}", fxhash(&content));
-    ChunkWrite {
-        chunk_index: index,
-        tokens_estimate: bib_text::tokens::estimate_tokens(&content) as u32,
-        tokens_model: 0,
-        span_start: 0,
-        span_end: content.len() as u64,
-        prefix,
-        heading_path: vec![],
-        content,
-        content_hash: hash,
-        model_id: model.to_string(),
-        embedding: v,
-    }
-}
-
-/// FNV-1a: a content hash for synthetic chunks (no cryptographic need here).
-fn fxhash(s: &str) -> u64 {
-    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
-    })
-}
-
 fn scifact(a: &Args) -> anyhow::Result<Dataset> {
     let dir = data_dir(a.data.clone()).join("scifact");
     let SciFact {
@@ -126,30 +98,14 @@ fn scifact(a: &Args) -> anyhow::Result<Dataset> {
     queries.truncate(a.queries);
     let embedder = super::super::ask::load_embedder(bib_embed::DEFAULT_MODEL)?;
     let e = embedder.as_ref();
-    let texts: Vec<String> = docs
-        .iter()
-        .map(|d| format!("{}\n{}", d.title, d.text))
-        .collect();
+    let texts: Vec<String> = docs.iter().map(SciDoc::embed_text).collect();
     let vecs = embed_corpus_cached(e, &texts, &a.cache_dir, "scifact")?;
     let qtexts: Vec<&str> = queries.iter().map(|q| q.text.as_str()).collect();
     let qvecs = e.embed(&qtexts, bib_embed::EmbedKind::Query)?;
     let changes = docs
         .iter()
         .zip(vecs)
-        .map(|(d, v)| DocumentChange {
-            path: format!("{}.md", d.id),
-            title: d.title.clone(),
-            metadata: Value::Null,
-            content_hash: d.id.clone(),
-            chunk_count: 1,
-            upserts: vec![chunk_write(
-                0,
-                format!("[Doc: {}]", d.title),
-                d.text.clone(),
-                e.model_id(),
-                v,
-            )],
-        })
+        .map(|(d, v)| d.change(e.model_id(), v))
         .collect();
     Ok(Dataset {
         name: "scifact".into(),
