@@ -5,13 +5,14 @@
 //! trimming touches a few hundred sentences per question, far below the default bound).
 //!
 //! A cache may have a persistent second level ([`VectorBacking`], e.g. the store's own
-//! content-keyed vector cache through [`StoreVectors`]), so a sentence embedded by one `bib ask`
+//! content-keyed vector cache through [`StoreVectors`], keyed by [`bib_embed::store_key`] — the
+//! key ingest writes sentence vectors under), so a sentence embedded by one `bib ask`
 //! process is not embedded again by the next.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use bib_embed::{EmbedKind, Embedder};
+use bib_embed::{store_key, EmbedKind, Embedder};
 
 use crate::error::RetrieveError;
 
@@ -44,12 +45,6 @@ impl VectorBacking for StoreVectors {
     fn put(&self, model_id: &str, items: &[(String, Vec<f32>)]) {
         let _ = self.0.cache_vectors(model_id, items);
     }
-}
-
-/// The persistent key of a text ([`bib_embed::store_key`]): the same key ingest writes
-/// sentence vectors under, so trimming finds them.
-pub fn content_key(kind: EmbedKind, text: &str) -> String {
-    bib_embed::store_key(text, kind)
 }
 
 /// Thread-safe, bounded, content-keyed cache of embeddings.
@@ -124,7 +119,7 @@ impl EmbeddingCache {
             }
         }
         if let (Some(b), false) = (&self.backing, missing.is_empty()) {
-            let keys: Vec<String> = missing.iter().map(|t| content_key(kind, t)).collect();
+            let keys: Vec<String> = missing.iter().map(|t| store_key(t, kind)).collect();
             let found: HashMap<String, Vec<f32>> = b.get(&model, &keys).into_iter().collect();
             if !found.is_empty() {
                 let mut map = self.map.lock().map_err(|_| poisoned())?;
@@ -167,7 +162,7 @@ impl EmbeddingCache {
             if let Some(b) = &self.backing {
                 let items: Vec<(String, Vec<f32>)> = fresh
                     .iter()
-                    .map(|(t, v)| (content_key(kind, t), v.to_vec()))
+                    .map(|(t, v)| (store_key(t, kind), v.to_vec()))
                     .collect();
                 b.put(&model, &items);
             }
@@ -288,8 +283,8 @@ pub(crate) mod tests {
         assert_eq!(v2[0], v1[1]);
         assert_eq!(v2[1], v1[0]);
         assert_ne!(
-            content_key(EmbedKind::Query, "x"),
-            content_key(EmbedKind::Passage, "x")
+            store_key("x", EmbedKind::Query),
+            store_key("x", EmbedKind::Passage)
         );
     }
 
