@@ -209,14 +209,13 @@ impl Ctx<'_> {
                 }
             });
         }
-        // 2. Embed the rest in padded-token batches, shortest first.
+        // 2. Embed the rest in padded-token batches (split_batches orders them shortest first).
         let tokenizer = self.embedder.tokenizer();
         let cap = self.embedder.max_input_tokens().max(1);
         for &(d, c) in &need {
             let pc = &mut window[d].chunks[c];
             pc.tokens_model = tokenizer.count_tokens(&pc.text) as u32;
         }
-        need.sort_by_key(|&(d, c)| (window[d].chunks[c].tokens_model, d, c));
         let padded: Vec<usize> = need
             .iter()
             .map(|&(d, c)| (window[d].chunks[c].tokens_model as usize).min(cap) + 2)
@@ -421,21 +420,22 @@ pub fn embed_sentence_vectors(
     };
     let tokenizer = embedder.tokenizer();
     let cap = embedder.max_input_tokens().max(1);
-    // (padded tokens, sentence) of the misses, shortest first to cut padding.
-    let mut todo: Vec<(usize, usize)> = (0..keys.len())
+    // The misses and their padded token counts (split_batches orders them shortest first).
+    let todo: Vec<usize> = (0..keys.len())
         .filter(|&i| !known.contains(&keys[i]))
-        .map(|i| (tokenizer.count_tokens(sentences[i]).min(cap) + 2, i))
         .collect();
     out.reused = (keys.len() - todo.len()) as u64;
-    todo.sort_unstable();
-    let padded: Vec<usize> = todo.iter().map(|&(p, _)| p).collect();
+    let padded: Vec<usize> = todo
+        .iter()
+        .map(|&i| tokenizer.count_tokens(sentences[i]).min(cap) + 2)
+        .collect();
     let plan = bib_embed::split_batches(
         &padded,
         opts.batch_token_budget,
         opts.sentence_batch_max.max(1),
     );
     for batch in &plan.batches {
-        let idx: Vec<usize> = batch.iter().map(|&j| todo[j].1).collect();
+        let idx: Vec<usize> = batch.iter().map(|&j| todo[j]).collect();
         let batch_texts: Vec<&str> = idx.iter().map(|&i| sentences[i]).collect();
         let t = Instant::now();
         let res = embedder.embed(&batch_texts, EmbedKind::Passage);
