@@ -2,7 +2,7 @@
 //! Fuzz front-matter + includes + splitter + chunker with invariant checks.
 
 use bib_text::chunk::{chunk_markdown, ChunkOptions};
-use bib_text::frontmatter::{parse_document, resolve_includes};
+use bib_text::frontmatter::{parse_document, resolve_includes, IncludeLimits};
 use bib_text::markdown::has_unclosed_fence;
 use bib_text::sentences::{split_chunk_prefix, split_prose, split_sentences, Sentence};
 use libfuzzer_sys::fuzz_target;
@@ -77,7 +77,7 @@ fuzz_target!(|data: &[u8]| {
     assert_eq!(non_ws(&joined), non_ws(doc.body));
 
     // Includes: every target resolves to the document itself (a cycle) or to a leaf.
-    let mut loader = |path: &str| -> Result<String, String> {
+    let mut loader = |path: &str, _room: usize| -> Result<String, String> {
         if path.ends_with("leaf.md") {
             Ok("hoja [!INCLUDE [x](sub/leaf2.md)]".to_string())
         } else if path.ends_with("leaf2.md") {
@@ -88,5 +88,12 @@ fuzz_target!(|data: &[u8]| {
             Ok(text.to_string())
         }
     };
-    let _ = resolve_includes(doc.body, "docs/page.md", &mut loader);
+    // A self-including page fans out; the budget must stop it, and the output stay within it.
+    let limits = IncludeLimits {
+        max_includes: 64,
+        max_bytes: 1 << 20,
+    };
+    if let Ok(expanded) = resolve_includes(doc.body, "docs/page.md", &mut loader, &limits) {
+        assert!(expanded.len() <= limits.max_bytes);
+    }
 });

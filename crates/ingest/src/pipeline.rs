@@ -47,6 +47,9 @@ fn ms(d: std::time::Duration) -> u64 {
 /// Read and parse one file. The error is a human-readable reason (the caller adds the path).
 pub fn read_document(root: &Path, file: &FoundFile, max_bytes: u64) -> Result<ParsedDoc, String> {
     let meta = std::fs::metadata(&file.abs).map_err(|e| format!("cannot stat: {e}"))?;
+    if !meta.is_file() {
+        return Err("not a regular file".to_string());
+    }
     if meta.len() > max_bytes {
         return Err(format!(
             "file is {} bytes, over the limit of {} bytes (--max-file-bytes)",
@@ -55,6 +58,34 @@ pub fn read_document(root: &Path, file: &FoundFile, max_bytes: u64) -> Result<Pa
         ));
     }
     let bytes = std::fs::read(&file.abs).map_err(|e| format!("cannot read: {e}"))?;
+    let text = decode_markdown(bytes)?;
+    let stem = file.path.rsplit('/').next().unwrap_or(&file.path);
+    let stem = stem.rsplit_once('.').map_or(stem, |(s, _)| s);
+    let doc = bib_text::frontmatter::parse_document(&text, stem)
+        .map_err(|e| format!("broken front-matter: {e}"))?;
+    let metadata = if doc.has_front_matter {
+        Value::Object(doc.metadata)
+    } else {
+        Value::Null
+    };
+    let (title, body_offset) = (doc.title, doc.body_offset);
+    // The hash is of the file as written, so an edit to an included file alone is not seen as a
+    // change of this document (the chunk hashes still are).
+    let content_hash = sha256_hex(&text);
+    let text = resolve_includes(root, file, text, body_offset, max_bytes)?;
+    Ok(ParsedDoc {
+        path: file.path.clone(),
+        title,
+        metadata,
+        content_hash,
+        body_offset,
+        text,
+    })
+}
+
+/// The bytes of a Markdown file as text: no NUL byte in its first 8 KiB (a binary file), valid
+/// UTF-8, the BOM dropped. The same checks for a document and for every file it includes.
+fn decode_markdown(bytes: Vec<u8>) -> Result<String, String> {
     let head = &bytes[..bytes.len().min(8192)];
     if let Some(pos) = head.iter().position(|&b| b == 0) {
         return Err(format!(
@@ -70,39 +101,22 @@ pub fn read_document(root: &Path, file: &FoundFile, max_bytes: u64) -> Result<Pa
     if text.starts_with('\u{feff}') {
         text.drain(..3);
     }
-    let stem = file.path.rsplit('/').next().unwrap_or(&file.path);
-    let stem = stem.rsplit_once('.').map_or(stem, |(s, _)| s);
-    let doc = bib_text::frontmatter::parse_document(&text, stem)
-        .map_err(|e| format!("broken front-matter: {e}"))?;
-    let metadata = if doc.has_front_matter {
-        Value::Object(doc.metadata)
-    } else {
-        Value::Null
-    };
-    let (title, body_offset) = (doc.title, doc.body_offset);
-    // The hash is of the file as written, so an edit to an included file alone is not seen as a
-    // change of this document (the chunk hashes still are).
-    let content_hash = sha256_hex(&text);
-    let text = resolve_includes(root, file, text, body_offset)?;
-    Ok(ParsedDoc {
-        path: file.path.clone(),
-        title,
-        metadata,
-        content_hash,
-        body_offset,
-        text,
-    })
+    Ok(text)
 }
 
 /// Expand DocFX `[!INCLUDE [..](path)]` directives in the body, reading the targets relative to
 /// the including file and never outside `root`. Chunk spans of a document with includes refer
-/// to the expanded text.
+/// to the expanded text. The expansion of one document is bounded: at most
+/// `IncludeLimits::default().max_includes` includes and `max_bytes` (`--max-file-bytes`) of
+/// expanded text; only regular files are read (a FIFO would block the run forever).
 fn resolve_includes(
     root: &Path,
     file: &FoundFile,
     text: String,
     body_offset: usize,
+    max_bytes: u64,
 ) -> Result<String, String> {
+    use bib_text::frontmatter::IncludeLimits;
     let body = &text[body_offset..];
     if bib_text::frontmatter::find_includes(body).is_empty() {
         return Ok(text);
@@ -110,19 +124,59 @@ fn resolve_includes(
     let root = root
         .canonicalize()
         .map_err(|e| format!("cannot resolve the root {}: {e}", root.display()))?;
-    let current = file.abs.to_string_lossy().replace('\\', "/");
-    let mut loader = |path: &str| -> Result<String, String> {
-        let real = Path::new(path)
-            .canonicalize()
-            .map_err(|e| format!("cannot open: {e}"))?;
-        if !real.starts_with(&root) {
-            return Err("outside the ingested directory".to_string());
-        }
-        std::fs::read_to_string(&real).map_err(|e| format!("cannot read: {e}"))
+    let current = file
+        .abs
+        .canonicalize()
+        .map_err(|e| format!("cannot resolve {}: {e}", file.abs.display()))?;
+    let current = current.to_string_lossy().replace('\\', "/");
+    let mut loader = |path: &str, max: usize| load_include(&root, Path::new(path), max);
+    let limits = IncludeLimits {
+        max_bytes: usize::try_from(max_bytes).unwrap_or(usize::MAX),
+        ..IncludeLimits::default()
     };
-    let expanded = bib_text::frontmatter::resolve_includes(body, &current, &mut loader)
+    let expanded = bib_text::frontmatter::resolve_includes(body, &current, &mut loader, &limits)
         .map_err(|e| e.to_string())?;
     Ok(format!("{}{}", &text[..body_offset], expanded))
+}
+
+/// Read one included file for [`resolve_includes`]. `path` is absolute and lexically
+/// normalised. A target outside `root` gets one answer whether it exists or not, so an include
+/// cannot probe the file system; inside the root, only a regular file of at most `max` bytes is
+/// read, with the checks of a document ([`decode_markdown`]).
+fn load_include(root: &Path, path: &Path, max: usize) -> Result<String, String> {
+    use std::io::Read;
+    const OUTSIDE: &str = "outside the ingested directory";
+    if !path.starts_with(root) {
+        return Err(OUTSIDE.to_string());
+    }
+    let real = path
+        .canonicalize()
+        .map_err(|e| format!("cannot open: {e}"))?;
+    if !real.starts_with(root) {
+        return Err(OUTSIDE.to_string());
+    }
+    let meta = std::fs::metadata(&real).map_err(|e| format!("cannot stat: {e}"))?;
+    if !meta.is_file() {
+        return Err("not a regular file".to_string());
+    }
+    let limit = u64::try_from(max).unwrap_or(u64::MAX);
+    if meta.len() > limit {
+        return Err(format!(
+            "file is {} bytes, over the {limit} bytes left in the document's budget \
+             (--max-file-bytes)",
+            meta.len()
+        ));
+    }
+    let mut bytes = Vec::new();
+    std::fs::File::open(&real)
+        .and_then(|f| f.take(limit.saturating_add(1)).read_to_end(&mut bytes))
+        .map_err(|e| format!("cannot read: {e}"))?;
+    if bytes.len() as u64 > limit {
+        return Err(format!(
+            "file grew past the {limit} bytes left in the document's budget"
+        ));
+    }
+    decode_markdown(bytes)
 }
 
 fn git_commit(root: &Path) -> Option<String> {

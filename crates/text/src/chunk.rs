@@ -607,6 +607,28 @@ fn assemble(
 mod tests {
     use super::*;
 
+    /// Issue 14: inputs that aborted `bib chunk`/`bib ingest` with a stack overflow, or chunked
+    /// in super-linear time. All of the text must still land in the chunks, once.
+    #[test]
+    fn hostile_nesting_chunks_without_overflow() {
+        let cases = [
+            format!("# T\n\n{}x\n", "> - ".repeat(7000)),
+            format!("# T\n\n{}x\n", "> - ".repeat(2000)),
+            "- ".repeat(20000),
+            format!("{}x\n", "1. ".repeat(5000)),
+        ];
+        for md in &cases {
+            let chunks = chunk_markdown("T", md, 0, &ChunkOptions::default());
+            assert!(!chunks.is_empty());
+            let joined: String = chunks.iter().map(|c| &md[c.start..c.end]).collect();
+            let non_ws = |s: &str| s.split_whitespace().collect::<String>();
+            assert_eq!(non_ws(&joined), non_ws(md), "chunks lose or duplicate text");
+            for w in chunks.windows(2) {
+                assert!(w[0].end <= w[1].start);
+            }
+        }
+    }
+
     fn opts(max: usize) -> ChunkOptions {
         ChunkOptions {
             max_words: max,

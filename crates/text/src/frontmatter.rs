@@ -187,13 +187,36 @@ pub fn parse_document<'a>(
 
 /// Loads the text of an included file. Implemented by the caller (ingest), which owns I/O.
 pub trait IncludeLoader {
-    /// Read `path` (already resolved relative to the including file, `/`-separated).
-    fn load(&mut self, path: &str) -> Result<String, String>;
+    /// Read `path` (already resolved relative to the including file, `/`-separated). A file
+    /// longer than `max_bytes` must be refused without being read whole: it would exceed the
+    /// document's budget anyway ([`IncludeLimits`]).
+    fn load(&mut self, path: &str, max_bytes: usize) -> Result<String, String>;
 }
 
-impl<F: FnMut(&str) -> Result<String, String>> IncludeLoader for F {
-    fn load(&mut self, path: &str) -> Result<String, String> {
-        self(path)
+impl<F: FnMut(&str, usize) -> Result<String, String>> IncludeLoader for F {
+    fn load(&mut self, path: &str, max_bytes: usize) -> Result<String, String> {
+        self(path, max_bytes)
+    }
+}
+
+/// The budget of one document's include expansion. Includes fan out (10 includes of 10
+/// includes of … is 10^depth copies), so depth alone does not bound the work: the number of
+/// includes expanded and the size of the expanded text are bounded per document.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IncludeLimits {
+    /// Include directives expanded per document, at every depth together (default 256).
+    pub max_includes: usize,
+    /// Bytes of the expanded body, the document's own text included (default 10 MiB, the
+    /// ingest default of `--max-file-bytes`).
+    pub max_bytes: usize,
+}
+
+impl Default for IncludeLimits {
+    fn default() -> Self {
+        Self {
+            max_includes: 256,
+            max_bytes: 10 * 1024 * 1024,
+        }
     }
 }
 
@@ -213,6 +236,12 @@ pub enum IncludeError {
     /// Includes nested deeper than [`MAX_INCLUDE_DEPTH`].
     #[error("includes nested deeper than {MAX_INCLUDE_DEPTH} levels at {path}")]
     TooDeep { path: String },
+    /// More include directives than [`IncludeLimits::max_includes`] for one document.
+    #[error("more than {limit} includes in one document (at {path})")]
+    TooMany { path: String, limit: usize },
+    /// The expanded document would exceed [`IncludeLimits::max_bytes`].
+    #[error("the document with its includes exceeds {limit} bytes (at {path})")]
+    TooLarge { path: String, limit: usize },
     /// An included file has broken front-matter.
     #[error("included file {path}: {source}")]
     FrontMatter {
@@ -378,60 +407,105 @@ pub fn resolve_relative(current: &str, target: &str) -> String {
 /// Expand every `[!INCLUDE [..](path)]` in `body` (recursively), loading files through `loader`.
 /// `current_path` is the including file's path, used to resolve relative targets and to detect
 /// cycles. Included files' front-matter is dropped; their trailing newline is trimmed so an
-/// inline include stays inline.
+/// inline include stays inline. The expansion stops with an error as soon as it would pass
+/// `limits`, so the work and the memory are bounded by the budget, whatever the files hold.
 pub fn resolve_includes(
     body: &str,
     current_path: &str,
     loader: &mut impl IncludeLoader,
+    limits: &IncludeLimits,
 ) -> Result<String, IncludeError> {
-    let mut chain = vec![normalize_key(current_path)];
-    expand(body, current_path, loader, &mut chain)
+    let mut state = Expansion {
+        chain: vec![normalize_key(current_path)],
+        includes: 0,
+        limits: *limits,
+    };
+    if body.len() > limits.max_bytes {
+        return Err(IncludeError::TooLarge {
+            path: current_path.to_string(),
+            limit: limits.max_bytes,
+        });
+    }
+    let mut out = String::with_capacity(body.len());
+    state.expand(body, current_path, loader, &mut out)?;
+    Ok(out)
 }
 
 fn normalize_key(p: &str) -> String {
     resolve_relative("", p)
 }
 
-fn expand(
-    body: &str,
-    current: &str,
-    loader: &mut impl IncludeLoader,
-    chain: &mut Vec<String>,
-) -> Result<String, IncludeError> {
-    let directives = find_includes(body);
-    if directives.is_empty() {
-        return Ok(body.to_string());
-    }
-    let mut out = String::with_capacity(body.len());
-    let mut last = 0;
-    for d in directives {
-        out.push_str(&body[last..d.start]);
-        let path = resolve_relative(current, &d.target);
-        if chain.contains(&path) {
-            let mut c = chain.clone();
-            c.push(path);
-            return Err(IncludeError::Cycle { chain: c });
+/// The state of one document's expansion: the include chain (for cycles and depth) and what
+/// the budget has spent.
+struct Expansion {
+    chain: Vec<String>,
+    includes: usize,
+    limits: IncludeLimits,
+}
+
+impl Expansion {
+    /// Append `body` to `out`, expanded. `out` only grows within `limits.max_bytes`: the text
+    /// still to append is checked before it is appended.
+    fn expand(
+        &mut self,
+        body: &str,
+        current: &str,
+        loader: &mut impl IncludeLoader,
+        out: &mut String,
+    ) -> Result<(), IncludeError> {
+        let mut last = 0;
+        for d in find_includes(body) {
+            self.push(out, &body[last..d.start], current)?;
+            let path = resolve_relative(current, &d.target);
+            if self.chain.contains(&path) {
+                let mut chain = self.chain.clone();
+                chain.push(path);
+                return Err(IncludeError::Cycle { chain });
+            }
+            if self.chain.len() > MAX_INCLUDE_DEPTH {
+                return Err(IncludeError::TooDeep { path });
+            }
+            self.includes += 1;
+            if self.includes > self.limits.max_includes {
+                return Err(IncludeError::TooMany {
+                    path,
+                    limit: self.limits.max_includes,
+                });
+            }
+            let room = self.limits.max_bytes.saturating_sub(out.len());
+            let text = loader
+                .load(&path, room)
+                .map_err(|message| IncludeError::Load {
+                    path: path.clone(),
+                    from: current.to_string(),
+                    message,
+                })?;
+            let doc = parse_document(&text, "").map_err(|source| IncludeError::FrontMatter {
+                path: path.clone(),
+                source,
+            })?;
+            let mark = out.len();
+            self.chain.push(path.clone());
+            self.expand(doc.body, &path, loader, out)?;
+            self.chain.pop();
+            // An inline include stays inline: the expansion's trailing line breaks go.
+            let kept = mark + out[mark..].trim_end_matches(['\n', '\r']).len();
+            out.truncate(kept);
+            last = d.end;
         }
-        if chain.len() > MAX_INCLUDE_DEPTH {
-            return Err(IncludeError::TooDeep { path });
-        }
-        let text = loader.load(&path).map_err(|message| IncludeError::Load {
-            path: path.clone(),
-            from: current.to_string(),
-            message,
-        })?;
-        let doc = parse_document(&text, "").map_err(|source| IncludeError::FrontMatter {
-            path: path.clone(),
-            source,
-        })?;
-        chain.push(path.clone());
-        let expanded = expand(doc.body, &path, loader, chain)?;
-        chain.pop();
-        out.push_str(expanded.trim_end_matches(['\n', '\r']));
-        last = d.end;
+        self.push(out, &body[last..], current)
     }
-    out.push_str(&body[last..]);
-    Ok(out)
+
+    fn push(&self, out: &mut String, text: &str, at: &str) -> Result<(), IncludeError> {
+        if out.len() + text.len() > self.limits.max_bytes {
+            return Err(IncludeError::TooLarge {
+                path: at.to_string(),
+                limit: self.limits.max_bytes,
+            });
+        }
+        out.push_str(text);
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -519,12 +593,12 @@ mod tests {
         assert_eq!(resolve_relative("a\\c.md", "z.md"), "a/z.md");
     }
 
-    fn loader(files: &[(&str, &str)]) -> impl FnMut(&str) -> Result<String, String> {
+    fn loader(files: &[(&str, &str)]) -> impl FnMut(&str, usize) -> Result<String, String> {
         let map: HashMap<String, String> = files
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
-        move |p: &str| {
+        move |p: &str, _max: usize| {
             map.get(p)
                 .cloned()
                 .ok_or_else(|| format!("no such file: {p}"))
@@ -541,12 +615,13 @@ mod tests {
             ("docs/includes/b.md", "B"),
         ]);
         let body = "Antes\n\n[!INCLUDE [a](includes/a.md)]\n\nDespués";
-        let out = resolve_includes(body, "docs/page.md", &mut l).unwrap();
+        let out =
+            resolve_includes(body, "docs/page.md", &mut l, &IncludeLimits::default()).unwrap();
         assert_eq!(out, "Antes\n\nTexto A B\n\nDespués");
         // Directives inside code fences are left alone.
         let fenced = "```\n[!INCLUDE [a](includes/a.md)]\n```";
         assert_eq!(
-            resolve_includes(fenced, "docs/page.md", &mut l).unwrap(),
+            resolve_includes(fenced, "docs/page.md", &mut l, &IncludeLimits::default()).unwrap(),
             fenced
         );
     }
@@ -557,11 +632,67 @@ mod tests {
             ("x/a.md", "[!include[b](b.md)]"),
             ("x/b.md", "[!INCLUDE [a](./a.md)]"),
         ]);
-        let err = resolve_includes("[!INCLUDE [a](a.md)]", "x/a.md", &mut l).unwrap_err();
+        let err = resolve_includes(
+            "[!INCLUDE [a](a.md)]",
+            "x/a.md",
+            &mut l,
+            &IncludeLimits::default(),
+        )
+        .unwrap_err();
         assert!(matches!(err, IncludeError::Cycle { .. }), "{err}");
-        let err = resolve_includes("[!INCLUDE [z](z.md)]", "x/p.md", &mut l).unwrap_err();
+        let err = resolve_includes(
+            "[!INCLUDE [z](z.md)]",
+            "x/p.md",
+            &mut l,
+            &IncludeLimits::default(),
+        )
+        .unwrap_err();
         assert!(matches!(err, IncludeError::Load { .. }), "{err}");
         assert!(err.to_string().contains("x/z.md"));
+    }
+
+    #[test]
+    fn include_budget_bounds_fan_out_and_size() {
+        // Issue 14: 4 levels of 10 includes of 2.2 KB became 12,123 chunks.
+        let ten = |next: &str| format!("[!INCLUDE [n]({next})]\n").repeat(10);
+        let (l1, l2, l3) = (ten("l2.md"), ten("l3.md"), ten("l4.md"));
+        let mut l = loader(&[
+            ("l1.md", &l1),
+            ("l2.md", &l2),
+            ("l3.md", &l3),
+            ("l4.md", "hoja"),
+        ]);
+        let limits = IncludeLimits::default();
+        let err = resolve_includes("[!INCLUDE [a](l1.md)]", "p.md", &mut l, &limits).unwrap_err();
+        assert!(
+            matches!(err, IncludeError::TooMany { limit: 256, .. }),
+            "{err}"
+        );
+
+        // The expanded size is bounded, and the loader is told how much room is left.
+        let small = IncludeLimits {
+            max_includes: 1000,
+            max_bytes: 64,
+        };
+        let mut rooms = Vec::new();
+        let mut big = |_: &str, room: usize| {
+            rooms.push(room);
+            Ok("x".repeat(40))
+        };
+        let body = "0123456789 [!INCLUDE [a](a.md)] [!INCLUDE [b](b.md)]";
+        let err = resolve_includes(body, "p.md", &mut big, &small).unwrap_err();
+        assert!(
+            matches!(err, IncludeError::TooLarge { limit: 64, .. }),
+            "{err}"
+        );
+        assert_eq!(rooms, [53, 12]);
+        let ok = resolve_includes(
+            "ab [!INCLUDE [a](a.md)]",
+            "p.md",
+            &mut |_: &str, _| Ok("cd\n\n".to_string()),
+            &small,
+        );
+        assert_eq!(ok.unwrap(), "ab cd");
     }
 
     #[test]

@@ -85,11 +85,19 @@ fn alert_of(src: &str) -> Option<String> {
     .then(|| name.to_string())
 }
 
-/// Parse `text` into top-level blocks with nested children.
+/// Deepest block nesting [`parse_blocks`] reports. Blocks nested deeper (`> - > - …` thousands
+/// of levels, which no real document has) are not tracked as blocks of their own: their text
+/// stays inside the span of their ancestor at this depth. This keeps every walk over the tree
+/// (the chunker recurses into children) bounded in stack and linear in time.
+pub const MAX_BLOCK_DEPTH: usize = 32;
+
+/// Parse `text` into top-level blocks with nested children, at most [`MAX_BLOCK_DEPTH`] deep.
 pub fn parse_blocks(text: &str) -> Vec<Block> {
     let mut top: Vec<Block> = Vec::new();
-    // Open container/leaf blocks; `None` marks an inline tag we do not track.
+    // Open container/leaf blocks; `None` marks an inline tag or a too-deep block we do not track.
     let mut stack: Vec<Option<Block>> = Vec::new();
+    // How many entries of `stack` are tracked blocks.
+    let mut depth = 0usize;
     let mut heading_text: Option<String> = None;
 
     fn attach(stack: &mut [Option<Block>], top: &mut Vec<Block>, b: Block) {
@@ -102,6 +110,10 @@ pub fn parse_blocks(text: &str) -> Vec<Block> {
     for (ev, range) in Parser::new_ext(text, options()).into_offset_iter() {
         match ev {
             Event::Start(tag) => {
+                if depth >= MAX_BLOCK_DEPTH {
+                    stack.push(None);
+                    continue;
+                }
                 let kind = match &tag {
                     Tag::Heading { level, .. } => {
                         heading_text = Some(String::new());
@@ -136,6 +148,7 @@ pub fn parse_blocks(text: &str) -> Vec<Block> {
                     Tag::DefinitionList | Tag::MetadataBlock(_) => Some(BlockKind::Other),
                     _ => None,
                 };
+                depth += usize::from(kind.is_some());
                 stack.push(kind.map(|kind| Block {
                     kind,
                     start: range.start,
@@ -146,6 +159,7 @@ pub fn parse_blocks(text: &str) -> Vec<Block> {
             Event::End(tag) => {
                 let Some(entry) = stack.pop() else { continue };
                 let Some(mut b) = entry else { continue };
+                depth -= 1;
                 b.end = range.end.max(b.start);
                 if let (TagEnd::Heading(_), BlockKind::Heading { text: t, .. }) = (tag, &mut b.kind)
                 {
@@ -343,6 +357,29 @@ mod tests {
         assert!(has_unclosed_fence("a\n~~~\nx\n"));
         assert!(!has_unclosed_fence("```x``` inline only"));
         assert!(has_unclosed_fence("````\n```\n"));
+    }
+
+    fn tree_depth(blocks: &[Block]) -> usize {
+        // Iterative, so the test itself cannot overflow on a broken tree.
+        let mut max = 0;
+        let mut todo: Vec<(&Block, usize)> = blocks.iter().map(|b| (b, 1)).collect();
+        while let Some((b, d)) = todo.pop() {
+            max = max.max(d);
+            todo.extend(b.children.iter().map(|c| (c, d + 1)));
+        }
+        max
+    }
+
+    #[test]
+    fn nesting_is_capped() {
+        // Issue 14: `'> - ' * 7000` overflowed the stack of every walk over the tree.
+        let md = format!("# T\n\n{}x\n", "> - ".repeat(7000));
+        let blocks = parse_blocks(&md);
+        assert_eq!(tree_depth(&blocks), MAX_BLOCK_DEPTH);
+        // The deepest tracked block still spans the text below it.
+        assert_eq!(blocks.last().map(|b| b.end), Some(md.len()));
+        let shallow = "> - a\n>   - b\n";
+        assert_eq!(tree_depth(&parse_blocks(shallow)), 5);
     }
 
     #[test]

@@ -9,7 +9,9 @@
 use std::path::{Path, PathBuf};
 
 use bib_text::chunk::{chunk_markdown, ChunkOptions};
-use bib_text::frontmatter::{find_includes, parse_document, resolve_includes, IncludeError};
+use bib_text::frontmatter::{
+    find_includes, parse_document, resolve_includes, IncludeError, IncludeLimits,
+};
 use bib_text::markdown::has_unclosed_fence;
 use bib_text::sentences::split_sentences;
 
@@ -69,10 +71,10 @@ fn nuget_wikis_parse_completely() {
                     with_fm += usize::from(doc.has_front_matter);
                     titled_by_fm += usize::from(doc.metadata.get("title").is_some());
                     directives += find_includes(doc.body).len();
-                    let mut loader = |p: &str| -> Result<String, String> {
+                    let mut loader = |p: &str, _max: usize| -> Result<String, String> {
                         std::fs::read_to_string(dir.join(p)).map_err(|e| e.to_string())
                     };
-                    match resolve_includes(doc.body, &rel, &mut loader) {
+                    match resolve_includes(doc.body, &rel, &mut loader, &IncludeLimits::default()) {
                         Ok(_) => includes_ok += 1,
                         Err(e @ IncludeError::Load { .. }) => {
                             includes_missing.push(format!("{rel}: {e}"))
