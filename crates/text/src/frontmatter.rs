@@ -38,13 +38,23 @@ pub enum FrontMatterError {
     /// The YAML parsed, but is not a mapping of keys to values.
     #[error("front-matter at line {line} is not a key/value mapping")]
     NotAMapping { line: usize },
+    /// A field the product reads (`title`, `tags`) has a type it cannot use.
+    #[error("front-matter field `{field}` at line {line} must be {expected}, not {found}")]
+    FieldType {
+        line: usize,
+        field: &'static str,
+        expected: &'static str,
+        found: &'static str,
+    },
 }
 
 impl FrontMatterError {
     /// The 1-based line number in the source file.
     pub fn line(&self) -> usize {
         match self {
-            Self::Yaml { line, .. } | Self::NotAMapping { line } => *line,
+            Self::Yaml { line, .. } | Self::NotAMapping { line } | Self::FieldType { line, .. } => {
+                *line
+            }
         }
     }
 }
@@ -158,6 +168,74 @@ pub fn string_list(metadata: &Map<String, Value>, key: &str) -> Vec<String> {
     }
 }
 
+/// The fields the product reads, and the shapes it accepts for them: a title is text (a number,
+/// or a list whose items are text, is tolerated); tags are text or a list of scalars. Anything
+/// else (`title: [1, 2]`, `tags: {a: b}`) is refused with the field and its line, instead of
+/// being dropped silently.
+fn check_field_types(
+    metadata: &Map<String, Value>,
+    yaml: &str,
+    first_line: usize,
+) -> Result<(), FrontMatterError> {
+    fn kind(v: &Value) -> &'static str {
+        match v {
+            Value::Null => "null",
+            Value::Bool(_) => "a boolean",
+            Value::Number(_) => "a number",
+            Value::String(_) => "a string",
+            Value::Array(_) => "a list",
+            Value::Object(_) => "a mapping",
+        }
+    }
+    let line_of = |field: &str| {
+        yaml.lines()
+            .position(|l| {
+                l.strip_prefix(field)
+                    .is_some_and(|rest| rest.trim_start().starts_with(':'))
+            })
+            .map_or(first_line, |i| first_line + i)
+    };
+    let checks: [(&'static str, &'static str, fn(&Value) -> bool); 2] = [
+        ("title", "a string (or a list of strings)", |v| match v {
+            Value::String(_) | Value::Number(_) | Value::Null => true,
+            Value::Array(items) => items.iter().all(|i| matches!(i, Value::String(_))),
+            _ => false,
+        }),
+        ("tags", "a string or a list of strings", |v| match v {
+            Value::Array(items) => items
+                .iter()
+                .all(|i| matches!(i, Value::String(_) | Value::Number(_) | Value::Bool(_))),
+            v => v.is_null() || matches!(v, Value::String(_) | Value::Number(_) | Value::Bool(_)),
+        }),
+    ];
+    for (field, expected, ok) in checks {
+        if let Some(v) = metadata.get(field) {
+            if !ok(v) {
+                let found = match v {
+                    Value::Array(items) => {
+                        items
+                            .iter()
+                            .find(|i| !i.is_string())
+                            .map_or("a list", |i| match i {
+                                Value::Object(_) => "a list holding a mapping",
+                                Value::Array(_) => "a list holding a list",
+                                _ => "a list of non-strings",
+                            })
+                    }
+                    v => kind(v),
+                };
+                return Err(FrontMatterError::FieldType {
+                    line: line_of(field),
+                    field,
+                    expected,
+                    found,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Parse a Markdown source: front-matter, title, body. `fallback_title` (the file stem) is used
 /// when neither the front-matter nor an H1 gives a title.
 pub fn parse_document<'a>(
@@ -166,7 +244,11 @@ pub fn parse_document<'a>(
 ) -> Result<Document<'a>, FrontMatterError> {
     let raw = split_front_matter(source);
     let metadata = match raw.yaml {
-        Some(y) => parse_yaml(y, raw.yaml_line)?,
+        Some(y) => {
+            let m = parse_yaml(y, raw.yaml_line)?;
+            check_field_types(&m, y, raw.yaml_line)?;
+            m
+        }
         None => Map::new(),
     };
     let title = metadata_title(&metadata)
@@ -649,6 +731,31 @@ mod tests {
         .unwrap_err();
         assert!(matches!(err, IncludeError::Load { .. }), "{err}");
         assert!(err.to_string().contains("x/z.md"));
+    }
+
+    #[test]
+    fn wrong_field_types_are_named() {
+        // Issue 14: these were accepted silently (the title fell back to the H1, tags vanished).
+        let e = parse_document("---\nms.topic: x\ntitle: [1, 2]\n---\n# H\n", "f").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "front-matter field `title` at line 3 must be a string (or a list of strings), not a list of non-strings"
+        );
+        let e = parse_document("---\ntags: {a: b}\n---\nx", "f").unwrap_err();
+        assert_eq!(e.line(), 2);
+        assert!(
+            e.to_string().contains("`tags`") && e.to_string().contains("a mapping"),
+            "{e}"
+        );
+        // The shapes real wikis use still parse.
+        for ok in [
+            "title: T\ntags: [a, 1, true]",
+            "title: [A, B]\ntags: a",
+            "title: 2024\ntags:",
+        ] {
+            let src = format!("---\n{ok}\n---\nx");
+            assert!(parse_document(&src, "f").is_ok(), "{ok}");
+        }
     }
 
     #[test]
