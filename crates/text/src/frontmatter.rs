@@ -195,7 +195,8 @@ fn check_field_types(
             })
             .map_or(first_line, |i| first_line + i)
     };
-    let checks: [(&'static str, &'static str, fn(&Value) -> bool); 2] = [
+    type Check = (&'static str, &'static str, fn(&Value) -> bool);
+    let checks: [Check; 2] = [
         ("title", "a string (or a list of strings)", |v| match v {
             Value::String(_) | Value::Number(_) | Value::Null => true,
             Value::Array(items) => items.iter().all(|i| matches!(i, Value::String(_))),
