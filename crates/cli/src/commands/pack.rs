@@ -24,7 +24,9 @@ pub struct Args {
     /// annotate relative dates. Without it such messages are not annotated.
     #[arg(long)]
     now: Option<String>,
-    /// Reproduce the reference's budget bookkeeping (may exceed the budget by a few percent).
+    /// Count tokens the way the spec's reference packer does, for side-by-side comparisons with
+    /// it. The output can then exceed the budget, most at small budgets (measured: +35 % at 20
+    /// tokens, +22 % at 100, +5 % at 400). Without this flag the output never exceeds it.
     #[arg(long)]
     reference_budget: bool,
     /// Add the tally card (files read/edited, commands, errors).
