@@ -27,7 +27,7 @@
 use sha2::{Digest, Sha256};
 
 use crate::markdown::{parse_blocks, Block, BlockKind};
-use crate::sentences::{fence_close, fence_open, split_sentences};
+use crate::sentences::{fence_close, fence_open, split_sentences, strip_container_prefix};
 
 /// Chunking options.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -317,8 +317,10 @@ fn fence_like_cut(body: &str, c: usize) -> bool {
     if c <= ls {
         return false;
     }
+    // The same prefix rule as `fence_open` (any Unicode whitespace, `>`), or a cut after a form
+    // feed could expose a fence marker that the fence check then sees.
     let fence_like = |s: &str| {
-        let s = s.trim_start_matches([' ', '\t', '>']);
+        let s = strip_container_prefix(s);
         s.starts_with("```") || s.starts_with("~~~")
     };
     // Either piece would start a line with the marker: the one ending here or the one starting.
@@ -606,6 +608,30 @@ fn assemble(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Found by the `text_pipeline` fuzz target (issue 14, item 8): form feeds, NULs and a
+    /// backtick run whose "info string" holds backticks (so not a fence). Cutting the one long
+    /// line between words left a chunk starting `\f…``````\0…`, which does read as an open
+    /// fence. The exact input, as libFuzzer wrote it (the first byte is the options knob).
+    #[test]
+    fn fuzz_form_feed_fence_cut() {
+        let data: &[u8] = b"\x00\x0c\x0c\x0c\x0c\x0c\x0c\x0c\x0c\x0c\x0c\x0c``````\x00\x00\x00\x00\x00\x00\x00\x00\t``! !\t\x00\x0c\x0c\x0c!";
+        let body = std::str::from_utf8(&data[1..]).unwrap();
+        assert!(!crate::markdown::has_unclosed_fence(body));
+        for max in 1..4 {
+            let opts = ChunkOptions {
+                max_words: max,
+                min_words: 0,
+            };
+            for c in chunk_markdown("fuzz", body, 0, &opts) {
+                assert!(
+                    !crate::markdown::has_unclosed_fence(&c.content),
+                    "max {max}: {:?}",
+                    c.content
+                );
+            }
+        }
+    }
 
     /// Issue 14: inputs that aborted `bib chunk`/`bib ingest` with a stack overflow, or chunked
     /// in super-linear time. All of the text must still land in the chunks, once.

@@ -188,7 +188,8 @@ pub(crate) struct Fence {
 }
 
 /// Strip indentation and blockquote markers (`>`), which may precede a fence.
-fn strip_container_prefix(line: &str) -> &str {
+/// A line without its leading whitespace and blockquote markers: where a fence marker would be.
+pub(crate) fn strip_container_prefix(line: &str) -> &str {
     let mut s = line.trim_start();
     while let Some(rest) = s.strip_prefix('>') {
         s = rest.trim_start();
