@@ -2,8 +2,10 @@
 //!
 //! A golden line is a JSON object with a required `question` and optional `id`, `files`
 //! (wiki-relative paths of the documents that hold the answer), `evidence` (the sentences that
-//! answer it, as they appear in the source) and `answer` (a reference answer). Other fields are
-//! ignored, blank lines are skipped, and a bad line is an error naming the file and line.
+//! answer it, as they appear in the source), `answer` (a reference answer) and `style` (how the
+//! question was asked: `direct`, `paraphrase` or `exact`, so benchmarks can report per style).
+//! Other fields are ignored, blank lines are skipped, and a bad line is an error naming the file
+//! and line.
 
 use std::path::Path;
 
@@ -25,6 +27,10 @@ pub struct GoldenItem {
     pub evidence: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub answer: Option<String>,
+    /// How the question is phrased relative to the page (`direct`, `paraphrase`, `exact`);
+    /// free text, kept as written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub style: Option<String>,
 }
 
 impl GoldenItem {
@@ -93,6 +99,9 @@ pub fn parse_golden(text: &str, origin: &str) -> Result<Vec<GoldenItem>, EvalErr
                 .filter(|e| !e.trim().is_empty())
                 .collect(),
             answer: opt_string("answer")?.filter(|a| !a.trim().is_empty()),
+            style: opt_string("style")?
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty()),
         });
     }
     Ok(out)
@@ -141,7 +150,9 @@ mod tests {
         assert_eq!(g[0].files, vec!["a.md"]);
         assert_eq!(g[0].evidence, vec!["El valor es 300."]);
         assert_eq!(g[0].answer.as_deref(), Some("300 s"));
+        assert_eq!(g[0].style.as_deref(), Some("direct"));
         assert_eq!(g[1], GoldenItem::question("Only a question"));
+        assert_eq!(g[1].style, None);
         assert_eq!(g[2].evidence, vec!["x"]);
         assert_eq!(g[2].answer, None);
     }
@@ -155,6 +166,7 @@ mod tests {
             ("{\"question\": \"  \"}", 1, "empty"),
             ("{\"question\": \"a\", \"files\": [1]}", 1, "`files`"),
             ("{\"question\": 3}", 1, "must be a string"),
+            ("{\"question\": \"a\", \"style\": [1]}", 1, "`style`"),
         ];
         for (text, line, needle) in cases {
             let e = parse_golden(text, "g.jsonl").unwrap_err().to_string();

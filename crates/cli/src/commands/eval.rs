@@ -345,6 +345,7 @@ fn xquad(
             files: vec![path.clone()],
             evidence: evidence.into_iter().collect(),
             answer: Some(span.text.clone()),
+            ..GoldenItem::default()
         });
     }
     Ok((index, items))

@@ -1,39 +1,90 @@
-//! `bib bench wiki` — NuGet wiki dev golden sets: is the evidence in the top-k chunks, before
-//! and after sentence trimming?
+//! `bib bench wiki` — NuGet wiki question sets: is the evidence in the top-k chunks, before
+//! and after sentence trimming, per question style?
 //!
-//! Each golden set is ingested (real pipeline, default model) into a cached store under
-//! `--cache-dir` (re-runs skip unchanged chunks), then every question goes through the real ask
-//! path (`bib_retrieve::Retriever` over the store). A quote counts as found when it appears in
-//! the retrieved text after collapsing whitespace. Reported per set: questions whose gold file
-//! is in the top k, evidence quotes found before trimming, after trimming (per trim setting),
-//! and the token reduction.
+//! Sets: the given `golden_en` / `golden_es_dev` (in the benchmark data) and the repository's
+//! development sets `bench/wiki/dev_en.jsonl` / `dev_es.jsonl` (issue 15). Each wiki is ingested
+//! (real pipeline, the chosen model) into a cached store under `--cache-dir` (re-runs skip
+//! unchanged chunks; one store per model), then every question goes through the real ask path
+//! (`bib_retrieve::Retriever` over the store).
+//!
+//! A question is *answered at k* when every evidence quote occurs in its top-k context, matched
+//! by `bib_eval::matching` (the harness's normalisation: NFC, lower case, Markdown marks
+//! dropped, whitespace collapsed). Reported per set and style (`direct` / `paraphrase` /
+//! `exact`): answered at k = 1, 3, 5, 10 untrimmed and after trimming with ask's `--trim`
+//! profile (each k is its own trimmed retrieval, as `bib ask --top-k k --trim` would do it),
+//! and, unless `--no-settings`, the older per-setting table at `--top-k` (modes, fusions, trim
+//! settings: file hit, quotes found, tokens).
 
-use std::path::PathBuf;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use bib_retrieve::trim::{TrimOptions, USE_M3_THRESHOLD};
-use bib_retrieve::{EmbeddingCache, Filter, Fusion, Mode, RetrieveOptions, Retriever, StoreIndex};
+use bib_eval::{load_golden, GoldenItem, Haystack};
+use bib_retrieve::trim::{TrimOptions, ASK_PROFILE, USE_M3_THRESHOLD};
+use bib_retrieve::{
+    EmbeddingCache, Filter, Fusion, Mode, RetrieveOptions, Retriever, ScoredChunk, StoreIndex,
+};
 use bib_store::SqliteStore;
-use serde::Deserialize;
 use serde_json::json;
 
-use super::ask_common::{data_dir, read_jsonl};
+use super::ask_common::data_dir;
+
+/// The sets `bib bench wiki` knows: (name, file, wiki, lives in the repository's dev folder).
+const SETS: [(&str, &str, &str, bool); 4] = [
+    ("golden_en", "golden_en.jsonl", "nuget-en", false),
+    ("golden_es_dev", "golden_es_dev.jsonl", "nuget-es", false),
+    ("dev_en", "dev_en.jsonl", "nuget-en", true),
+    ("dev_es", "dev_es.jsonl", "nuget-es", true),
+];
+
+/// Styles in report order; anything else is reported after them under its own name.
+const STYLES: [&str; 3] = ["direct", "paraphrase", "exact"];
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// Benchmark data folder (holds wiki/). Default: ../shared/bench/data.
     #[arg(long)]
     data: Option<PathBuf>,
+    /// Folder of the repository's development sets (dev_en.jsonl, dev_es.jsonl).
+    #[arg(long, default_value = "bench/wiki")]
+    dev_dir: PathBuf,
+    /// Sets to run, comma-separated: golden_en, golden_es_dev, dev_en, dev_es (default: all).
+    #[arg(long, value_delimiter = ',')]
+    sets: Vec<String>,
     /// Where the ingested wiki stores are kept between runs.
     #[arg(long, default_value = ".bib/bench-cache")]
     cache_dir: PathBuf,
-    /// Chunks retrieved per question.
+    /// Embedding model for ingest and ask: use-m3 (default) or e5-small; each model has its
+    /// own cached store.
+    #[arg(long, default_value = bib_embed::DEFAULT_MODEL)]
+    model: String,
+    /// Retrieval mode of the top-k table: hybrid (default), bm25 or vector.
+    #[arg(long, default_value = "hybrid")]
+    mode: String,
+    /// Fusion of the top-k table in hybrid mode: convex (default) or rrf.
+    #[arg(long, default_value = "convex")]
+    fusion: String,
+    /// BM25 weight α of convex fusion (default: the product default).
+    #[arg(long)]
+    fusion_alpha: Option<f64>,
+    /// Cut-offs of the top-k table.
+    #[arg(long, value_delimiter = ',', default_value = "1,3,5,10")]
+    ks: Vec<usize>,
+    /// Cosine threshold of the "after trimming" columns (ask's profile otherwise; its default
+    /// is calibrated for use-m3).
+    #[arg(long)]
+    trim_threshold: Option<f32>,
+    /// Skip the per-setting table (modes, fusions, trim settings at --top-k).
+    #[arg(long)]
+    no_settings: bool,
+    /// Chunks retrieved per question in the per-setting table.
     #[arg(long, default_value_t = 5)]
     top_k: usize,
-    /// Trim thresholds to report (window 0 and 1 each).
+    /// Trim thresholds of the per-setting table (window 0 and 1 each).
     #[arg(long, value_delimiter = ',')]
     thresholds: Vec<f32>,
-    /// More trim settings, each `threshold:window:lexical_top:min_sentences`.
+    /// More trim settings of the per-setting table, each
+    /// `threshold:window:lexical_top:min_sentences`.
     #[arg(
         long,
         value_delimiter = ',',
@@ -45,172 +96,546 @@ pub struct Args {
     json: Option<PathBuf>,
 }
 
-#[derive(Debug, Deserialize)]
-struct Golden {
-    id: String,
-    question: String,
-    #[serde(default)]
-    files: Vec<String>,
-    #[serde(default)]
-    evidence: Vec<String>,
+/// Whether every evidence quote of `evidence` occurs in the first `k` chunk texts. A question
+/// without evidence is never answered.
+fn answered(contents: &[&str], evidence: &[String], k: usize) -> bool {
+    if evidence.is_empty() {
+        return false;
+    }
+    let h = Haystack::new(contents.iter().take(k).copied());
+    evidence.iter().all(|e| h.contains(e))
 }
 
-fn norm(s: &str) -> String {
-    s.split_whitespace().collect::<Vec<_>>().join(" ")
+fn contents(chunks: &[ScoredChunk]) -> Vec<&str> {
+    chunks.iter().map(|c| c.chunk.content.as_str()).collect()
+}
+
+/// The style a question is reported under.
+fn style_of(q: &GoldenItem) -> &str {
+    q.style.as_deref().unwrap_or("unspecified")
+}
+
+/// Report order of the styles present in `qs`: the known ones first, then the rest by name.
+fn styles_in(qs: &[GoldenItem]) -> Vec<String> {
+    let mut out: Vec<String> = STYLES
+        .iter()
+        .filter(|s| qs.iter().any(|q| style_of(q) == **s))
+        .map(|s| s.to_string())
+        .collect();
+    let mut rest: Vec<String> = qs
+        .iter()
+        .map(|q| style_of(q).to_string())
+        .filter(|s| !out.contains(s))
+        .collect();
+    rest.sort();
+    rest.dedup();
+    out.extend(rest);
+    out
+}
+
+/// Answered counts per k for one question: (untrimmed, trimmed).
+#[derive(Debug, Clone, Default)]
+struct QuestionHits {
+    plain: Vec<bool>,
+    trimmed: Vec<bool>,
+    /// Rank (1-based) of the first chunk from a gold file within the largest k.
+    file_rank: Option<usize>,
+}
+
+/// The command line that reproduces this run, as a user would type it.
+fn command_line() -> String {
+    let mut parts = vec!["bib".to_string()];
+    for a in std::env::args().skip(1) {
+        if a.is_empty() || a.contains(|c: char| c.is_whitespace() || "'\"$`\\".contains(c)) {
+            parts.push(format!("'{}'", a.replace('\'', "'\\''")));
+        } else {
+            parts.push(a);
+        }
+    }
+    parts.join(" ")
+}
+
+fn pct(n: usize, d: usize) -> String {
+    if d == 0 {
+        "-".into()
+    } else {
+        format!("{:.0}%", 100.0 * n as f64 / d as f64)
+    }
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {
     let data = data_dir(a.data.clone()).join("wiki");
-    let embedder = super::super::ask::load_embedder(bib_embed::DEFAULT_MODEL)?;
+    let mode: Mode = a.mode.parse()?;
+    let fusion: Fusion = a.fusion.parse()?;
+    anyhow::ensure!(
+        !a.ks.is_empty() && a.ks.iter().all(|&k| k > 0),
+        "--ks: every cut-off must be at least 1"
+    );
+    let mut ks = a.ks.clone();
+    ks.sort_unstable();
+    ks.dedup();
+    let k_max = *ks.last().unwrap_or(&10);
+    let wanted: Vec<&str> = if a.sets.is_empty() {
+        SETS.iter().map(|s| s.0).collect()
+    } else {
+        a.sets.iter().map(String::as_str).collect()
+    };
+    for w in &wanted {
+        anyhow::ensure!(
+            SETS.iter().any(|s| s.0 == *w),
+            "--sets: `{w}` is not one of golden_en, golden_es_dev, dev_en, dev_es"
+        );
+    }
+    let embedder = super::super::ask::load_embedder(&a.model)?;
+    let d = RetrieveOptions::default();
+    let alpha = a.fusion_alpha.unwrap_or(d.convex_alpha);
+    anyhow::ensure!(
+        (0.0..=1.0).contains(&alpha),
+        "--fusion-alpha must be within [0, 1]"
+    );
+    let trim = TrimOptions {
+        threshold: a.trim_threshold.unwrap_or(ASK_PROFILE.threshold),
+        ..ASK_PROFILE
+    };
+    let cmd = command_line();
+    println!("command: {cmd}");
+    println!(
+        "model {} · mode {} · fusion {} (α {alpha:.2}) · trim: threshold {:.2}, lexical top {}, window {}, min {}",
+        a.model,
+        mode,
+        fusion.as_str(),
+        trim.threshold,
+        trim.lexical_top,
+        trim.window,
+        trim.min_sentences
+    );
     let thresholds = if a.thresholds.is_empty() {
         vec![0.2, 0.3, USE_M3_THRESHOLD]
     } else {
         a.thresholds.clone()
     };
-    let mut report = Vec::new();
-    for (golden, wiki) in [
-        ("golden_en.jsonl", "nuget-en"),
-        ("golden_es_dev.jsonl", "nuget-es"),
-    ] {
-        let qs: Vec<Golden> = read_jsonl(&data.join(golden))?;
-        let root = data.join(wiki);
-        let store_path = a.cache_dir.join(format!("wiki-{wiki}.sqlite"));
-        std::fs::create_dir_all(&a.cache_dir).ok();
-        let store = SqliteStore::open(&store_path)
-            .with_context(|| format!("opening {}", store_path.display()))?;
-        let run = bib_ingest::ingest(
-            &root,
-            &store,
-            embedder.as_ref(),
-            &bib_ingest::IngestOptions::default(),
-            &bib_ingest::NoProgress,
-        )?;
-        eprintln!("{wiki}: ingest {} in {} ms", run.status, run.duration_ms);
-        let index = StoreIndex::new(&store);
+    let mut settings_rows = Vec::new();
+    let mut topk_rows = Vec::new();
+    let mut stores: BTreeMap<&str, SqliteStore> = BTreeMap::new();
+    for &(name, file, wiki, in_repo) in SETS.iter().filter(|s| wanted.contains(&s.0)) {
+        let path = if in_repo {
+            a.dev_dir.join(file)
+        } else {
+            data.join(file)
+        };
+        let qs = load_golden(&path)?;
+        if !stores.contains_key(wiki) {
+            let store = open_ingested(&a.cache_dir, &data.join(wiki), wiki, embedder.as_ref())?;
+            stores.insert(wiki, store);
+        }
+        let store = &stores[wiki];
+        let index = StoreIndex::new(store);
         let cache = EmbeddingCache::default();
         let retriever = Retriever::new(&index, Some(embedder.as_ref()), &cache);
-        // (name, mode, fusion, trim): the retrieval modes untrimmed, then trimming over the
-        // default (hybrid, convex) retrieval.
-        let d = RetrieveOptions::default();
-        let mut settings: Vec<(String, Mode, Fusion, Option<TrimOptions>)> = vec![
-            ("no trim".into(), Mode::Hybrid, d.fusion, None),
-            ("bm25".into(), Mode::Bm25, d.fusion, None),
-            ("vector".into(), Mode::Vector, d.fusion, None),
-            ("hybrid rrf".into(), Mode::Hybrid, Fusion::Rrf, None),
-            ("hybrid convex".into(), Mode::Hybrid, Fusion::Convex, None),
-        ];
-        for spec in &a.trims {
-            let p: Vec<&str> = spec.split(':').collect();
-            anyhow::ensure!(
-                p.len() == 4,
-                "--trims: `{spec}` is not threshold:window:lexical_top:min_sentences"
-            );
-            let bad = || anyhow::anyhow!("--trims: `{spec}` has a value that is not a number");
-            let t = TrimOptions {
-                threshold: p[0].parse().map_err(|_| bad())?,
-                window: p[1].parse().map_err(|_| bad())?,
-                lexical_top: p[2].parse().map_err(|_| bad())?,
-                min_sentences: p[3].parse().map_err(|_| bad())?,
-                ..TrimOptions::default()
+
+        // The top-k table: one untrimmed retrieval at the largest k (the candidate lists do
+        // not depend on k, so its prefixes are the smaller cut-offs), and one trimmed
+        // retrieval per k (trimming's lexical pool does depend on the chunks retrieved).
+        let base = RetrieveOptions {
+            mode,
+            fusion,
+            convex_alpha: alpha,
+            ..RetrieveOptions::default()
+        };
+        let mut hits = Vec::with_capacity(qs.len());
+        for q in &qs {
+            let r = retriever.retrieve(
+                &q.question,
+                &RetrieveOptions {
+                    top_k: k_max,
+                    ..base.clone()
+                },
+                &Filter::default(),
+            )?;
+            let texts = contents(&r.chunks);
+            let mut h = QuestionHits {
+                plain: ks
+                    .iter()
+                    .map(|&k| answered(&texts, &q.evidence, k))
+                    .collect(),
+                file_rank: r
+                    .chunks
+                    .iter()
+                    .position(|c| q.files.contains(&c.chunk.path))
+                    .map(|i| i + 1),
+                ..QuestionHits::default()
             };
-            settings.push((
-                format!(
-                    "trim {:.2} w{} lx{} m{}",
-                    t.threshold, t.window, t.lexical_top, t.min_sentences
-                ),
-                Mode::Hybrid,
-                d.fusion,
-                Some(t),
-            ));
+            for &k in &ks {
+                let t = retriever.retrieve(
+                    &q.question,
+                    &RetrieveOptions {
+                        top_k: k,
+                        trim: Some(trim),
+                        ..base.clone()
+                    },
+                    &Filter::default(),
+                )?;
+                h.trimmed
+                    .push(answered(&contents(&t.chunks), &q.evidence, k));
+            }
+            hits.push(h);
         }
-        for &t in &thresholds {
-            for w in [0usize, 1] {
-                settings.push((
-                    format!("trim {t:.2} w{w}"),
-                    Mode::Hybrid,
-                    d.fusion,
-                    Some(TrimOptions {
-                        threshold: t,
-                        window: w,
-                        ..TrimOptions::default()
-                    }),
-                ));
-            }
+        print_topk(name, wiki, &qs, &hits, &ks);
+        for style in std::iter::once("all".to_string()).chain(styles_in(&qs)) {
+            let sel: Vec<usize> = (0..qs.len())
+                .filter(|&i| style == "all" || style_of(&qs[i]) == style)
+                .collect();
+            let count =
+                |f: &dyn Fn(&QuestionHits) -> bool| sel.iter().filter(|&&i| f(&hits[i])).count();
+            let per_k: Vec<_> = ks
+                .iter()
+                .enumerate()
+                .map(|(j, &k)| {
+                    json!({"k": k,
+                        "answered": count(&|h| h.plain[j]),
+                        "answered_trimmed": count(&|h| h.trimmed[j]),
+                        "file_hit": count(&|h| h.file_rank.is_some_and(|r| r <= k)),
+                        "missed": sel.iter().filter(|&&i| !hits[i].plain[j])
+                            .map(|&i| qs[i].id.clone().unwrap_or_else(|| format!("#{}", i + 1)))
+                            .collect::<Vec<_>>(),
+                        "missed_trimmed": sel.iter().filter(|&&i| !hits[i].trimmed[j])
+                            .map(|&i| qs[i].id.clone().unwrap_or_else(|| format!("#{}", i + 1)))
+                            .collect::<Vec<_>>()})
+                })
+                .collect();
+            topk_rows.push(json!({"set": name, "wiki": wiki, "style": style,
+                "questions": sel.len(), "at": per_k}));
         }
-        println!(
-            "\n{golden} over {wiki}: {} questions, top-{} (trim rows: hybrid, default fusion)",
-            qs.len(),
-            a.top_k
-        );
-        println!(
-            "{:<22} {:>10} {:>12} {:>14} {:>10}",
-            "setting", "file hit", "evidence", "all evidence", "tokens"
-        );
-        let mut base_tokens = 0usize;
-        for (name, mode, fusion, trim) in &settings {
-            let opts = RetrieveOptions {
-                top_k: a.top_k,
-                mode: *mode,
-                fusion: *fusion,
-                trim: *trim,
-                ..RetrieveOptions::default()
-            };
-            let (mut file_hit, mut ev_found, mut ev_total, mut all_found, mut tokens) =
-                (0, 0, 0, 0, 0);
-            let mut misses = Vec::new();
-            for q in &qs {
-                let r = retriever.retrieve(&q.question, &opts, &Filter::default())?;
-                tokens += r.tokens_in_context;
-                if r.chunks.iter().any(|c| q.files.contains(&c.chunk.path)) {
-                    file_hit += 1;
-                }
-                let ctx = norm(
-                    &r.chunks
-                        .iter()
-                        .map(|c| c.chunk.content.as_str())
-                        .collect::<Vec<_>>()
-                        .join("\n"),
-                );
-                let found = q.evidence.iter().filter(|e| ctx.contains(&norm(e))).count();
-                ev_found += found;
-                ev_total += q.evidence.len();
-                if found == q.evidence.len() {
-                    all_found += 1;
-                } else {
-                    misses.push(q.id.clone());
-                }
-            }
-            if name == "no trim" {
-                base_tokens = tokens;
-            }
-            let red = if base_tokens == 0 {
-                0.0
-            } else {
-                1.0 - tokens as f64 / base_tokens as f64
-            };
-            println!(
-                "{name:<22} {:>4}/{:<5} {:>5}/{:<6} {:>6}/{:<7} {:>6} ({:+.0}%)",
-                file_hit,
-                qs.len(),
-                ev_found,
-                ev_total,
-                all_found,
-                qs.len(),
-                tokens,
-                -100.0 * red
-            );
-            report.push(
-                json!({"set": golden, "setting": name, "file_hit": file_hit, "questions": qs.len(),
-                "evidence_found": ev_found, "evidence_total": ev_total, "all_evidence": all_found,
-                "tokens": tokens, "reduction": red, "missed": misses}),
-            );
+
+        if !a.no_settings {
+            settings_rows.extend(settings_table(
+                &retriever,
+                name,
+                wiki,
+                &qs,
+                &a,
+                &thresholds,
+                mode,
+                fusion,
+            )?);
         }
     }
     if let Some(p) = &a.json {
         std::fs::write(
             p,
-            serde_json::to_string_pretty(&json!({"bench": "wiki", "rows": report}))?,
-        )?;
+            serde_json::to_string_pretty(&json!({
+                "bench": "wiki", "command": cmd, "model": a.model,
+                "mode": mode.as_str(), "fusion": fusion.as_str(), "fusion_alpha": alpha,
+                "trim": {"threshold": trim.threshold, "lexical_top": trim.lexical_top,
+                         "window": trim.window, "min_sentences": trim.min_sentences},
+                "topk": topk_rows, "rows": settings_rows}))?,
+        )
+        .with_context(|| format!("writing {}", p.display()))?;
     }
     Ok(())
+}
+
+/// Open (and bring up to date) the cached store of one wiki for the embedder's model. The
+/// default model keeps the historical file name, so earlier caches stay valid.
+fn open_ingested(
+    cache_dir: &Path,
+    root: &Path,
+    wiki: &str,
+    embedder: &dyn bib_embed::Embedder,
+) -> anyhow::Result<SqliteStore> {
+    let model = embedder.model_id();
+    let file = if model == bib_embed::DEFAULT_MODEL {
+        format!("wiki-{wiki}.sqlite")
+    } else {
+        format!("wiki-{wiki}-{model}.sqlite")
+    };
+    let store_path = cache_dir.join(file);
+    std::fs::create_dir_all(cache_dir)
+        .with_context(|| format!("creating {}", cache_dir.display()))?;
+    let store = SqliteStore::open(&store_path)
+        .with_context(|| format!("opening {}", store_path.display()))?;
+    let run = bib_ingest::ingest(
+        root,
+        &store,
+        embedder,
+        &bib_ingest::IngestOptions::default(),
+        &bib_ingest::NoProgress,
+    )?;
+    eprintln!(
+        "{wiki} ({model}): ingest {} in {} ms",
+        run.status, run.duration_ms
+    );
+    Ok(store)
+}
+
+fn print_topk(name: &str, wiki: &str, qs: &[GoldenItem], hits: &[QuestionHits], ks: &[usize]) {
+    println!(
+        "\n{name} over {wiki}: {} questions — answered at k (every quote in the top-k context)",
+        qs.len()
+    );
+    let head: Vec<String> = ks.iter().map(|k| format!("@{k}")).collect();
+    println!(
+        "{:<12} {:>4}   untrimmed: {:<w$}   trimmed: {}",
+        "style",
+        "n",
+        head.iter().map(|h| format!("{h:>9}")).collect::<String>(),
+        head.iter().map(|h| format!("{h:>9}")).collect::<String>(),
+        w = 9 * ks.len()
+    );
+    for style in std::iter::once("all".to_string()).chain(styles_in(qs)) {
+        let sel: Vec<&QuestionHits> = qs
+            .iter()
+            .zip(hits)
+            .filter(|(q, _)| style == "all" || style_of(q) == style)
+            .map(|(_, h)| h)
+            .collect();
+        let cell = |f: &dyn Fn(&QuestionHits) -> bool| {
+            let n = sel.iter().filter(|&&h| f(h)).count();
+            format!("{:>9}", format!("{n} {}", pct(n, sel.len())))
+        };
+        let plain: String = (0..ks.len()).map(|j| cell(&|h| h.plain[j])).collect();
+        let trimmed: String = (0..ks.len()).map(|j| cell(&|h| h.trimmed[j])).collect();
+        println!(
+            "{style:<12} {:>4}   untrimmed: {plain}   trimmed: {trimmed}",
+            sel.len()
+        );
+    }
+}
+
+/// The per-setting table at `--top-k`: retrieval modes and fusions untrimmed, then trim
+/// settings over the chosen retrieval.
+#[allow(clippy::too_many_arguments)]
+fn settings_table(
+    retriever: &Retriever<'_>,
+    name: &str,
+    wiki: &str,
+    qs: &[GoldenItem],
+    a: &Args,
+    thresholds: &[f32],
+    mode: Mode,
+    fusion: Fusion,
+) -> anyhow::Result<Vec<serde_json::Value>> {
+    let mut settings: Vec<(String, Mode, Fusion, Option<TrimOptions>)> = vec![
+        ("no trim".into(), mode, fusion, None),
+        ("bm25".into(), Mode::Bm25, fusion, None),
+        ("vector".into(), Mode::Vector, fusion, None),
+        ("hybrid rrf".into(), Mode::Hybrid, Fusion::Rrf, None),
+        ("hybrid convex".into(), Mode::Hybrid, Fusion::Convex, None),
+    ];
+    for spec in &a.trims {
+        let p: Vec<&str> = spec.split(':').collect();
+        anyhow::ensure!(
+            p.len() == 4,
+            "--trims: `{spec}` is not threshold:window:lexical_top:min_sentences"
+        );
+        let bad = || anyhow::anyhow!("--trims: `{spec}` has a value that is not a number");
+        let t = TrimOptions {
+            threshold: p[0].parse().map_err(|_| bad())?,
+            window: p[1].parse().map_err(|_| bad())?,
+            lexical_top: p[2].parse().map_err(|_| bad())?,
+            min_sentences: p[3].parse().map_err(|_| bad())?,
+            ..TrimOptions::default()
+        };
+        settings.push((
+            format!(
+                "trim {:.2} w{} lx{} m{}",
+                t.threshold, t.window, t.lexical_top, t.min_sentences
+            ),
+            mode,
+            fusion,
+            Some(t),
+        ));
+    }
+    for &t in thresholds {
+        for w in [0usize, 1] {
+            settings.push((
+                format!("trim {t:.2} w{w}"),
+                mode,
+                fusion,
+                Some(TrimOptions {
+                    threshold: t,
+                    window: w,
+                    ..TrimOptions::default()
+                }),
+            ));
+        }
+    }
+    println!(
+        "{name} over {wiki}: per setting, top-{} (trim rows: mode {mode}, fusion {})",
+        a.top_k,
+        fusion.as_str()
+    );
+    println!(
+        "{:<22} {:>10} {:>12} {:>14} {:>10}",
+        "setting", "file hit", "evidence", "all evidence", "tokens"
+    );
+    let mut rows = Vec::new();
+    let mut base_tokens = 0usize;
+    for (setting, mode, fusion, trim) in &settings {
+        let opts = RetrieveOptions {
+            top_k: a.top_k,
+            mode: *mode,
+            fusion: *fusion,
+            convex_alpha: a
+                .fusion_alpha
+                .unwrap_or(RetrieveOptions::default().convex_alpha),
+            trim: *trim,
+            ..RetrieveOptions::default()
+        };
+        let (mut file_hit, mut ev_found, mut ev_total, mut all_found, mut tokens) = (0, 0, 0, 0, 0);
+        let mut misses = Vec::new();
+        for (i, q) in qs.iter().enumerate() {
+            let r = retriever.retrieve(&q.question, &opts, &Filter::default())?;
+            tokens += r.tokens_in_context;
+            if r.chunks.iter().any(|c| q.files.contains(&c.chunk.path)) {
+                file_hit += 1;
+            }
+            let h = Haystack::new(contents(&r.chunks));
+            let found = q.evidence.iter().filter(|e| h.contains(e)).count();
+            ev_found += found;
+            ev_total += q.evidence.len();
+            if found == q.evidence.len() {
+                all_found += 1;
+            } else {
+                misses.push(q.id.clone().unwrap_or_else(|| format!("#{}", i + 1)));
+            }
+        }
+        if setting == "no trim" {
+            base_tokens = tokens;
+        }
+        let red = if base_tokens == 0 {
+            0.0
+        } else {
+            1.0 - tokens as f64 / base_tokens as f64
+        };
+        println!(
+            "{setting:<22} {:>4}/{:<5} {:>5}/{:<6} {:>6}/{:<7} {:>6} ({:+.0}%)",
+            file_hit,
+            qs.len(),
+            ev_found,
+            ev_total,
+            all_found,
+            qs.len(),
+            tokens,
+            -100.0 * red
+        );
+        rows.push(
+            json!({"set": name, "setting": setting, "file_hit": file_hit, "questions": qs.len(),
+            "evidence_found": ev_found, "evidence_total": ev_total, "all_evidence": all_found,
+            "tokens": tokens, "reduction": red, "missed": misses}),
+        );
+    }
+    Ok(rows)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bib_eval::matching::normalize;
+
+    fn repo_root() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+    }
+
+    fn dev_set(lang: &str) -> Vec<GoldenItem> {
+        load_golden(&repo_root().join(format!("bench/wiki/dev_{lang}.jsonl"))).unwrap()
+    }
+
+    #[test]
+    fn answered_needs_every_quote_within_k() {
+        let chunks = [
+            "[Doc: Push]\nThe default is **300 seconds** (5 minutes).",
+            "Use `-SkipDuplicate` to skip.",
+        ];
+        let ev = vec!["the default is 300 seconds".to_string()];
+        assert!(answered(&chunks, &ev, 1));
+        let both = vec![ev[0].clone(), "Use -SkipDuplicate".to_string()];
+        assert!(!answered(&chunks, &both, 1), "second quote is in chunk 2");
+        assert!(answered(&chunks, &both, 2));
+        assert!(
+            answered(&chunks, &both, 10),
+            "k beyond the list is the whole list"
+        );
+        assert!(!answered(&chunks, &[], 5), "no evidence is never answered");
+    }
+
+    #[test]
+    fn styles_are_reported_known_first() {
+        let q = |s: Option<&str>| GoldenItem {
+            style: s.map(str::to_string),
+            ..GoldenItem::question("q")
+        };
+        let qs = vec![q(Some("exact")), q(None), q(Some("direct")), q(Some("zz"))];
+        assert_eq!(styles_in(&qs), vec!["direct", "exact", "unspecified", "zz"]);
+    }
+
+    /// The development sets (issue 15): sizes, styles, unique ids, files and evidence on every
+    /// question. Needs no benchmark data.
+    #[test]
+    fn dev_sets_are_well_formed() {
+        for lang in ["es", "en"] {
+            let qs = dev_set(lang);
+            assert!(qs.len() >= 70, "dev_{lang}: {} questions", qs.len());
+            let mut ids = std::collections::HashSet::new();
+            for q in &qs {
+                let id = q.id.clone().expect("every dev question has an id");
+                assert!(id.starts_with(&format!("{lang}-dev-")), "{id}");
+                assert!(ids.insert(id.clone()), "duplicate id {id}");
+                assert!(STYLES.contains(&style_of(q)), "{id}: style {:?}", q.style);
+                assert!(!q.files.is_empty(), "{id}: no files");
+                assert!(!q.evidence.is_empty(), "{id}: no evidence");
+                assert!(q.answer.is_some(), "{id}: no answer");
+            }
+            let n = |s: &str| qs.iter().filter(|q| style_of(q) == s).count();
+            assert!(2 * n("paraphrase") >= qs.len(), "dev_{lang}: paraphrases");
+            assert!(10 * n("exact") >= qs.len(), "dev_{lang}: exact strings");
+            let pages: std::collections::HashSet<&String> =
+                qs.iter().flat_map(|q| &q.files).collect();
+            assert!(pages.len() >= 30, "dev_{lang}: {} pages", pages.len());
+        }
+    }
+
+    /// Every evidence quote occurs in one of its files, normalised as the benchmark matches.
+    /// Reads the wiki from ../shared/bench/data/wiki (or `BIB_WIKI_DATA`); skipped without it.
+    #[test]
+    fn dev_set_quotes_occur_in_their_pages() {
+        let wiki = std::env::var_os("BIB_WIKI_DATA")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| repo_root().join("../shared/bench/data/wiki"));
+        if !wiki.join("nuget-es").is_dir() || !wiki.join("nuget-en").is_dir() {
+            eprintln!(
+                "skipped: the NuGet wikis are not at {} (set BIB_WIKI_DATA)",
+                wiki.display()
+            );
+            return;
+        }
+        let mut missing = Vec::new();
+        let mut checked = 0;
+        for (lang, dir) in [("es", "nuget-es"), ("en", "nuget-en")] {
+            for q in dev_set(lang) {
+                let pages: Vec<String> = q
+                    .files
+                    .iter()
+                    .map(|f| {
+                        let p = wiki.join(dir).join(f);
+                        std::fs::read_to_string(&p)
+                            .map(|t| normalize(&t))
+                            .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+                    })
+                    .collect();
+                for e in &q.evidence {
+                    checked += 1;
+                    if !pages.iter().any(|p| p.contains(&normalize(e))) {
+                        missing.push(format!("{:?} {:?}: {e}", q.id, q.files));
+                    }
+                }
+            }
+        }
+        assert!(checked >= 140, "only {checked} quotes checked");
+        assert!(
+            missing.is_empty(),
+            "quotes not in their pages:\n{}",
+            missing.join("\n")
+        );
+    }
 }
