@@ -4,6 +4,7 @@
 //! text of the file, includes cite their directive; text output prints `path:a-b`).
 
 mod ingest_support;
+mod server_support;
 
 use std::path::Path;
 use std::process::Output;
@@ -345,4 +346,74 @@ fn results_cite_node_and_lines_of_the_file() {
         top["line_end"].as_u64().unwrap()
     );
     assert!(text.contains(&want), "{want} not in:\n{text}");
+}
+
+#[test]
+fn api_documents_live_in_their_own_collection_and_survive_ingest() {
+    if !model_available() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let wiki = t.path().join("wiki");
+    server_support::tiny_wiki(&wiki);
+    let store = store_path(&t, "kb");
+    ok(&ingest_into(t.path(), &wiki, &store, &[]));
+    {
+        let s = server_support::serve(&store, Some(server_support::TOKEN), &["--no-model"]);
+        let auth = format!("Bearer {}", server_support::TOKEN);
+        let hdr = [("Authorization", auth.as_str())];
+        let doc = serde_json::json!({"path": "notes/api.md", "content": "# Api\n\nRegistered over HTTP.\n"});
+        let (st, r) = server_support::post(s.addr, "/docs", &doc, &hdr);
+        assert_eq!(st, 201, "{r}");
+        let team = serde_json::json!({"path": "notes/team.md", "collection": "team", "content": "# Team\n\nAlso over HTTP.\n"});
+        let (st, r) = server_support::post(s.addr, "/docs", &team, &hdr);
+        assert_eq!(st, 201, "{r}");
+        // HTTP ask: the collection filter and the citation fields.
+        let (st, v) = server_support::post(
+            s.addr,
+            "/ask",
+            &serde_json::json!({"query": "packages restored cache", "mode": "bm25", "collections": ["wiki"]}),
+            &[],
+        );
+        assert_eq!(st, 200, "{v}");
+        let res = v["results"].as_array().unwrap();
+        assert!(!res.is_empty(), "{v}");
+        for r in res {
+            assert_eq!(r["collection"], "wiki", "{r}");
+            assert!(r["node_id"].as_i64().unwrap() > 0, "{r}");
+            let (a, b) = (
+                r["line_start"].as_u64().unwrap(),
+                r["line_end"].as_u64().unwrap(),
+            );
+            let cited = lines_of(&wiki.join(r["path"].as_str().unwrap()), a, b);
+            // Every line of the chunk (after its `[Doc: …]` prefix) is in the cited lines.
+            for line in r["content"].as_str().unwrap().lines().skip(1) {
+                let line = line.trim();
+                assert!(
+                    line.is_empty() || cited.contains(line),
+                    "{line:?} not in {cited}"
+                );
+            }
+        }
+        let (_, none) = server_support::post(
+            s.addr,
+            "/ask",
+            &serde_json::json!({"query": "packages restored cache", "mode": "bm25", "collections": ["team"]}),
+            &[],
+        );
+        assert!(none["results"].as_array().unwrap().is_empty(), "{none}");
+    }
+    let coll = collections_of(&store);
+    assert!(
+        coll.contains(&("notes/api.md".to_string(), "api".to_string())),
+        "{coll:?}"
+    );
+    assert!(
+        coll.contains(&("notes/team.md".to_string(), "team".to_string())),
+        "{coll:?}"
+    );
+    // A normal ingest of the wiki deletes nothing registered through the API.
+    let rec: Value = serde_json::from_str(&ok(&ingest_into(t.path(), &wiki, &store, &[]))).unwrap();
+    assert_eq!(rec["phase_b"]["documents_removed"], 0, "{rec}");
+    assert_eq!(collections_of(&store), coll);
 }

@@ -68,6 +68,8 @@ pub struct IngestOptions {
     /// Allow a run to remove more than half of its collection's documents (when more than
     /// [`PRUNE_GUARD_MIN`]); without it such a run refuses before writing anything.
     pub allow_prune: bool,
+    /// Extra scan rules (`--exclude`); `.gitignore`/`.bibignore` always apply.
+    pub scan: scan::ScanOptions,
 }
 
 /// A run may always remove up to this many documents without `allow_prune`.
@@ -87,6 +89,7 @@ impl Default for IngestOptions {
             sentence_batch_max: 64,
             collection: None,
             allow_prune: false,
+            scan: scan::ScanOptions::default(),
         }
     }
 }

@@ -12,7 +12,7 @@ use bib_text::tokens::estimate_tokens;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
-use crate::scan::{scan, FoundFile};
+use crate::scan::{scan_with, FoundFile};
 use crate::{FileIssue, IngestError, IngestOptions, PhaseA, PhaseB, PhaseC, Progress, RunReport};
 
 /// A registered document (Phase A output).
@@ -505,7 +505,7 @@ pub fn ingest(
 
     // ── Phase A ──────────────────────────────────────────────────────────────────────────
     let ta = Instant::now();
-    let scanned = scan(root).map_err(|e| IngestError::Root {
+    let scanned = scan_with(root, &opts.scan).map_err(|e| IngestError::Root {
         path: root_shown.clone(),
         reason: e.to_string(),
     })?;

@@ -49,6 +49,10 @@ pub struct Args {
     /// 5); without it such a run refuses and changes nothing.
     #[arg(long)]
     pub allow_prune: bool,
+    /// Leave out files and directories matching this gitignore-style pattern (`drafts/`,
+    /// `*.tmp.md`); repeatable. `.gitignore` and `.bibignore` files are always honoured.
+    #[arg(long, value_name = "GLOB")]
+    pub exclude: Vec<String>,
 }
 
 /// indicatif bars, one per phase.
@@ -177,6 +181,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         sentence_vectors: !args.no_sentence_vectors,
         collection: args.collection.clone(),
         allow_prune: args.allow_prune,
+        scan: bib_ingest::scan::ScanOptions {
+            excludes: args.exclude.clone(),
+        },
         ..IngestOptions::default()
     };
     let bars = Bars {
