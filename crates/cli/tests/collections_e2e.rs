@@ -152,6 +152,37 @@ fn two_collections_share_a_store_and_survive_each_others_runs() {
     .unwrap();
     assert_eq!(r4["collection"], "bread");
 
+    // status lists the collections with their counts and the last run.
+    let st: Value = serde_json::from_str(&ok(&run(
+        t.path(),
+        &["status", "--json", "--store", store.to_str().unwrap()],
+    )))
+    .unwrap();
+    let names: Vec<(&str, u64)> = st["collections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["name"].as_str().unwrap(),
+                c["documents"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        names,
+        vec![("bread", 1), ("kb-en", 3), ("notes", 1)],
+        "{st}"
+    );
+    assert_eq!(st["model"], "use-m3");
+    assert_eq!(st["last_run"]["status"], "completed");
+    assert_eq!(st["last_run"]["collection"], "bread");
+    let text = ok(&run(
+        t.path(),
+        &["status", "--store", store.to_str().unwrap()],
+    ));
+    assert!(text.contains("collection kb-en: 3 documents"), "{text}");
+
     // rm --collection removes exactly one collection.
     let out = ok(&run(
         t.path(),

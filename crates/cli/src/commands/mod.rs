@@ -13,3 +13,4 @@ pub mod rm;
 pub mod runs;
 pub mod serve;
 pub mod split;
+pub mod status;
