@@ -31,6 +31,10 @@ enum Command {
     Ingest(commands::ingest::Args),
     /// List past ingest runs (the audit record).
     Runs(commands::runs::Args),
+    /// Remove a collection (every document of one ingested directory, or `api`).
+    Rm(commands::rm::Args),
+    /// Show the knowledge base: location, collections, model, last run.
+    Status(commands::status::Args),
     /// Ask the knowledge base a question.
     Ask(commands::ask::Args),
     /// Run a benchmark and print a report.
@@ -54,6 +58,8 @@ fn main() -> anyhow::Result<()> {
         Command::Pack(a) => commands::pack::run(a),
         Command::Ingest(a) => commands::ingest::run(a),
         Command::Runs(a) => commands::runs::run(a),
+        Command::Rm(a) => commands::rm::run(a),
+        Command::Status(a) => commands::status::run(a),
         Command::Ask(a) => commands::ask::run(a),
         Command::Bench(a) => commands::bench::run(a),
         Command::Eval(a) => commands::eval::run(a),

@@ -322,7 +322,7 @@ fn ask_json_trim_filters_modes_config_and_log() {
     );
     assert!(o.status.success(), "{}", text(&o));
     let out = String::from_utf8_lossy(&o.stdout);
-    assert!(out.contains("[1] en/push.md › "), "{out}");
+    assert!(out.contains("[1] en/push.md:"), "{out}");
     assert!(
         out.contains("tokens: ") && out.contains("model tokenizer"),
         "{out}"
@@ -454,7 +454,7 @@ fn ask_synthesize_streams_with_citations() {
     assert!(o.status.success(), "{}", text(&o));
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.contains("The timeout is 300 seconds [1]."), "{out}");
-    assert!(out.contains("[1] en/push.md › "), "{out}");
+    assert!(out.contains("[1] en/push.md:"), "{out}");
     let req = h.join().unwrap();
     assert!(req.starts_with("POST /v1/chat/completions"), "{req}");
     assert!(req.contains("Bearer sk-test"));

@@ -131,6 +131,7 @@ impl SentenceIndex {
                         heading_path: parent.heading_path.clone(),
                         content: s.clone(),
                         metadata: parent.metadata.clone(),
+                        citation: Default::default(),
                     },
                     Some(v.to_vec()),
                 )?;

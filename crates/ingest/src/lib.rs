@@ -18,6 +18,7 @@
 //! [`watch`] re-runs the (incremental, idempotent) ingest whenever files change.
 
 pub mod bench;
+pub mod lines;
 mod pipeline;
 pub mod scan;
 mod watch;
@@ -61,7 +62,18 @@ pub struct IngestOptions {
     /// At most this many sentences per embedding call (they are short; the padded-token
     /// budget still bounds every call).
     pub sentence_batch_max: usize,
+    /// The collection this run ingests into (`None`: the directory's name,
+    /// [`bib_store::collection_for_root`]). A run only ever prunes documents of its collection.
+    pub collection: Option<String>,
+    /// Allow a run to remove more than half of its collection's documents (when more than
+    /// [`PRUNE_GUARD_MIN`]); without it such a run refuses before writing anything.
+    pub allow_prune: bool,
+    /// Extra scan rules (`--exclude`); `.gitignore`/`.bibignore` always apply.
+    pub scan: scan::ScanOptions,
 }
+
+/// A run may always remove up to this many documents without `allow_prune`.
+pub const PRUNE_GUARD_MIN: usize = 5;
 
 impl Default for IngestOptions {
     fn default() -> Self {
@@ -75,6 +87,9 @@ impl Default for IngestOptions {
             index_guard: 0.70,
             sentence_vectors: true,
             sentence_batch_max: 64,
+            collection: None,
+            allow_prune: false,
+            scan: scan::ScanOptions::default(),
         }
     }
 }
@@ -156,6 +171,9 @@ pub struct RunReport {
     /// `completed` or `failed`.
     pub status: String,
     pub root: String,
+    /// The collection the run ingested into.
+    #[serde(default)]
+    pub collection: String,
     pub store: String,
     pub model_id: String,
     pub git_commit: Option<String>,

@@ -12,7 +12,7 @@ use bib_text::tokens::estimate_tokens;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
-use crate::scan::{scan, FoundFile};
+use crate::scan::{scan_with, FoundFile};
 use crate::{FileIssue, IngestError, IngestOptions, PhaseA, PhaseB, PhaseC, Progress, RunReport};
 
 /// A registered document (Phase A output).
@@ -200,6 +200,8 @@ struct PlannedChunk {
     chunk: Chunk,
     text: String,
     hash: String,
+    /// 1-based lines of the file the chunk cites.
+    lines: (u32, u32),
     write: bool,
     vector: Option<Vec<f32>>,
     tokens_model: u32,
@@ -222,6 +224,8 @@ struct Ctx<'a> {
     issues: Vec<FileIssue>,
     /// Paths written successfully, with the chunk count written.
     written: HashMap<String, u32>,
+    /// The collection the run writes into.
+    collection: String,
 }
 
 impl Ctx<'_> {
@@ -372,12 +376,15 @@ impl Ctx<'_> {
                     tokens_model: text_tokens,
                     span_start: pc.chunk.start as u64,
                     span_end: pc.chunk.end as u64,
+                    line_start: pc.lines.0,
+                    line_end: pc.lines.1,
                     model_id: model.clone(),
                     embedding: pc.vector.clone().unwrap_or_default(),
                 });
             }
             let change = DocumentChange {
                 path: doc.path.clone(),
+                collection: self.collection.clone(),
                 title: doc.title.clone(),
                 metadata: doc.metadata.clone(),
                 content_hash: doc.content_hash.clone(),
@@ -533,9 +540,15 @@ pub fn ingest(
             reason: "not a directory".into(),
         });
     }
+    let collection = opts
+        .collection
+        .clone()
+        .filter(|c| !c.trim().is_empty())
+        .unwrap_or_else(|| bib_store::collection_for_root(&root_shown));
     let mut report = RunReport {
         status: "running".into(),
         root: root_shown.clone(),
+        collection: collection.clone(),
         store: store.location(),
         model_id: embedder.model_id().to_string(),
         git_commit: git_commit(root),
@@ -546,7 +559,7 @@ pub fn ingest(
 
     // ── Phase A ──────────────────────────────────────────────────────────────────────────
     let ta = Instant::now();
-    let scanned = scan(root).map_err(|e| IngestError::Root {
+    let scanned = scan_with(root, &opts.scan).map_err(|e| IngestError::Root {
         path: root_shown.clone(),
         reason: e.to_string(),
     })?;
@@ -556,7 +569,30 @@ pub fn ingest(
     let mut docs: Vec<ParsedDoc> = Vec::new();
     let mut seen: HashSet<String> = HashSet::new();
     let found: HashSet<String> = scanned.files.iter().map(|f| f.path.clone()).collect();
+    // Documents of other collections are never read, written or pruned by this run.
+    let stored_docs: Vec<DocRecord> = store.documents()?;
+    let foreign: HashMap<&str, &str> = stored_docs
+        .iter()
+        .filter(|d| d.collection != collection)
+        .map(|d| (d.path.as_str(), d.collection.as_str()))
+        .collect();
+    let abs_of: HashMap<&str, &Path> = scanned
+        .files
+        .iter()
+        .map(|f| (f.path.as_str(), f.abs.as_path()))
+        .collect();
     for f in &scanned.files {
+        if let Some(other) = foreign.get(f.path.as_str()) {
+            issues.push(FileIssue {
+                path: f.path.clone(),
+                phase: "A".into(),
+                reason: format!(
+                    "already in collection `{other}`; skipped (ingest with --collection {other}, \
+                     or remove that collection first with `bib rm --collection {other}`)"
+                ),
+            });
+            continue;
+        }
         progress.advance(1);
         if !seen.insert(f.path.clone()) {
             issues.push(FileIssue {
@@ -598,11 +634,31 @@ pub fn ingest(
     } else {
         docs.len() as f64 / candidates as f64
     };
-    let stored_docs: Vec<DocRecord> = store.documents()?;
-    let failure = if candidates == 0 && !stored_docs.is_empty() {
+    let own: Vec<&DocRecord> = stored_docs
+        .iter()
+        .filter(|d| d.collection == collection)
+        .collect();
+    let vanished: Vec<String> = own
+        .iter()
+        .filter(|d| !found.contains(&d.path))
+        .map(|d| d.path.clone())
+        .collect();
+    let failure = if candidates == 0 && !own.is_empty() {
         Some(format!(
-            "no Markdown files found under {root_shown}; refusing to prune the {} stored documents",
-            stored_docs.len()
+            "no Markdown files found under {root_shown}; refusing to prune the {} stored \
+             documents of collection `{collection}`",
+            own.len()
+        ))
+    } else if !opts.allow_prune
+        && vanished.len() > crate::PRUNE_GUARD_MIN
+        && vanished.len() * 2 > own.len()
+    {
+        Some(format!(
+            "refusing to remove {} of the {} documents of collection `{collection}` (more than \
+             half are gone from {root_shown}); nothing was changed. If they were deleted on \
+             purpose, run again with --allow-prune",
+            vanished.len(),
+            own.len()
         ))
     } else if report.coverage.documents < opts.register_guard {
         Some(format!(
@@ -639,6 +695,7 @@ pub fn ingest(
         b: PhaseB::default(),
         issues: Vec::new(),
         written: HashMap::new(),
+        collection: collection.clone(),
     };
     progress.start("index", docs.len() as u64);
     let mut window: Vec<DocPlan> = Vec::new();
@@ -646,6 +703,22 @@ pub fn ingest(
     for (i, doc) in docs.iter().enumerate() {
         let body = &doc.text[doc.body_offset..];
         let chunks = chunk_markdown(&doc.title, body, doc.body_offset, &opts.chunk);
+        // Spans of a document with includes refer to the expanded text; cite the file's lines
+        // (crate::lines). The stored hash is of the file as written, so equal hashes mean no
+        // include was expanded.
+        let raw: Option<String> = if sha256_hex(&doc.text) == doc.content_hash {
+            None
+        } else {
+            abs_of
+                .get(doc.path.as_str())
+                .and_then(|p| std::fs::read_to_string(p).ok())
+                .map(|t| t.strip_prefix('\u{feff}').map(str::to_string).unwrap_or(t))
+        };
+        let line_map = crate::lines::LineMap::new(
+            raw.as_deref().unwrap_or(&doc.text),
+            &doc.text,
+            doc.body_offset,
+        );
         let old: HashMap<u32, &ChunkState> = by_path
             .get(&doc.path)
             .map(|v| v.iter().map(|s| (s.chunk_index, s)).collect())
@@ -655,9 +728,12 @@ pub fn ingest(
             let text = chunk.text();
             let hash = sha256_hex(&text);
             let index = idx as u32;
-            let skip = old
-                .get(&index)
-                .is_some_and(|s| s.content_hash == hash && s.model_id == model);
+            let lines = line_map.lines(chunk.start, chunk.end);
+            // A chunk that moved (same text, other lines) is rewritten so citations stay true;
+            // its vector comes from the cache.
+            let skip = old.get(&index).is_some_and(|s| {
+                s.content_hash == hash && s.model_id == model && (s.line_start, s.line_end) == lines
+            });
             if skip {
                 ctx.b.chunks_skipped += 1;
             } else {
@@ -668,6 +744,7 @@ pub fn ingest(
                 chunk,
                 text,
                 hash,
+                lines,
                 write: !skip,
                 vector: None,
                 tokens_model: 0,
@@ -704,11 +781,6 @@ pub fn ingest(
         ok as f64 / b.chunks_total as f64
     };
     b.guard_passed = report.coverage.chunks >= opts.index_guard;
-    let vanished: Vec<String> = stored_docs
-        .iter()
-        .filter(|d| !found.contains(&d.path))
-        .map(|d| d.path.clone())
-        .collect();
     let mut failure = None;
     if !b.guard_passed {
         b.prune = "skipped: success guard failed".into();

@@ -5,10 +5,17 @@
 //! a directory reached twice (a symlink loop, or two links to one place) is reported once and
 //! not walked again. Paths are normalized: relative to the root, `/`-separated, Unicode NFC,
 //! with a leading `public/` stripped so the same document never registers twice.
+//!
+//! Ignore rules (the `ignore` crate's gitignore matcher): every directory's `.gitignore` and
+//! `.bibignore` (gitignore syntax, in or out of a git repository; deeper files win, `!` re-
+//! includes), then the caller's `--exclude` patterns (gitignore syntax relative to the root:
+//! `drafts/`, `*.tmp.md`). An ignored directory is not descended.
 
 use std::collections::HashSet;
 use std::path::{Component, Path, PathBuf};
 
+use ignore::gitignore::{Gitignore, GitignoreBuilder};
+use ignore::Match;
 use unicode_normalization::UnicodeNormalization;
 
 use crate::FileIssue;
@@ -61,15 +68,105 @@ fn is_hidden(name: &std::ffi::OsStr) -> bool {
     name.to_str().is_some_and(|s| s.starts_with('.'))
 }
 
+/// What a scan leaves out besides hidden entries and ignore files' patterns.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ScanOptions {
+    /// Gitignore-style patterns relative to the root (`--exclude`, repeatable).
+    pub excludes: Vec<String>,
+}
+
 /// Scan `root` for `.md` files.
 pub fn scan(root: &Path) -> Result<Scan, std::io::Error> {
+    scan_with(root, &ScanOptions::default())
+}
+
+/// Scan `root` for `.md` files, honouring `.gitignore`/`.bibignore` and `opts.excludes`.
+pub fn scan_with(root: &Path, opts: &ScanOptions) -> Result<Scan, std::io::Error> {
     let canon_root = std::fs::canonicalize(root)?;
     let mut out = Scan::default();
     let mut visited: HashSet<PathBuf> = HashSet::new();
     visited.insert(canon_root.clone());
-    walk(&canon_root, root, Path::new(""), &mut visited, &mut out);
+    let mut rules = Vec::new();
+    if !opts.excludes.is_empty() {
+        let mut b = GitignoreBuilder::new("");
+        for g in &opts.excludes {
+            if let Err(e) = b.add_line(None, g) {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!("bad --exclude pattern {g:?}: {e}"),
+                ));
+            }
+        }
+        let built = b.build().map_err(|e| {
+            std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("--exclude: {e}"))
+        })?;
+        rules.push(built);
+    }
+    let mut w = Walker {
+        canon_root: &canon_root,
+        visited: &mut visited,
+        out: &mut out,
+        excludes: rules.pop(),
+        stack: Vec::new(),
+    };
+    w.walk(root, Path::new(""));
     out.files.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(out)
+}
+
+struct Walker<'a> {
+    canon_root: &'a Path,
+    visited: &'a mut HashSet<PathBuf>,
+    out: &'a mut Scan,
+    excludes: Option<Gitignore>,
+    /// Ignore files of the directories being walked, outermost first.
+    stack: Vec<Gitignore>,
+}
+
+impl Walker<'_> {
+    /// Whether `rel` (relative to the root) is ignored: the deepest ignore file with an
+    /// opinion decides, then `--exclude`.
+    fn ignored(&self, rel: &Path, is_dir: bool) -> bool {
+        for g in self.stack.iter().rev() {
+            match g.matched(rel, is_dir) {
+                Match::Ignore(_) => return true,
+                Match::Whitelist(_) => break,
+                Match::None => {}
+            }
+        }
+        self.excludes
+            .as_ref()
+            .is_some_and(|g| g.matched(rel, is_dir).is_ignore())
+    }
+
+    fn walk(&mut self, dir: &Path, rel: &Path) {
+        let mut b = GitignoreBuilder::new(rel);
+        let mut any = false;
+        for name in [".gitignore", ".bibignore"] {
+            let f = dir.join(name);
+            if f.is_file() {
+                any = true;
+                if let Some(e) = b.add(&f) {
+                    issue(self.out, &rel.join(name), format!("ignore file: {e}"));
+                }
+            }
+        }
+        let pushed = any
+            && match b.build() {
+                Ok(g) => {
+                    self.stack.push(g);
+                    true
+                }
+                Err(e) => {
+                    issue(self.out, rel, format!("ignore files: {e}"));
+                    false
+                }
+            };
+        walk(self.canon_root, dir, rel, self);
+        if pushed {
+            self.stack.pop();
+        }
+    }
 }
 
 fn issue(out: &mut Scan, rel: &Path, reason: String) {
@@ -80,11 +177,11 @@ fn issue(out: &mut Scan, rel: &Path, reason: String) {
     });
 }
 
-fn walk(canon_root: &Path, dir: &Path, rel: &Path, visited: &mut HashSet<PathBuf>, out: &mut Scan) {
+fn walk(canon_root: &Path, dir: &Path, rel: &Path, w: &mut Walker<'_>) {
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
         Err(e) => {
-            issue(out, rel, format!("cannot read directory: {e}"));
+            issue(w.out, rel, format!("cannot read directory: {e}"));
             return;
         }
     };
@@ -98,7 +195,7 @@ fn walk(canon_root: &Path, dir: &Path, rel: &Path, visited: &mut HashSet<PathBuf
         let path = entry.path();
         let child_rel = rel.join(&name);
         let Ok(ft) = entry.file_type() else {
-            issue(out, &child_rel, "cannot stat".into());
+            issue(w.out, &child_rel, "cannot stat".into());
             continue;
         };
         let (is_dir, is_file) = if ft.is_symlink() {
@@ -106,14 +203,14 @@ fn walk(canon_root: &Path, dir: &Path, rel: &Path, visited: &mut HashSet<PathBuf
                 Ok(t) => t,
                 Err(e) => {
                     if is_markdown(&path) || e.raw_os_error() == Some(40) {
-                        issue(out, &child_rel, format!("broken or looping symlink: {e}"));
+                        issue(w.out, &child_rel, format!("broken or looping symlink: {e}"));
                     }
                     continue;
                 }
             };
             if !target.starts_with(canon_root) {
                 issue(
-                    out,
+                    w.out,
                     &child_rel,
                     format!(
                         "symlink points outside the root ({}); not followed",
@@ -125,7 +222,11 @@ fn walk(canon_root: &Path, dir: &Path, rel: &Path, visited: &mut HashSet<PathBuf
             match std::fs::metadata(&path) {
                 Ok(m) => (m.is_dir(), m.is_file()),
                 Err(e) => {
-                    issue(out, &child_rel, format!("cannot stat symlink target: {e}"));
+                    issue(
+                        w.out,
+                        &child_rel,
+                        format!("cannot stat symlink target: {e}"),
+                    );
                     continue;
                 }
             }
@@ -136,13 +237,13 @@ fn walk(canon_root: &Path, dir: &Path, rel: &Path, visited: &mut HashSet<PathBuf
             let canon = match std::fs::canonicalize(&path) {
                 Ok(c) => c,
                 Err(e) => {
-                    issue(out, &child_rel, format!("cannot resolve directory: {e}"));
+                    issue(w.out, &child_rel, format!("cannot resolve directory: {e}"));
                     continue;
                 }
             };
-            if !visited.insert(canon.clone()) {
+            if !w.visited.insert(canon.clone()) {
                 issue(
-                    out,
+                    w.out,
                     &child_rel,
                     format!(
                         "symlink loop: directory {} was already scanned; not followed",
@@ -151,11 +252,14 @@ fn walk(canon_root: &Path, dir: &Path, rel: &Path, visited: &mut HashSet<PathBuf
                 );
                 continue;
             }
-            walk(canon_root, &path, &child_rel, visited, out);
-        } else if is_file && is_markdown(&path) {
+            if w.ignored(&child_rel, true) {
+                continue;
+            }
+            w.walk(&path, &child_rel);
+        } else if is_file && is_markdown(&path) && !w.ignored(&child_rel, false) {
             match normalize_rel(&child_rel) {
-                Some(p) => out.files.push(FoundFile { abs: path, path: p }),
-                None => issue(out, &child_rel, "file name is not valid UTF-8".into()),
+                Some(p) => w.out.files.push(FoundFile { abs: path, path: p }),
+                None => issue(w.out, &child_rel, "file name is not valid UTF-8".into()),
             }
         }
     }
@@ -213,5 +317,53 @@ mod tests {
         assert!(reasons
             .iter()
             .any(|r| r.starts_with("sub/deep/loop: symlink loop")));
+    }
+
+    #[test]
+    fn gitignore_bibignore_and_excludes_are_respected() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path();
+        for f in [
+            "a.md",
+            "skip.md",
+            "drafts/d.md",
+            "sub/keep.md",
+            "sub/local.md",
+            "sub/again.md",
+            "build/out.md",
+            "x.tmp.md",
+        ] {
+            let p = root.join(f);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, "x").unwrap();
+        }
+        std::fs::write(root.join(".gitignore"), "build/\nskip.md\nagain.md\n").unwrap();
+        std::fs::write(root.join("sub/.bibignore"), "local.md\n!again.md\n").unwrap();
+        let paths = |opts: &ScanOptions| -> Vec<String> {
+            scan_with(root, opts)
+                .unwrap()
+                .files
+                .into_iter()
+                .map(|f| f.path)
+                .collect()
+        };
+        assert_eq!(
+            paths(&ScanOptions::default()),
+            vec![
+                "a.md",
+                "drafts/d.md",
+                "sub/again.md",
+                "sub/keep.md",
+                "x.tmp.md"
+            ]
+        );
+        let ex = ScanOptions {
+            excludes: vec!["drafts/".into(), "*.tmp.md".into()],
+        };
+        assert_eq!(paths(&ex), vec!["a.md", "sub/again.md", "sub/keep.md"]);
+        let bad = ScanOptions {
+            excludes: vec!["a{".into()],
+        };
+        assert!(scan_with(root, &bad).is_err());
     }
 }

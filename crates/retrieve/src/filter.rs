@@ -19,12 +19,20 @@ pub struct Filter {
     /// Front-matter `(key, value)` conditions, all of which must hold.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub fields: Vec<(String, String)>,
+    /// Keep only documents in one of these collections (empty: all collections).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub collections: Vec<String>,
 }
 
 impl Filter {
     /// Whether the filter has no condition at all.
     pub fn is_empty(&self) -> bool {
-        self.path_prefix.is_none() && self.fields.is_empty()
+        self.path_prefix.is_none() && self.fields.is_empty() && self.collections.is_empty()
+    }
+
+    /// Whether a document of `collection` passes the collection condition.
+    pub fn matches_collection(&self, collection: &str) -> bool {
+        self.collections.is_empty() || self.collections.iter().any(|c| c == collection)
     }
 
     /// Build a filter from `key=value` expressions. The key `path` sets the path prefix;

@@ -34,6 +34,34 @@ pub struct ChunkRecord {
     pub content: String,
     /// The document's front-matter as JSON (an object, or `null`).
     pub metadata: Value,
+    /// Where the chunk comes from: document node, collection and cited lines.
+    #[serde(flatten, default)]
+    pub citation: Citation,
+}
+
+/// What a result cites: the document's node id and collection, and the 1-based lines of the
+/// source file the chunk spans (0 when unknown, e.g. chunks not built from a file).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Citation {
+    #[serde(default)]
+    pub node_id: i64,
+    #[serde(default)]
+    pub collection: String,
+    #[serde(default)]
+    pub line_start: u32,
+    #[serde(default)]
+    pub line_end: u32,
+}
+
+impl Citation {
+    /// `path:12-30` (or `path:12` for one line, `path` when lines are unknown).
+    pub fn cite(&self, path: &str) -> String {
+        match (self.line_start, self.line_end) {
+            (0, _) => path.to_string(),
+            (a, b) if b <= a => format!("{path}:{a}"),
+            (a, b) => format!("{path}:{a}-{b}"),
+        }
+    }
 }
 
 /// One entry of a ranked list: a chunk and its raw score in that list.
@@ -151,7 +179,10 @@ impl MemoryIndex {
         Some(
             self.chunks
                 .iter()
-                .map(|c| filter.matches(&c.path, &c.metadata))
+                .map(|c| {
+                    filter.matches(&c.path, &c.metadata)
+                        && filter.matches_collection(&c.citation.collection)
+                })
                 .collect(),
         )
     }
@@ -265,6 +296,7 @@ mod tests {
             heading_path: vec![],
             content: content.into(),
             metadata: meta,
+            citation: Citation::default(),
         }
     }
 

@@ -560,6 +560,7 @@ mod tests {
                     heading_path: vec![],
                     content: c.into(),
                     metadata: m,
+                    citation: Default::default(),
                 },
                 Some(v),
             )

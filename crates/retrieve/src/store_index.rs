@@ -30,6 +30,7 @@ fn to_store_filter(f: &Filter) -> bib_store::Filter {
     bib_store::Filter {
         path_prefix: f.path_prefix.clone(),
         fields: f.fields.clone(),
+        collections: f.collections.clone(),
     }
 }
 
@@ -87,6 +88,12 @@ impl ChunkIndex for StoreIndex<'_> {
                 title: c.title,
                 heading_path: c.heading_path,
                 metadata: c.metadata,
+                citation: crate::index::Citation {
+                    node_id: c.node_id,
+                    collection: c.collection,
+                    line_start: c.line_start,
+                    line_end: c.line_end,
+                },
             })
             .collect())
     }
@@ -149,6 +156,8 @@ mod tests {
                         tokens_model: 0,
                         span_start: 0,
                         span_end: 0,
+                        line_start: 0,
+                        line_end: 0,
                         model_id: "fake-bow".into(),
                         embedding: FakeEmbedder::vector(&text),
                     }
@@ -157,6 +166,7 @@ mod tests {
             store
                 .apply_document(&DocumentChange {
                     path: path.to_string(),
+                    collection: String::new(),
                     title: path.to_string(),
                     metadata: meta.clone(),
                     content_hash: path.to_string(),

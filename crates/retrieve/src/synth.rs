@@ -72,7 +72,7 @@ impl SynthConfig {
 
 /// The source label of a chunk: `path › heading › subheading`.
 pub fn source_label(c: &ScoredChunk) -> String {
-    let mut s = c.chunk.path.clone();
+    let mut s = c.chunk.citation.cite(&c.chunk.path);
     for h in &c.chunk.heading_path {
         s.push_str(" › ");
         s.push_str(h);
@@ -191,6 +191,7 @@ mod tests {
                 heading_path: vec!["Uso".into()],
                 content: content.into(),
                 metadata: Value::Null,
+                citation: Default::default(),
             },
             score: 0.5,
             bm25: None,

@@ -93,6 +93,9 @@ pub struct AskArgs {
     /// path prefix.
     #[serde(default)]
     pub filters: Option<BTreeMap<String, String>>,
+    /// Only documents of these collections (default: every collection).
+    #[serde(default)]
+    pub collections: Option<Vec<String>>,
 }
 
 /// `bib_eval_retrieval` / `POST /eval`.
@@ -123,6 +126,10 @@ pub struct EvalRetrievalArgs {
 pub struct RegisterDocArgs {
     /// Wiki-relative path (`guides/setup.md`); a leading `public/` is stripped.
     pub path: String,
+    /// The collection the document belongs to (default `api`; an ingest run never prunes
+    /// documents of another collection).
+    #[serde(default)]
+    pub collection: Option<String>,
     /// The whole Markdown source, front-matter included. Give this, or `front_matter` + `body`.
     #[serde(default)]
     pub content: Option<String>,

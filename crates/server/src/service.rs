@@ -61,7 +61,14 @@ impl std::fmt::Debug for Service {
 pub struct AskHit {
     pub rank: usize,
     pub chunk_id: i64,
+    /// The document's node id.
+    pub node_id: i64,
     pub path: String,
+    /// The document's collection.
+    pub collection: String,
+    /// 1-based first and last line of the file at `path` the chunk cites (0 when unknown).
+    pub line_start: u32,
+    pub line_end: u32,
     pub chunk_index: u32,
     pub title: String,
     pub heading_path: Vec<String>,
@@ -215,6 +222,8 @@ struct Pending {
     content: String,
     hash: String,
     span: (u64, u64),
+    /// 1-based lines of the document source the chunk cites (0 when unknown).
+    lines: (u32, u32),
 }
 
 impl Service {
@@ -316,7 +325,8 @@ impl Service {
             self.base.clone(),
             bib_store::DEFAULT_STORE_PATH,
         )?;
-        let filter = Filter::parse(&settings.filters)?;
+        let mut filter = Filter::parse(&settings.filters)?;
+        filter.collections = a.collections.clone().unwrap_or_default();
         let opts = &settings.options;
         if opts.mode == Mode::Vector {
             self.need_embedder("mode `vector`")?;
@@ -337,7 +347,11 @@ impl Service {
             .map(|(i, c)| AskHit {
                 rank: i + 1,
                 chunk_id: c.chunk.id,
+                node_id: c.chunk.citation.node_id,
                 path: c.chunk.path.clone(),
+                collection: c.chunk.citation.collection.clone(),
+                line_start: c.chunk.citation.line_start,
+                line_end: c.chunk.citation.line_end,
                 chunk_index: c.chunk.chunk_index as u32,
                 title: c.chunk.title.clone(),
                 heading_path: c.chunk.heading_path.clone(),
@@ -457,6 +471,11 @@ impl Service {
         self.tokens
             .check_mutation(presented.or(a.token.as_deref()))?;
         let path = normalize_path(&a.path)?;
+        let collection = match a.collection.as_deref().map(str::trim) {
+            None => bib_store::API_COLLECTION.to_string(),
+            Some("") => return Err(ServiceError::invalid("collection", "is empty")),
+            Some(c) => c.to_string(),
+        };
         let (metadata, text, body_offset) = match (a.content, a.front_matter, a.body) {
             (Some(_), Some(_), _) | (Some(_), _, Some(_)) => {
                 return Err(ServiceError::invalid(
@@ -539,6 +558,7 @@ impl Service {
                         heading_path: c.heading_path,
                         content: c.content,
                         span: (c.start as u64, c.end as u64),
+                        lines: bib_store::line_span(&text, c.start, c.end),
                     })
                     .collect();
                 let n = pending.len() as u32;
@@ -565,6 +585,7 @@ impl Service {
         };
         let change = DocumentChange {
             path: path.clone(),
+            collection: collection.clone(),
             title: title.clone(),
             metadata,
             content_hash,
@@ -650,6 +671,8 @@ impl Service {
                     content_hash: p.hash,
                     span_start: p.span.0,
                     span_end: p.span.1,
+                    line_start: p.lines.0,
+                    line_end: p.lines.1,
                     model_id: model.clone(),
                     embedding,
                 }
@@ -775,6 +798,7 @@ impl Service {
                     content: c.content.clone(),
                     hash,
                     span: (0, 0),
+                    lines: (0, 0),
                 });
             }
             let n_todo = todo.len() as u64;
@@ -800,6 +824,7 @@ impl Service {
             }
             let change = DocumentChange {
                 path: doc.path.clone(),
+                collection: doc.collection.clone(),
                 title: doc.title.clone(),
                 metadata: doc.metadata.clone(),
                 content_hash: doc.content_hash.clone(),

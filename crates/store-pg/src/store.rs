@@ -276,6 +276,22 @@ impl PgStore {
         for m in &schema::MIGRATIONS[found as usize..] {
             tx.execute(sqlx::raw_sql(*m)).await.map_err(pg("migrate"))?;
         }
+        if (1..2).contains(&found) {
+            // Documents from before collections join the collection of the newest run's
+            // directory (the same rule as the SQLite store).
+            let last: Option<String> = sqlx::query_scalar(
+                "SELECT record FROM runs WHERE record LIKE '%\"root\"%' ORDER BY id DESC LIMIT 1",
+            )
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(pg("migrate"))?;
+            let record = last.and_then(|r| serde_json::from_str::<Value>(&r).ok());
+            sqlx::query("UPDATE documents SET collection = $1")
+                .bind(bib_store::legacy_collection(record.as_ref()))
+                .execute(&mut *tx)
+                .await
+                .map_err(pg("migrate"))?;
+        }
         sqlx::query(
             "INSERT INTO meta (key, value) VALUES ('schema_version', $1) \
              ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
@@ -423,9 +439,11 @@ impl PgStore {
         }
         let prefix = filter.path_prefix.clone().unwrap_or_default();
         let rows = sqlx::query(
-            "SELECT node_id, path, metadata FROM documents WHERE starts_with(path, $1)",
+            "SELECT node_id, path, metadata FROM documents WHERE starts_with(path, $1) \
+             AND (cardinality($2::text[]) = 0 OR collection = ANY($2))",
         )
         .bind(prefix)
+        .bind(&filter.collections)
         .fetch_all(&self.pool)
         .await
         .map_err(pg("filter"))?;
@@ -488,10 +506,11 @@ impl PgStore {
         let mut tx = self.pool.begin().await.map_err(pg("begin"))?;
         let row = sqlx::query(
             "INSERT INTO documents (qualified_name, path, title, metadata, content_hash, \
-             chunk_count, updated_at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7) \
+             chunk_count, updated_at_ms, collection) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
              ON CONFLICT (path) DO UPDATE SET title = EXCLUDED.title, \
              metadata = EXCLUDED.metadata, content_hash = EXCLUDED.content_hash, \
-             chunk_count = EXCLUDED.chunk_count, updated_at_ms = EXCLUDED.updated_at_ms \
+             chunk_count = EXCLUDED.chunk_count, updated_at_ms = EXCLUDED.updated_at_ms, \
+             collection = EXCLUDED.collection \
              RETURNING node_id, (xmax = 0) AS inserted",
         )
         .bind(qualified_name(&change.path))
@@ -501,6 +520,7 @@ impl PgStore {
         .bind(&change.content_hash)
         .bind(i64::from(change.chunk_count))
         .bind(now_ms())
+        .bind(change.collection_or_default())
         .fetch_one(&mut *tx)
         .await
         .map_err(pg("upsert document"))?;
@@ -526,6 +546,8 @@ impl PgStore {
             let mut dims = Vec::with_capacity(n);
             let mut emb = Vec::with_capacity(n);
             let mut lex_len = Vec::with_capacity(n);
+            let mut line_s = Vec::with_capacity(n);
+            let mut line_e = Vec::with_capacity(n);
             let mut counts = Vec::with_capacity(n);
             for c in &change.upserts {
                 let tc = term_counts(&c.text());
@@ -540,6 +562,8 @@ impl PgStore {
                 tok_model.push(i64::from(c.tokens_model));
                 span_s.push(c.span_start as i64);
                 span_e.push(c.span_end as i64);
+                line_s.push(i64::from(c.line_start));
+                line_e.push(i64::from(c.line_end));
                 model.push(c.model_id.clone());
                 dims.push(c.embedding.len() as i32);
                 emb.push(Vector::from(c.embedding.clone()));
@@ -554,10 +578,11 @@ impl PgStore {
             let rows = sqlx::query(
                 "INSERT INTO chunks (node_id, chunk_index, prefix, heading_path, content, \
                  content_hash, tokens_estimate, tokens_model, span_start, span_end, model_id, \
-                 dims, embedding, lex_len) \
+                 dims, embedding, lex_len, line_start, line_end) \
                  SELECT $1, * FROM UNNEST($2::bigint[], $3::text[], $4::text[], $5::text[], \
                  $6::text[], $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[], \
-                 $11::text[], $12::integer[], $13::vector[], $14::integer[]) \
+                 $11::text[], $12::integer[], $13::vector[], $14::integer[], $15::bigint[], \
+                 $16::bigint[]) \
                  ON CONFLICT (node_id, chunk_index) DO UPDATE SET prefix = EXCLUDED.prefix, \
                  heading_path = EXCLUDED.heading_path, content = EXCLUDED.content, \
                  content_hash = EXCLUDED.content_hash, \
@@ -565,7 +590,8 @@ impl PgStore {
                  tokens_model = EXCLUDED.tokens_model, span_start = EXCLUDED.span_start, \
                  span_end = EXCLUDED.span_end, model_id = EXCLUDED.model_id, \
                  dims = EXCLUDED.dims, embedding = EXCLUDED.embedding, \
-                 lex_len = EXCLUDED.lex_len \
+                 lex_len = EXCLUDED.lex_len, line_start = EXCLUDED.line_start, \
+                 line_end = EXCLUDED.line_end \
                  RETURNING id, chunk_index, (xmax = 0) AS inserted",
             )
             .bind(node_id)
@@ -582,6 +608,8 @@ impl PgStore {
             .bind(&dims)
             .bind(&emb)
             .bind(&lex_len)
+            .bind(&line_s)
+            .bind(&line_e)
             .fetch_all(&mut *tx)
             .await
             .map_err(pg("upsert chunks"))?;
@@ -737,6 +765,7 @@ fn doc_from_row(r: &PgRow) -> Result<DocRecord, StoreError> {
         metadata: parse_json("document metadata", &get::<String>(r, 4, op)?)?,
         content_hash: get(r, 5, op)?,
         chunk_count: to_u32(get(r, 6, op)?),
+        collection: get(r, 7, op)?,
     })
 }
 
@@ -762,6 +791,9 @@ fn chunk_from_row(r: &PgRow) -> Result<ChunkRecord, StoreError> {
         span_start: get::<i64>(r, 12, op)?.max(0) as u64,
         span_end: get::<i64>(r, 13, op)?.max(0) as u64,
         model_id: get(r, 14, op)?,
+        collection: get(r, 15, op)?,
+        line_start: to_u32(get(r, 16, op)?),
+        line_end: to_u32(get(r, 17, op)?),
     })
 }
 
@@ -779,7 +811,7 @@ impl Store for PgStore {
             // COLLATE "C": byte order, the order SQLite gives, whatever the database locale.
             let rows = sqlx::query(
                 "SELECT node_id, qualified_name, path, title, metadata, content_hash, \
-                 chunk_count FROM documents ORDER BY path COLLATE \"C\"",
+                 chunk_count, collection FROM documents ORDER BY path COLLATE \"C\"",
             )
             .fetch_all(&self.pool)
             .await
@@ -791,8 +823,8 @@ impl Store for PgStore {
     fn chunk_states(&self) -> Result<Vec<ChunkState>, StoreError> {
         self.block(async {
             let rows = sqlx::query(
-                "SELECT d.path, c.node_id, c.chunk_index, c.content_hash, c.model_id \
-                 FROM chunks c JOIN documents d ON d.node_id = c.node_id \
+                "SELECT d.path, c.node_id, c.chunk_index, c.content_hash, c.model_id, \
+                 c.line_start, c.line_end FROM chunks c JOIN documents d ON d.node_id = c.node_id \
                  ORDER BY d.path COLLATE \"C\", c.chunk_index",
             )
             .fetch_all(&self.pool)
@@ -807,6 +839,8 @@ impl Store for PgStore {
                         chunk_index: to_u32(get(r, 2, op)?),
                         content_hash: get(r, 3, op)?,
                         model_id: get(r, 4, op)?,
+                        line_start: to_u32(get(r, 5, op)?),
+                        line_end: to_u32(get(r, 6, op)?),
                     })
                 })
                 .collect()
@@ -873,7 +907,7 @@ impl Store for PgStore {
             let rows = sqlx::query(
                 "SELECT c.id, c.node_id, d.path, d.title, d.metadata, c.chunk_index, c.prefix, \
                  c.heading_path, c.content, c.content_hash, c.tokens_estimate, c.tokens_model, \
-                 c.span_start, c.span_end, c.model_id \
+                 c.span_start, c.span_end, c.model_id, d.collection, c.line_start, c.line_end \
                  FROM chunks c JOIN documents d ON d.node_id = c.node_id WHERE c.id = ANY($1)",
             )
             .bind(ids)
@@ -903,7 +937,7 @@ impl Store for PgStore {
             let rows = sqlx::query(
                 "SELECT c.id, c.node_id, d.path, d.title, d.metadata, c.chunk_index, c.prefix, \
                  c.heading_path, c.content, c.content_hash, c.tokens_estimate, c.tokens_model, \
-                 c.span_start, c.span_end, c.model_id \
+                 c.span_start, c.span_end, c.model_id, d.collection, c.line_start, c.line_end \
                  FROM chunks c JOIN documents d ON d.node_id = c.node_id WHERE d.path = $1 \
                  ORDER BY c.chunk_index",
             )

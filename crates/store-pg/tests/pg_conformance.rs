@@ -402,6 +402,38 @@ fn reopen_keeps_data_and_refuses_newer_schema() {
 }
 
 #[test]
+fn version_1_schemas_migrate_into_the_last_runs_collection() {
+    let Some(url) = test_url() else { return };
+    let a = fresh_store(&url, "migrate_v1", HNSW);
+    a.apply_document(&conformance::sample_change("a.md", &["hello world"]))
+        .unwrap();
+    a.begin_run(&json!({"root": "/somewhere/kb-en"})).unwrap();
+    let schema = a.options().schema.clone();
+    // Turn the schema back into version 1 (no collection, no line columns).
+    admin_exec(
+        &url,
+        &format!(
+            "DROP INDEX {schema}.documents_by_collection; \
+             ALTER TABLE {schema}.documents DROP COLUMN collection; \
+             ALTER TABLE {schema}.chunks DROP COLUMN line_start, DROP COLUMN line_end; \
+             UPDATE {schema}.meta SET value = '1' WHERE key = 'schema_version'"
+        ),
+    )
+    .unwrap();
+    let url_schema = with_param(&url, "schema", &schema);
+    let b = PgStore::connect(&url_schema).unwrap();
+    let docs = b.documents().unwrap();
+    assert_eq!(docs.len(), 1);
+    assert_eq!(docs[0].collection, "kb-en");
+    let c = b.document_chunks("a.md").unwrap();
+    assert_eq!((c[0].line_start, c[0].line_end), (0, 0));
+    drop(b);
+    // Connecting again is a no-op.
+    let again = PgStore::connect(&url_schema).unwrap();
+    assert_eq!(again.documents().unwrap()[0].collection, "kb-en");
+}
+
+#[test]
 fn bad_urls_fail_clearly() {
     let Some(url) = test_url() else { return };
     let e = PgStore::connect("postgres://bib:wrong@127.0.0.1:1/bib").unwrap_err();

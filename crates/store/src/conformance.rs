@@ -33,6 +33,7 @@ pub fn run_all(make: Factory<'_>) {
         ("vector_search_is_exact", vector_search_is_exact),
         ("vector_cache_by_hash", vector_cache_by_hash),
         ("runs_and_query_log", runs_and_query_log),
+        ("collections", collections),
     ];
     for (name, case) in cases {
         let store = make();
@@ -83,6 +84,8 @@ pub fn sample_chunk(path: &str, index: u32, content: &str) -> ChunkWrite {
         tokens_model: text.split_whitespace().count() as u32,
         span_start: u64::from(index) * 10,
         span_end: u64::from(index) * 10 + 9,
+        line_start: index * 3 + 1,
+        line_end: index * 3 + 2,
         model_id: "fake-16".into(),
         embedding: fake_vector(&text),
     }
@@ -97,6 +100,7 @@ pub fn sample_change(path: &str, contents: &[&str]) -> DocumentChange {
 pub fn sample_change_meta(path: &str, contents: &[&str], metadata: Value) -> DocumentChange {
     DocumentChange {
         path: path.to_string(),
+        collection: "kb".to_string(),
         title: path.to_string(),
         metadata,
         content_hash: fake_hash(&contents.join("\u{0}")),
@@ -173,6 +177,10 @@ fn apply_and_read_back(s: &dyn Store) {
     assert_eq!(c.metadata["tags"], json!(["a", "b"]));
     assert_eq!(c.tokens_estimate, ch.upserts[0].tokens_estimate);
     assert_eq!((c.span_start, c.span_end), (0, 9));
+    assert_eq!((c.line_start, c.line_end), (1, 2));
+    assert_eq!(c.collection, "kb");
+    assert_eq!(d.collection, "kb");
+    assert_eq!((states[1].line_start, states[1].line_end), (4, 5));
     let all = s.document_chunks("guides/intro.md").unwrap();
     assert_eq!(
         all.iter().map(|c| c.chunk_index).collect::<Vec<_>>(),
@@ -583,4 +591,83 @@ fn runs_and_query_log(s: &dyn Store) {
     assert_eq!(last[0].chunk_ids, vec![4, 5]);
     assert_eq!(last[0].extra, json!({"k": 4}));
     assert!(last[0].id > last[1].id);
+}
+
+/// Documents carry their collection; a change can move a document to another collection; the
+/// collection filter applies before the cut in both searches; a collection is removed whole.
+fn collections(s: &dyn Store) {
+    let mut a = sample_change("a.md", &["packages in kb", "more"]);
+    a.collection = "kb".into();
+    let mut b = sample_change("b.md", &["packages in notes"]);
+    b.collection = "notes".into();
+    let mut c = sample_change("c.md", &["packages via the api"]);
+    c.collection = String::new();
+    for ch in [&a, &b, &c] {
+        s.apply_document(ch).unwrap();
+    }
+    let docs = s.documents().unwrap();
+    let coll: Vec<(&str, &str)> = docs
+        .iter()
+        .map(|d| (d.path.as_str(), d.collection.as_str()))
+        .collect();
+    assert_eq!(
+        coll,
+        vec![
+            ("a.md", "kb"),
+            ("b.md", "notes"),
+            ("c.md", crate::DEFAULT_COLLECTION)
+        ]
+    );
+    let infos = s.collections().unwrap();
+    assert_eq!(
+        infos,
+        vec![
+            crate::CollectionInfo {
+                name: "default".into(),
+                documents: 1,
+                chunks: 1
+            },
+            crate::CollectionInfo {
+                name: "kb".into(),
+                documents: 1,
+                chunks: 2
+            },
+            crate::CollectionInfo {
+                name: "notes".into(),
+                documents: 1,
+                chunks: 1
+            },
+        ]
+    );
+    let notes = Filter::none().with_collections(["notes"]);
+    let got = s.bm25_search("packages", 1, &notes).unwrap();
+    assert_eq!(got.len(), 1, "collection filter applied after the cut");
+    assert_eq!(got[0].path, "b.md");
+    let two = Filter::none().with_collections(["notes", "kb"]);
+    let mut paths: Vec<String> = s
+        .bm25_search("packages", 10, &two)
+        .unwrap()
+        .into_iter()
+        .map(|h| h.path)
+        .collect();
+    paths.sort();
+    assert_eq!(paths, vec!["a.md", "b.md"]);
+    let v = s.vector_search(&fake_vector("q"), 10, &notes).unwrap();
+    assert_eq!(
+        v.iter().map(|h| h.path.as_str()).collect::<Vec<_>>(),
+        vec!["b.md"]
+    );
+    let hit = s.get_chunks(&[got[0].chunk_id]).unwrap();
+    assert_eq!(hit[0].collection, "notes");
+    // Moving a document to another collection keeps one row.
+    b.collection = "kb".into();
+    s.apply_document(&b).unwrap();
+    assert!(s.bm25_search("packages", 10, &notes).unwrap().is_empty());
+    assert_eq!(s.documents().unwrap().len(), 3);
+    // Removing a collection removes exactly its documents.
+    assert_eq!(s.remove_collection("kb").unwrap(), (2, 3));
+    assert_eq!(s.remove_collection("nope").unwrap(), (0, 0));
+    let left: Vec<String> = s.documents().unwrap().into_iter().map(|d| d.path).collect();
+    assert_eq!(left, vec!["c.md"]);
+    assert_coherent(s, "after removing a collection");
 }

@@ -1,6 +1,7 @@
 //! Metadata filters applied by the store *before* the top-k cut.
 //!
-//! A [`Filter`] is a conjunction: an optional path prefix (plain string prefix of the
+//! A [`Filter`] is a conjunction: an optional set of collections (the document's collection is
+//! one of them), an optional path prefix (plain string prefix of the
 //! normalized path) and front-matter `key = value` conditions. A field matches when its value
 //! is that string, or, for a list field, when any element is; numbers and booleans compare by
 //! their JSON text; a document lacking the field does not match. These are the same semantics
@@ -16,6 +17,9 @@ pub struct Filter {
     pub path_prefix: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub fields: Vec<(String, String)>,
+    /// Only documents in one of these collections (none: every collection).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub collections: Vec<String>,
 }
 
 impl Filter {
@@ -28,7 +32,7 @@ impl Filter {
     pub fn path_prefix(prefix: impl Into<String>) -> Self {
         Self {
             path_prefix: Some(prefix.into()),
-            fields: Vec::new(),
+            ..Self::default()
         }
     }
 
@@ -38,9 +42,25 @@ impl Filter {
         self
     }
 
+    /// Only documents in one of `collections` (added to those already allowed).
+    pub fn with_collections<I, S>(mut self, collections: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.collections
+            .extend(collections.into_iter().map(Into::into));
+        self
+    }
+
     /// Whether the filter has no condition.
     pub fn is_empty(&self) -> bool {
-        self.path_prefix.is_none() && self.fields.is_empty()
+        self.path_prefix.is_none() && self.fields.is_empty() && self.collections.is_empty()
+    }
+
+    /// Whether a document of `collection` passes the collection condition.
+    pub fn matches_collection(&self, collection: &str) -> bool {
+        self.collections.is_empty() || self.collections.iter().any(|c| c == collection)
     }
 
     /// Whether a document with this path and front-matter passes.
@@ -90,6 +110,7 @@ mod tests {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
+            collections: Vec::new(),
         };
         assert!(f(None, &[]).matches("a.md", &meta));
         assert!(f(None, &[("app", "core")]).matches("a.md", &meta));
@@ -103,5 +124,10 @@ mod tests {
         assert!(f(Some("guides/"), &[("app", "core")]).matches("guides/x.md", &meta));
         assert!(!f(Some("guides/"), &[]).matches("api/x.md", &meta));
         assert!(!f(None, &[("app", "core")]).matches("a.md", &Value::Null));
+        let c = Filter::none().with_collections(["kb", "api"]);
+        assert!(!c.is_empty());
+        assert!(c.matches_collection("kb") && c.matches_collection("api"));
+        assert!(!c.matches_collection("notes"));
+        assert!(Filter::none().matches_collection("anything"));
     }
 }

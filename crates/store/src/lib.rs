@@ -48,6 +48,34 @@ pub trait Store: Send + Sync {
     fn apply_document(&self, change: &DocumentChange) -> Result<ApplyOutcome, StoreError>;
     /// Atomically delete documents (by path) with all their chunks. Returns chunks deleted.
     fn remove_documents(&self, paths: &[String]) -> Result<u64, StoreError>;
+    /// Atomically delete every document of `collection` with its chunks. Returns
+    /// `(documents, chunks)` deleted.
+    fn remove_collection(&self, collection: &str) -> Result<(u64, u64), StoreError> {
+        let paths: Vec<String> = self
+            .documents()?
+            .into_iter()
+            .filter(|d| d.collection == collection)
+            .map(|d| d.path)
+            .collect();
+        let chunks = self.remove_documents(&paths)?;
+        Ok((paths.len() as u64, chunks))
+    }
+    /// Every collection with its number of documents and chunks, ordered by name.
+    fn collections(&self) -> Result<Vec<CollectionInfo>, StoreError> {
+        let mut by: std::collections::BTreeMap<String, CollectionInfo> = Default::default();
+        for d in self.documents()? {
+            let e = by
+                .entry(d.collection.clone())
+                .or_insert_with(|| CollectionInfo {
+                    name: d.collection.clone(),
+                    documents: 0,
+                    chunks: 0,
+                });
+            e.documents += 1;
+            e.chunks += u64::from(d.chunk_count);
+        }
+        Ok(by.into_values().collect())
+    }
     /// Fetch chunks by id, in the order asked; unknown ids are skipped.
     fn get_chunks(&self, ids: &[ChunkId]) -> Result<Vec<ChunkRecord>, StoreError>;
     /// Ids of every stored chunk, ascending (for exports, migrations and corpus-wide scans).

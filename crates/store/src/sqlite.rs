@@ -30,7 +30,9 @@ use crate::{
 /// Default location of a knowledge base, relative to the working directory.
 pub const DEFAULT_STORE_PATH: &str = ".bib/kb.sqlite";
 
-const SCHEMA_VERSION: i64 = 1;
+/// Version 2 added `documents.collection` and `chunks.line_start`/`line_end` (see
+/// [`migrate_v1`]).
+const SCHEMA_VERSION: i64 = 2;
 
 const SCHEMA: &str = r#"
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -38,6 +40,7 @@ CREATE TABLE IF NOT EXISTS documents (
     node_id        INTEGER PRIMARY KEY,
     qualified_name TEXT NOT NULL UNIQUE,
     path           TEXT NOT NULL UNIQUE,
+    collection     TEXT NOT NULL DEFAULT 'default',
     title          TEXT NOT NULL,
     metadata       TEXT NOT NULL,
     content_hash   TEXT NOT NULL,
@@ -56,6 +59,8 @@ CREATE TABLE IF NOT EXISTS chunks (
     tokens_model    INTEGER NOT NULL,
     span_start      INTEGER NOT NULL,
     span_end        INTEGER NOT NULL,
+    line_start      INTEGER NOT NULL DEFAULT 0,
+    line_end        INTEGER NOT NULL DEFAULT 0,
     model_id        TEXT NOT NULL,
     dims            INTEGER NOT NULL,
     embedding       BLOB NOT NULL,
@@ -108,6 +113,43 @@ CREATE TABLE IF NOT EXISTS query_log (
     record TEXT NOT NULL
 );
 "#;
+
+/// Indexes on columns a version-1 file lacks until [`migrate_v1`] adds them.
+const SCHEMA_V2_INDEXES: &str =
+    "CREATE INDEX IF NOT EXISTS documents_by_collection ON documents (collection);";
+
+/// Bring a version-1 file (no collections, no line numbers) to version 2 in one transaction:
+/// every existing document joins [`crate::legacy_collection`] of the newest run that recorded
+/// its directory; line numbers stay 0 ("unknown") until the next ingest rewrites the chunks.
+fn migrate_v1(conn: &Connection) -> rusqlite::Result<()> {
+    conn.execute_batch("BEGIN IMMEDIATE;")?;
+    let result = (|| {
+        conn.execute_batch(
+            "ALTER TABLE documents ADD COLUMN collection TEXT NOT NULL DEFAULT 'default'; \
+             ALTER TABLE chunks ADD COLUMN line_start INTEGER NOT NULL DEFAULT 0; \
+             ALTER TABLE chunks ADD COLUMN line_end INTEGER NOT NULL DEFAULT 0;",
+        )?;
+        let last: Option<String> = conn
+            .query_row(
+                "SELECT record FROM runs WHERE record LIKE '%\"root\"%' ORDER BY id DESC LIMIT 1",
+                [],
+                |r| r.get(0),
+            )
+            .optional()?;
+        let record = last.and_then(|r| serde_json::from_str::<Value>(&r).ok());
+        let name = crate::legacy_collection(record.as_ref());
+        conn.execute("UPDATE documents SET collection = ?1", params![name])?;
+        conn.execute(
+            "UPDATE meta SET value = ?1 WHERE key = 'schema_version'",
+            params![SCHEMA_VERSION.to_string()],
+        )?;
+        conn.execute_batch("COMMIT;")
+    })();
+    if result.is_err() {
+        let _ = conn.execute_batch("ROLLBACK;");
+    }
+    result
+}
 
 /// Vectors held in memory for exact search.
 struct VectorCache {
@@ -254,7 +296,12 @@ impl SqliteStore {
             }
             Some(v) => {
                 let found = v.parse::<i64>().unwrap_or(-1);
-                if found != SCHEMA_VERSION {
+                if found == 1 {
+                    migrate_v1(&conn).map_err(|e| StoreError::Open {
+                        path: location.clone(),
+                        reason: format!("migrating the schema from version 1: {e}"),
+                    })?;
+                } else if found != SCHEMA_VERSION {
                     return Err(StoreError::Schema {
                         path: location,
                         found,
@@ -263,6 +310,7 @@ impl SqliteStore {
                 }
             }
         }
+        conn.execute_batch(SCHEMA_V2_INDEXES).map_err(open_err)?;
         Ok(Self {
             conn: Mutex::new(conn),
             location,
@@ -304,7 +352,8 @@ impl SqliteStore {
         let prefix = filter.path_prefix.clone().unwrap_or_default();
         let mut stmt = conn
             .prepare_cached(
-                "SELECT node_id, path, metadata FROM documents WHERE substr(path, 1, ?1) = ?2",
+                "SELECT node_id, path, metadata, collection FROM documents \
+                 WHERE substr(path, 1, ?1) = ?2",
             )
             .map_err(StoreError::sqlite("filter"))?;
         let rows = stmt
@@ -313,12 +362,16 @@ impl SqliteStore {
                     r.get::<_, i64>(0)?,
                     r.get::<_, String>(1)?,
                     r.get::<_, String>(2)?,
+                    r.get::<_, String>(3)?,
                 ))
             })
             .map_err(StoreError::sqlite("filter"))?;
         let mut out = std::collections::HashSet::new();
         for row in rows {
-            let (id, path, meta) = row.map_err(StoreError::sqlite("filter"))?;
+            let (id, path, meta, collection) = row.map_err(StoreError::sqlite("filter"))?;
+            if !filter.matches_collection(&collection) {
+                continue;
+            }
             let meta = if filter.fields.is_empty() {
                 Value::Null
             } else {
@@ -407,14 +460,15 @@ impl SqliteStore {
             Some(id) => {
                 tx.execute(
                     "UPDATE documents SET title = ?2, metadata = ?3, content_hash = ?4, \
-                     chunk_count = ?5, updated_at_ms = ?6 WHERE node_id = ?1",
+                     chunk_count = ?5, updated_at_ms = ?6, collection = ?7 WHERE node_id = ?1",
                     params![
                         id,
                         change.title,
                         meta,
                         change.content_hash,
                         change.chunk_count,
-                        now_ms()
+                        now_ms(),
+                        change.collection_or_default()
                     ],
                 )
                 .map_err(e("update document"))?;
@@ -423,7 +477,7 @@ impl SqliteStore {
             None => {
                 tx.execute(
                     "INSERT INTO documents (qualified_name, path, title, metadata, content_hash, \
-                     chunk_count, updated_at_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                     chunk_count, updated_at_ms, collection) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
                     params![
                         qualified_name(&change.path),
                         change.path,
@@ -431,7 +485,8 @@ impl SqliteStore {
                         meta,
                         change.content_hash,
                         change.chunk_count,
-                        now_ms()
+                        now_ms(),
+                        change.collection_or_default()
                     ],
                 )
                 .map_err(e("insert document"))?;
@@ -466,7 +521,8 @@ impl SqliteStore {
                         "UPDATE chunks SET prefix = ?2, heading_path = ?3, content = ?4, \
                          content_hash = ?5, tokens_estimate = ?6, tokens_model = ?7, \
                          span_start = ?8, span_end = ?9, model_id = ?10, dims = ?11, \
-                         embedding = ?12, lex_len = ?13 WHERE id = ?1",
+                         embedding = ?12, lex_len = ?13, line_start = ?14, line_end = ?15 \
+                         WHERE id = ?1",
                         params![
                             id,
                             c.prefix,
@@ -480,7 +536,9 @@ impl SqliteStore {
                             c.model_id,
                             c.embedding.len() as i64,
                             blob,
-                            lex_len as i64
+                            lex_len as i64,
+                            c.line_start,
+                            c.line_end
                         ],
                     )
                     .map_err(e("update chunk"))?;
@@ -494,8 +552,9 @@ impl SqliteStore {
                     tx.execute(
                         "INSERT INTO chunks (node_id, chunk_index, prefix, heading_path, content, \
                          content_hash, tokens_estimate, tokens_model, span_start, span_end, \
-                         model_id, dims, embedding, lex_len) \
-                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+                         model_id, dims, embedding, lex_len, line_start, line_end) \
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, \
+                         ?15, ?16)",
                         params![
                             node_id,
                             c.chunk_index,
@@ -510,7 +569,9 @@ impl SqliteStore {
                             c.model_id,
                             c.embedding.len() as i64,
                             blob,
-                            lex_len as i64
+                            lex_len as i64,
+                            c.line_start,
+                            c.line_end
                         ],
                     )
                     .map_err(e("insert chunk"))?;
@@ -543,7 +604,8 @@ impl SqliteStore {
 
 const CHUNK_SELECT: &str = "SELECT c.id, c.node_id, d.path, d.title, d.metadata, c.chunk_index, \
      c.prefix, c.heading_path, c.content, c.content_hash, c.tokens_estimate, c.tokens_model, \
-     c.span_start, c.span_end, c.model_id FROM chunks c JOIN documents d ON d.node_id = c.node_id";
+     c.span_start, c.span_end, c.model_id, d.collection, c.line_start, c.line_end \
+     FROM chunks c JOIN documents d ON d.node_id = c.node_id";
 
 type RawChunk = (
     i64,
@@ -561,6 +623,9 @@ type RawChunk = (
     i64,
     i64,
     String,
+    String,
+    i64,
+    i64,
 );
 
 fn chunk_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawChunk> {
@@ -580,6 +645,9 @@ fn chunk_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawChunk> {
         r.get(12)?,
         r.get(13)?,
         r.get(14)?,
+        r.get(15)?,
+        r.get(16)?,
+        r.get(17)?,
     ))
 }
 
@@ -604,6 +672,9 @@ fn chunk_record(r: RawChunk) -> Result<ChunkRecord, StoreError> {
         span_start: r.12.max(0) as u64,
         span_end: r.13.max(0) as u64,
         model_id: r.14,
+        collection: r.15,
+        line_start: to_u32(r.16),
+        line_end: to_u32(r.17),
     })
 }
 
@@ -620,8 +691,8 @@ impl Store for SqliteStore {
         let conn = self.conn();
         let mut stmt = conn
             .prepare_cached(
-                "SELECT node_id, qualified_name, path, title, metadata, content_hash, chunk_count \
-                 FROM documents ORDER BY path",
+                "SELECT node_id, qualified_name, path, title, metadata, content_hash, chunk_count, \
+                 collection FROM documents ORDER BY path",
             )
             .map_err(StoreError::sqlite("documents"))?;
         let rows = stmt
@@ -634,17 +705,19 @@ impl Store for SqliteStore {
                     r.get::<_, String>(4)?,
                     r.get::<_, String>(5)?,
                     r.get::<_, i64>(6)?,
+                    r.get::<_, String>(7)?,
                 ))
             })
             .map_err(StoreError::sqlite("documents"))?;
         let mut out = Vec::new();
         for row in rows {
-            let (node_id, qn, path, title, meta, hash, n) =
+            let (node_id, qn, path, title, meta, hash, n, collection) =
                 row.map_err(StoreError::sqlite("documents"))?;
             out.push(DocRecord {
                 node_id,
                 qualified_name: qn,
                 path,
+                collection,
                 title,
                 metadata: parse_json("document metadata", &meta)?,
                 content_hash: hash,
@@ -658,7 +731,8 @@ impl Store for SqliteStore {
         let conn = self.conn();
         let mut stmt = conn
             .prepare_cached(
-                "SELECT d.path, c.node_id, c.chunk_index, c.content_hash, c.model_id FROM chunks c \
+                "SELECT d.path, c.node_id, c.chunk_index, c.content_hash, c.model_id, \
+                 c.line_start, c.line_end FROM chunks c \
                  JOIN documents d ON d.node_id = c.node_id ORDER BY d.path, c.chunk_index",
             )
             .map_err(StoreError::sqlite("chunk states"))?;
@@ -670,6 +744,8 @@ impl Store for SqliteStore {
                     chunk_index: to_u32(r.get(2)?),
                     content_hash: r.get(3)?,
                     model_id: r.get(4)?,
+                    line_start: to_u32(r.get(5)?),
+                    line_end: to_u32(r.get(6)?),
                 })
             })
             .map_err(StoreError::sqlite("chunk states"))?;
@@ -1177,6 +1253,50 @@ mod tests {
             Err(StoreError::Schema { found: 99, .. }) => {}
             other => panic!("expected schema error, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn version_1_files_migrate_into_the_last_runs_collection() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("kb.sqlite");
+        {
+            let s = SqliteStore::open(&p).unwrap();
+            s.apply_document(&crate::conformance::sample_change("a.md", &["hello world"]))
+                .unwrap();
+            s.begin_run(&serde_json::json!({"root": "/somewhere/kb-en"}))
+                .unwrap();
+            // Turn the file back into a version-1 file (no collection, no line columns).
+            s.conn()
+                .execute_batch(
+                    "DROP INDEX documents_by_collection; \
+                     ALTER TABLE documents DROP COLUMN collection; \
+                     ALTER TABLE chunks DROP COLUMN line_start; \
+                     ALTER TABLE chunks DROP COLUMN line_end; \
+                     UPDATE meta SET value = '1' WHERE key = 'schema_version';",
+                )
+                .unwrap();
+        }
+        let s = SqliteStore::open(&p).unwrap();
+        let docs = s.documents().unwrap();
+        assert_eq!(docs.len(), 1);
+        assert_eq!(docs[0].collection, "kb-en");
+        let c = s.document_chunks("a.md").unwrap();
+        assert_eq!((c[0].line_start, c[0].line_end), (0, 0));
+        let v: String = s
+            .conn()
+            .query_row(
+                "SELECT value FROM meta WHERE key = 'schema_version'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(v, SCHEMA_VERSION.to_string());
+        drop(s);
+        // Opening again is a no-op.
+        assert_eq!(
+            SqliteStore::open(&p).unwrap().documents().unwrap()[0].collection,
+            "kb-en"
+        );
     }
 
     #[test]

@@ -8,6 +8,53 @@ pub type ChunkId = i64;
 /// Identifier of a document node within one store.
 pub type NodeId = i64;
 
+/// The collection of documents registered through the API (MCP, HTTP) when they name none.
+pub const API_COLLECTION: &str = "api";
+/// The collection of documents stored before collections existed, when no earlier ingest run
+/// names their directory (see [`legacy_collection`]).
+pub const DEFAULT_COLLECTION: &str = "default";
+
+/// The collection a directory ingests into unless told otherwise: the directory's own name
+/// (the last component of `root` after resolving `.`/`..` lexically; [`DEFAULT_COLLECTION`]
+/// when there is none, e.g. `/`).
+pub fn collection_for_root(root: &str) -> String {
+    let path = std::path::Path::new(root);
+    let resolved = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    resolved
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| DEFAULT_COLLECTION.to_string())
+}
+
+/// Migration rule for documents stored before collections existed: they join the collection
+/// named after the directory of the most recent ingest run that recorded one (the `root` of
+/// its run record), so the next `bib ingest` of that same directory finds them in its own
+/// collection; without any such run they join [`DEFAULT_COLLECTION`].
+pub fn legacy_collection(last_run_record: Option<&Value>) -> String {
+    last_run_record
+        .and_then(|r| r.get("root"))
+        .and_then(Value::as_str)
+        .filter(|r| !r.is_empty())
+        .map(collection_for_root)
+        .unwrap_or_else(|| DEFAULT_COLLECTION.to_string())
+}
+
+/// 1-based line numbers `(first, last)` of the byte span `start..end` in `text`. A span that
+/// ends with a newline ends on that newline's line; offsets past the end or inside a
+/// character are clamped, so this never panics.
+pub fn line_span(text: &str, start: usize, end: usize) -> (u32, u32) {
+    let len = text.len();
+    let start = start.min(len);
+    let end = end.clamp(start, len);
+    let bytes = text.as_bytes();
+    let line_at = |pos: usize| 1 + bytes[..pos].iter().filter(|&&b| b == b'\n').count() as u32;
+    let first = line_at(start);
+    // The last byte of the span decides its last line (a trailing newline stays on its line).
+    let last = if end > start { line_at(end - 1) } else { first };
+    (first, last)
+}
+
 /// The `qualified_name` of a document: `doc:<normalized path>`.
 pub fn qualified_name(path: &str) -> String {
     format!("doc:{path}")
@@ -21,6 +68,9 @@ pub struct DocRecord {
     pub qualified_name: String,
     /// Normalized path relative to the wiki root (`/` separators, NFC, no leading `public/`).
     pub path: String,
+    /// The collection the document belongs to (the ingested directory's name, `api`, …).
+    #[serde(default)]
+    pub collection: String,
     pub title: String,
     /// Front-matter as JSON (an object, or `null` when the file has none).
     pub metadata: Value,
@@ -28,6 +78,14 @@ pub struct DocRecord {
     pub content_hash: String,
     /// Number of chunks the document has (its chunks are `0..chunk_count`).
     pub chunk_count: u32,
+}
+
+/// One collection as listed by [`crate::Store::collections`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CollectionInfo {
+    pub name: String,
+    pub documents: u64,
+    pub chunks: u64,
 }
 
 /// What ingest needs to know about a stored chunk to decide whether to skip it.
@@ -38,6 +96,11 @@ pub struct ChunkState {
     pub chunk_index: u32,
     pub content_hash: String,
     pub model_id: String,
+    /// 1-based lines of the source file the chunk cites (0 when unknown).
+    #[serde(default)]
+    pub line_start: u32,
+    #[serde(default)]
+    pub line_end: u32,
 }
 
 /// One chunk to create or overwrite.
@@ -58,6 +121,11 @@ pub struct ChunkWrite {
     /// Byte span in the source file.
     pub span_start: u64,
     pub span_end: u64,
+    /// 1-based first and last line of the source file this chunk cites (0 when unknown).
+    #[serde(default)]
+    pub line_start: u32,
+    #[serde(default)]
+    pub line_end: u32,
     pub model_id: String,
     /// Embedding of `prefix + "\n" + content`.
     pub embedding: Vec<f32>,
@@ -74,6 +142,9 @@ impl ChunkWrite {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DocumentChange {
     pub path: String,
+    /// The collection the document belongs to after the change (empty: [`DEFAULT_COLLECTION`]).
+    #[serde(default)]
+    pub collection: String,
     pub title: String,
     pub metadata: Value,
     pub content_hash: String,
@@ -84,6 +155,15 @@ pub struct DocumentChange {
 }
 
 impl DocumentChange {
+    /// The collection to store: the one given, or [`DEFAULT_COLLECTION`] when it is empty.
+    pub fn collection_or_default(&self) -> &str {
+        if self.collection.is_empty() {
+            DEFAULT_COLLECTION
+        } else {
+            &self.collection
+        }
+    }
+
     /// The checks every store applies before writing a change, so all stores reject the same
     /// changes: a path, chunk indices below `chunk_count` and given once, finite non-empty
     /// embeddings.
@@ -137,6 +217,9 @@ pub struct ChunkRecord {
     pub id: ChunkId,
     pub node_id: NodeId,
     pub path: String,
+    /// The document's collection.
+    #[serde(default)]
+    pub collection: String,
     pub title: String,
     pub metadata: Value,
     pub chunk_index: u32,
@@ -148,6 +231,11 @@ pub struct ChunkRecord {
     pub tokens_model: u32,
     pub span_start: u64,
     pub span_end: u64,
+    /// 1-based first and last line of the source file this chunk cites (0 when unknown).
+    #[serde(default)]
+    pub line_start: u32,
+    #[serde(default)]
+    pub line_end: u32,
     pub model_id: String,
 }
 
@@ -245,4 +333,34 @@ pub struct QueryLogEntry {
     /// Anything else the caller wants to keep (options, timings …).
     #[serde(default)]
     pub extra: Value,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn line_span_counts_from_one_and_keeps_trailing_newline_on_its_line() {
+        let t = "a\nbb\nccc\n";
+        assert_eq!(line_span(t, 0, 1), (1, 1));
+        assert_eq!(line_span(t, 0, 2), (1, 1));
+        assert_eq!(line_span(t, 2, 9), (2, 3));
+        assert_eq!(line_span(t, 5, 10), (3, 3));
+        assert_eq!(line_span(t, 5, 5), (3, 3));
+        assert_eq!(line_span(t, 100, 200), (4, 4));
+        assert_eq!(line_span("", 0, 0), (1, 1));
+    }
+
+    #[test]
+    fn collections_default_to_the_directory_name() {
+        assert_eq!(collection_for_root("/no/such/dir/kb-en"), "kb-en");
+        assert_eq!(collection_for_root("/"), DEFAULT_COLLECTION);
+        assert_eq!(
+            legacy_collection(Some(&json!({"root": "/x/notes"}))),
+            "notes"
+        );
+        assert_eq!(legacy_collection(Some(&json!({}))), DEFAULT_COLLECTION);
+        assert_eq!(legacy_collection(None), DEFAULT_COLLECTION);
+    }
 }

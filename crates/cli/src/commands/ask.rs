@@ -4,8 +4,10 @@
 //! Settings come from flags > environment > `bib.toml` > defaults (see `bib_retrieve::config`).
 //! `--json` prints one object whose shape is stable (external checks read it):
 //! `{query, mode, top_k, trim, tokens_before, tokens_in_context, exact_tokens_before,
-//!   exact_tokens_in_context, timings, results: [{rank, chunk_id, path, chunk_index, title,
-//!   heading_path, content, score, bm25, vector, sentences_total, sentences_kept}], answer?}`.
+//!   exact_tokens_in_context, timings, results: [{rank, chunk_id, node_id, path, collection,
+//!   line_start, line_end, chunk_index, title, heading_path, content, score, bm25, vector,
+//!   sentences_total, sentences_kept}], answer?}`. `line_start`/`line_end` are 1-based lines of
+//!   the file at `path` (see `bib_ingest::lines`).
 
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -58,6 +60,9 @@ pub struct Args {
     /// must hold.
     #[arg(long = "filter", value_name = "KEY=VALUE")]
     pub filters: Vec<String>,
+    /// Only documents of this collection (repeatable: any of them; default all).
+    #[arg(long = "collection", value_name = "NAME")]
+    pub collections: Vec<String>,
     /// Reciprocal-rank-fusion constant k (default 60; used with `--fusion rrf`).
     #[arg(long)]
     pub rrf_k: Option<f64>,
@@ -154,7 +159,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     if a.question.trim().is_empty() {
         bail!("the question is empty");
     }
-    let filter = Filter::parse(&settings.filters)?;
+    let mut filter = Filter::parse(&settings.filters)?;
+    filter.collections = a.collections.clone();
     let synth_cfg = if a.synthesize {
         Some(SynthConfig::from_parts(
             settings.llm_base_url.clone(),
@@ -233,7 +239,11 @@ fn result_json(r: &RetrievalResult, s: &AskSettings) -> serde_json::Value {
             json!({
                 "rank": i + 1,
                 "chunk_id": c.chunk.id,
+                "node_id": c.chunk.citation.node_id,
                 "path": c.chunk.path,
+                "collection": c.chunk.citation.collection,
+                "line_start": c.chunk.citation.line_start,
+                "line_end": c.chunk.citation.line_end,
                 "chunk_index": c.chunk.chunk_index,
                 "title": c.chunk.title,
                 "heading_path": c.chunk.heading_path,

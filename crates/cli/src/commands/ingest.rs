@@ -41,6 +41,18 @@ pub struct Args {
     /// embeds the sentences of its chunks on first use).
     #[arg(long)]
     pub no_sentence_vectors: bool,
+    /// Collection to ingest into (default: the directory's name). A run only prunes documents
+    /// of its own collection, so several directories can share one knowledge base.
+    #[arg(long)]
+    pub collection: Option<String>,
+    /// Confirm a run that removes more than half of its collection's documents (and more than
+    /// 5); without it such a run refuses and changes nothing.
+    #[arg(long)]
+    pub allow_prune: bool,
+    /// Leave out files and directories matching this gitignore-style pattern (`drafts/`,
+    /// `*.tmp.md`); repeatable. `.gitignore` and `.bibignore` files are always honoured.
+    #[arg(long, value_name = "GLOB")]
+    pub exclude: Vec<String>,
 }
 
 /// indicatif bars, one per phase.
@@ -74,8 +86,9 @@ impl Progress for Bars {
 /// One-paragraph human summary of a run.
 pub fn summary(r: &RunReport) -> String {
     let mut s = format!(
-        "ingest #{} {} in {:.2} s: {}/{} documents registered",
+        "ingest #{} (collection {}) {} in {:.2} s: {}/{} documents registered",
         r.id,
+        r.collection,
         r.status,
         r.duration_ms as f64 / 1000.0,
         r.phase_a.registered,
@@ -166,6 +179,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         max_file_bytes: args.max_file_bytes,
         window_chunks: args.window_chunks.max(1),
         sentence_vectors: !args.no_sentence_vectors,
+        collection: args.collection.clone(),
+        allow_prune: args.allow_prune,
+        scan: bib_ingest::scan::ScanOptions {
+            excludes: args.exclude.clone(),
+        },
         ..IngestOptions::default()
     };
     let bars = Bars {

@@ -112,12 +112,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 tokens_model: c.tokens_model,
                 span_start: c.span_start,
                 span_end: c.span_end,
+                line_start: c.line_start,
+                line_end: c.line_end,
                 model_id: c.model_id.clone(),
                 embedding: v.clone(),
             });
         }
         let change = DocumentChange {
             path: doc.path.clone(),
+            collection: doc.collection.clone(),
             title: doc.title.clone(),
             metadata: doc.metadata.clone(),
             content_hash: doc.content_hash.clone(),

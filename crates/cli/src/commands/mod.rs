@@ -9,6 +9,8 @@ pub mod mcp;
 pub mod migrate;
 pub mod model;
 pub mod pack;
+pub mod rm;
 pub mod runs;
 pub mod serve;
 pub mod split;
+pub mod status;

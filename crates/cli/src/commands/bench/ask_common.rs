@@ -38,6 +38,7 @@ impl SciDoc {
     pub fn change(&self, model_id: &str, embedding: Vec<f32>) -> bib_store::DocumentChange {
         bib_store::DocumentChange {
             path: format!("{}.md", self.id),
+            collection: String::new(),
             title: self.title.clone(),
             metadata: serde_json::Value::Null,
             content_hash: self.id.clone(),
@@ -68,6 +69,8 @@ pub fn chunk_write(
         tokens_model: 0,
         span_start: 0,
         span_end: content.len() as u64,
+        line_start: 0,
+        line_end: 0,
         prefix,
         heading_path: vec![],
         content,

@@ -98,6 +98,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 heading_path: vec![],
                 content: format!("[Doc: {}]\n{}", d.title, d.text),
                 metadata: Value::Null,
+                citation: Default::default(),
             },
             Some(v.clone()),
         )?;

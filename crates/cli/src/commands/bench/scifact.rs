@@ -90,6 +90,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 heading_path: vec![],
                 content: texts[i].clone(),
                 metadata: Value::Null,
+                citation: Default::default(),
             },
             Some(v),
         )?;

@@ -183,6 +183,7 @@ fn synthetic(n: usize, dims: usize, nq: usize) -> Dataset {
             .collect();
         docs.push(DocumentChange {
             path: format!("synthetic/{:03}/{d}.md", d % 1000),
+            collection: String::new(),
             title: format!("synthetic {d}"),
             metadata: json!({"topic": topic}),
             content_hash: format!("{d:x}"),

@@ -238,6 +238,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                     heading_path: vec![],
                     content: contents[i].clone(),
                     metadata: Value::Null,
+                    citation: Default::default(),
                 },
                 Some(v),
             )?;
