@@ -84,11 +84,14 @@ enum TableSource {
         file: std::sync::Mutex<std::fs::File>,
         offset: u64,
         all: std::sync::OnceLock<Result<Vec<u8>, String>>,
+        /// Rows read one by one so far.
+        singly: std::sync::atomic::AtomicUsize,
     },
 }
 
-/// Up to this many tokens in a micro-batch, rows are read one by one from the packed file.
-const ROWS_READ_SINGLY: usize = 512;
+/// Rows read one by one from the packed file before the whole table is read instead: a read
+/// of one row costs a system call, the whole table about as much as ten thousand of them.
+const ROWS_READ_SINGLY: usize = 8192;
 
 /// Rows for one micro-batch: the whole table, or just the batch's rows in token order.
 enum Rows<'a> {
@@ -107,16 +110,18 @@ impl Rows<'_> {
 }
 
 impl Table {
-    /// The rows `ids` (each `< self.rows`) need.
+    /// The rows `ids` (each `< self.rows`) need: read one by one while few have been, the
+    /// whole table once many have (an ingest), so a question never reads the 65 MB.
     fn rows_for(&self, ids: &[usize]) -> Result<Rows<'_>, EmbedError> {
-        let (path, file, offset, all) = match &self.source {
+        let (path, file, offset, all, singly) = match &self.source {
             TableSource::Memory(buf) => return Ok(Rows::All(buf)),
             TableSource::File {
                 path,
                 file,
                 offset,
                 all,
-            } => (path, file, offset, all),
+                singly,
+            } => (path, file, offset, all, singly),
         };
         let read = |at: u64, buf: &mut [u8]| -> Result<(), EmbedError> {
             use std::io::{Read, Seek, SeekFrom};
@@ -125,7 +130,11 @@ impl Table {
                 .and_then(|_| f.read_exact(buf))
                 .map_err(|e| bad(path, format!("reading the embedding table: {e}")))
         };
-        if all.get().is_none() && ids.len() <= ROWS_READ_SINGLY {
+        let few = || {
+            let before = singly.fetch_add(ids.len(), std::sync::atomic::Ordering::Relaxed);
+            before + ids.len() <= ROWS_READ_SINGLY
+        };
+        if all.get().is_none() && few() {
             let mut buf = vec![0u8; ids.len() * EMB];
             for (&row, dst) in ids.iter().zip(buf.chunks_exact_mut(EMB)) {
                 read(offset + (row * EMB) as u64, dst)?;
@@ -353,6 +362,7 @@ impl Weights {
                 file: std::sync::Mutex::new(file),
                 offset: table_start,
                 all: std::sync::OnceLock::new(),
+                singly: std::sync::atomic::AtomicUsize::new(0),
             },
         };
         Self::assemble(f32s, table, header.eps, path)

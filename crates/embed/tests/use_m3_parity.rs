@@ -110,9 +110,10 @@ fn rows_read_on_demand_equal_the_whole_table() {
     let q = "¿Cómo firmo un paquete NuGet con un certificado?";
     let lazy = fresh.embed(&[q], EmbedKind::Query).unwrap();
     let Some(warm) = load_model() else { return };
-    let long = "Packages are restored from the configured sources and cached globally. ".repeat(80);
-    let texts: Vec<&str> = vec![long.as_str(); 8];
-    assert_eq!(warm.embed(&texts, EmbedKind::Passage).unwrap().len(), 8);
+    let long =
+        "Packages are restored from the configured sources and cached globally. ".repeat(120);
+    let texts: Vec<&str> = vec![long.as_str(); 12];
+    assert_eq!(warm.embed(&texts, EmbedKind::Passage).unwrap().len(), 12);
     let whole = warm.embed(&[q], EmbedKind::Query).unwrap();
     assert_eq!(lazy, whole, "identical, not just close");
 }
