@@ -36,10 +36,10 @@ loaded those asks fail and say how to install it, unless --fallback-bm25 (or
 [ask] fallback = \"bm25\" in bib.toml) asks for BM25 instead; --json's `mode` is always the
 mode that ran, and `fallback` says why when it is not the one asked for.
 
-Query log: every ask is recorded in the knowledge base (`bib eval` without questions replays it). Turn
-it off with --no-log, [ask] log = false in bib.toml, or BIB_QUERY_LOG=0. A read-only store
-file or directory is opened read-only: the ask answers and says once on stderr that it was
-not logged.")]
+Query log: every ask is recorded in the knowledge base (`bib eval` without questions replays
+it). Turn it off with --no-log, [ask] log = false in bib.toml, or BIB_QUERY_LOG=0. A store
+whose file or directory is read-only is opened read-only: the ask answers and says once on
+stderr that it was not logged.")]
 pub struct Args {
     /// The question (quotes optional: `bib ask how do I sign a package`).
     #[arg(required = true, num_args = 1.., value_name = "QUESTION")]
