@@ -4,6 +4,7 @@
 use clap::{Parser, Subcommand};
 
 mod commands;
+mod pipe;
 mod store_url;
 
 #[derive(Debug, Parser)]
@@ -49,8 +50,12 @@ enum Command {
     Serve(commands::serve::Args),
 }
 
-fn main() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+fn main() -> std::process::ExitCode {
+    // Parsing runs inside too: `--help | head -1` is a closed pipe like any other.
+    pipe::run(|| dispatch(Cli::parse()))
+}
+
+fn dispatch(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Split(a) => commands::split::run(a),
         Command::Chunk(a) => commands::chunk::run(a),

@@ -14,6 +14,8 @@
 //! The result is token-for-token identical to the reference Python package on its test set
 //! (see `tests/use_m3_parity.rs`).
 
+use std::path::Path;
+
 use bib_text::tokens::TokenCounter;
 use rustc_hash::FxHashMap;
 
@@ -27,6 +29,21 @@ pub const BOS_ID: u32 = 1;
 pub const EOS_ID: u32 = 2;
 
 const SPACE_SYMBOL: &str = "\u{2581}";
+
+/// First bytes of a [`SentencePiece::load_cached`] cache file (the digit is the layout version).
+const CACHE_MAGIC: &[u8; 8] = b"BIBSPM01";
+
+/// Length and modification time (ns since the epoch) of a file: what a cache was made from.
+fn file_stamp(path: &Path) -> Option<[u64; 2]> {
+    let m = std::fs::metadata(path).ok()?;
+    let mtime = m
+        .modified()
+        .ok()?
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?
+        .as_nanos();
+    Some([m.len(), u64::try_from(mtime).ok()?])
+}
 
 /// A loaded SentencePiece unigram model.
 pub struct SentencePiece {
@@ -174,6 +191,109 @@ impl SentencePiece {
         })
     }
 
+    /// Load `model`, through a cache file of the parsed model (`cache`): read when it exists
+    /// and was made from this very `model` (same length and modification time), else the model
+    /// is parsed and the cache written for next time — best effort: a read-only model
+    /// directory only costs the parse.
+    pub fn load_cached(model: &Path, cache: &Path) -> Result<Self, EmbedError> {
+        let stamp = file_stamp(model);
+        if let Some(stamp) = stamp {
+            if let Some(sp) = std::fs::read(cache)
+                .ok()
+                .and_then(|b| Self::from_cache_bytes(&b, stamp))
+            {
+                return Ok(sp);
+            }
+        }
+        let sp = Self::load(model)?;
+        if let Some(stamp) = file_stamp(model) {
+            let tmp = cache.with_extension("tmp");
+            if std::fs::write(&tmp, sp.to_cache_bytes(stamp)).is_ok()
+                && std::fs::rename(&tmp, cache).is_err()
+            {
+                let _ = std::fs::remove_file(&tmp);
+            }
+        }
+        Ok(sp)
+    }
+
+    fn to_cache_bytes(&self, stamp: [u64; 2]) -> Vec<u8> {
+        let mut out = Vec::new();
+        out.extend_from_slice(CACHE_MAGIC);
+        for v in stamp {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        out.extend_from_slice(&(self.max_piece_chars as u64).to_le_bytes());
+        out.extend_from_slice(&self.unk_score.to_le_bytes());
+        let scores: Vec<u32> = self.scores.iter().map(|f| f.to_bits()).collect();
+        for words in [
+            &scores,
+            &self.trie.first,
+            &self.trie.labels,
+            &self.trie.targets,
+            &self.trie.piece_at,
+            &self.normalizer.units,
+        ] {
+            out.extend_from_slice(&(words.len() as u64).to_le_bytes());
+            for w in words {
+                out.extend_from_slice(&w.to_le_bytes());
+            }
+        }
+        out.extend_from_slice(&(self.normalizer.replacements.len() as u64).to_le_bytes());
+        out.extend_from_slice(&self.normalizer.replacements);
+        out
+    }
+
+    /// The model saved by [`Self::to_cache_bytes`], when `bytes` is such a cache of the model
+    /// file stamped `stamp` and is internally consistent; `None` otherwise.
+    fn from_cache_bytes(bytes: &[u8], stamp: [u64; 2]) -> Option<Self> {
+        let mut r = bytes.strip_prefix(CACHE_MAGIC.as_slice())?;
+        let mut u64_ = || -> Option<u64> {
+            let (head, rest) = r.split_at_checked(8)?;
+            r = rest;
+            Some(u64::from_le_bytes(head.try_into().ok()?))
+        };
+        if [u64_()?, u64_()?] != stamp {
+            return None;
+        }
+        let max_piece_chars = usize::try_from(u64_()?).ok()?;
+        let unk_score = f64::from_bits(u64_()?);
+        let mut words = || -> Option<Vec<u32>> {
+            let (head, rest) = r.split_at_checked(8)?;
+            let n = usize::try_from(u64::from_le_bytes(head.try_into().ok()?)).ok()?;
+            let (body, rest) = rest.split_at_checked(n.checked_mul(4)?)?;
+            r = rest;
+            Some(
+                body.chunks_exact(4)
+                    .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                    .collect(),
+            )
+        };
+        let scores: Vec<f32> = words()?.into_iter().map(f32::from_bits).collect();
+        let trie = PieceTrie {
+            first: words()?,
+            labels: words()?,
+            targets: words()?,
+            piece_at: words()?,
+        };
+        let units = words()?;
+        let (head, rest) = r.split_at_checked(8)?;
+        let n = usize::try_from(u64::from_le_bytes(head.try_into().ok()?)).ok()?;
+        if rest.len() != n || scores.len() <= EOS_ID as usize || !trie.is_consistent(scores.len()) {
+            return None;
+        }
+        Some(Self {
+            scores,
+            trie,
+            max_piece_chars,
+            unk_score,
+            normalizer: Normalizer {
+                units,
+                replacements: rest.to_vec(),
+            },
+        })
+    }
+
     /// Number of pieces in the vocabulary.
     pub fn vocab_size(&self) -> usize {
         self.scores.len()
@@ -266,9 +386,14 @@ impl TokenCounter for SentencePiece {
     }
 }
 
-/// A character trie over the vocabulary: one hash map from (node, char) to child node.
+/// A character trie over the vocabulary in compressed-row form: node `n`'s children are edges
+/// `first[n]..first[n + 1]`, sorted by character. Flat arrays, so the whole trie saves to and
+/// loads from a cache file without rebuilding (building it costs more than the rest of loading
+/// the model together).
 struct PieceTrie {
-    edges: FxHashMap<(u32, char), u32>,
+    first: Vec<u32>,
+    labels: Vec<u32>,
+    targets: Vec<u32>,
     /// Piece id ending at each node, `u32::MAX` when none.
     piece_at: Vec<u32>,
 }
@@ -277,7 +402,7 @@ impl PieceTrie {
     const ROOT: u32 = 0;
 
     fn build(pieces: &[&str]) -> Self {
-        let mut edges = FxHashMap::default();
+        let mut edges: FxHashMap<(u32, char), u32> = FxHashMap::default();
         edges.reserve(pieces.len() * 4);
         let mut piece_at = vec![u32::MAX];
         for (id, piece) in pieces.iter().enumerate() {
@@ -295,17 +420,58 @@ impl PieceTrie {
                 piece_at[node as usize] = id as u32;
             }
         }
-        Self { edges, piece_at }
+        let mut list: Vec<(u32, u32, u32)> = edges
+            .into_iter()
+            .map(|((node, c), child)| (node, c as u32, child))
+            .collect();
+        list.sort_unstable();
+        let nodes = piece_at.len();
+        let mut first = vec![0u32; nodes + 1];
+        for &(node, _, _) in &list {
+            first[node as usize + 1] += 1;
+        }
+        for n in 0..nodes {
+            first[n + 1] += first[n];
+        }
+        Self {
+            first,
+            labels: list.iter().map(|e| e.1).collect(),
+            targets: list.iter().map(|e| e.2).collect(),
+            piece_at,
+        }
+    }
+
+    /// Whether the arrays describe a trie `child` and `piece` can walk without going out of
+    /// bounds (a cache file is input too).
+    fn is_consistent(&self, pieces: usize) -> bool {
+        let nodes = self.piece_at.len();
+        self.first.len() == nodes + 1
+            && self.labels.len() == self.targets.len()
+            && self.first.first() == Some(&0)
+            && self.first.last().map(|&l| l as usize) == Some(self.labels.len())
+            && self.first.windows(2).all(|w| w[0] <= w[1])
+            && self.targets.iter().all(|&t| (t as usize) < nodes)
+            && self
+                .piece_at
+                .iter()
+                .all(|&p| p == u32::MAX || (p as usize) < pieces)
     }
 
     #[inline]
     fn child(&self, node: u32, c: char) -> Option<u32> {
-        self.edges.get(&(node, c)).copied()
+        let n = node as usize;
+        let (a, b) = (
+            *self.first.get(n)? as usize,
+            *self.first.get(n + 1)? as usize,
+        );
+        let labels = self.labels.get(a..b)?;
+        let at = labels.binary_search(&(c as u32)).ok()?;
+        self.targets.get(a + at).copied()
     }
 
     #[inline]
     fn piece(&self, node: u32) -> Option<u32> {
-        let id = self.piece_at[node as usize];
+        let id = *self.piece_at.get(node as usize)?;
         (id != u32::MAX).then_some(id)
     }
 }
@@ -467,6 +633,63 @@ mod tests {
             bytes.extend_from_slice(&entry);
         }
         SentencePiece::from_bytes(&bytes, "test").unwrap()
+    }
+
+    fn model_bytes(pieces: &[(&str, f32)]) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        for (text, score) in pieces {
+            let mut entry = vec![0x0a, text.len() as u8];
+            entry.extend_from_slice(text.as_bytes());
+            entry.push(0x15);
+            entry.extend_from_slice(&score.to_le_bytes());
+            bytes.push(0x0a);
+            bytes.push(entry.len() as u8);
+            bytes.extend_from_slice(&entry);
+        }
+        bytes
+    }
+
+    #[test]
+    fn cache_file_round_trips_and_is_checked() {
+        let pieces = [
+            ("<unk>", 0.0),
+            ("<s>", 0.0),
+            ("</s>", 0.0),
+            ("▁", -1.0),
+            ("▁ab", -5.0),
+            ("a", -1.0),
+            ("b", -1.0),
+            ("▁a", -1.5),
+            ("ñu", -0.5),
+        ];
+        let dir = tempfile::tempdir().unwrap();
+        let (model, cache) = (dir.path().join("sp.model"), dir.path().join("sp.cache"));
+        std::fs::write(&model, model_bytes(&pieces)).unwrap();
+        let parsed = SentencePiece::load(&model).unwrap();
+        let first = SentencePiece::load_cached(&model, &cache).unwrap();
+        let written = std::fs::read(&cache).expect("the cache is written on first load");
+        let stamp = file_stamp(&model).unwrap();
+        let cached = SentencePiece::from_cache_bytes(&written, stamp).expect("cache reads back");
+        for text in ["ab", "  a   b ", "aé", "ñu ab", ""] {
+            assert_eq!(cached.encode(text), parsed.encode(text), "{text:?}");
+            assert_eq!(first.encode(text), parsed.encode(text), "{text:?}");
+        }
+        assert_eq!(cached.scores, parsed.scores);
+        assert_eq!(cached.unk_score, parsed.unk_score);
+        // Made from another file, truncated or inconsistent: not used.
+        assert!(SentencePiece::from_cache_bytes(&written, [stamp[0] + 1, stamp[1]]).is_none());
+        for cut in [0, 8, 40, written.len() / 2, written.len() - 1] {
+            assert!(SentencePiece::from_cache_bytes(&written[..cut], stamp).is_none());
+        }
+        let mut broken = written.clone();
+        let n = broken.len();
+        broken[n - 30..n - 26].copy_from_slice(&u32::MAX.to_le_bytes());
+        let _ = SentencePiece::from_cache_bytes(&broken, stamp).map(|sp| sp.encode("ab ñu"));
+        // A garbage cache falls back to parsing the model (and is rewritten).
+        std::fs::write(&cache, b"BIBSPM01 garbage").unwrap();
+        let again = SentencePiece::load_cached(&model, &cache).unwrap();
+        assert_eq!(again.encode("ab"), parsed.encode("ab"));
+        assert_eq!(std::fs::read(&cache).unwrap(), written);
     }
 
     #[test]

@@ -54,6 +54,9 @@ const MIN_BATCH_TOKENS: usize = 96;
 pub const SP_MODEL_FILE: &str = "sp.model";
 pub const WEIGHTS_NPZ_FILE: &str = "weights.npz";
 pub const PACKED_FILE: &str = "use-m3.bin";
+/// The parsed tokenizer, derived from `sp.model` on first load (see
+/// [`SentencePiece::load_cached`]).
+pub const SP_CACHE_FILE: &str = "sp.cache";
 
 const PACK_MAGIC: &[u8; 8] = b"BIBUSEM3";
 const PACK_VERSION: u32 = 1;
@@ -65,19 +68,89 @@ fn bad(path: &Path, reason: impl Into<String>) -> EmbedError {
     }
 }
 
-/// The dequantisation table: `rows × 512` bytes, held inside a larger buffer (the packed file)
-/// to avoid copying 65 MB at load time.
+/// The dequantisation table: `rows × 512` bytes (65 MB). From the npz it is in memory; from the
+/// packed file it stays on disk until needed: a batch of a few tokens (a query) reads just its
+/// rows, the first large batch (ingest) reads the whole table once. So a fresh process that
+/// embeds one question never reads the 65 MB.
 struct Table {
-    buf: Vec<u8>,
-    offset: usize,
     rows: usize,
+    source: TableSource,
+}
+
+enum TableSource {
+    Memory(Vec<u8>),
+    File {
+        path: PathBuf,
+        file: std::sync::Mutex<std::fs::File>,
+        offset: u64,
+        all: std::sync::OnceLock<Result<Vec<u8>, String>>,
+        /// Rows read one by one so far.
+        singly: std::sync::atomic::AtomicUsize,
+    },
+}
+
+/// Rows read one by one from the packed file before the whole table is read instead: a read
+/// of one row costs a system call, the whole table about as much as ten thousand of them.
+const ROWS_READ_SINGLY: usize = 8192;
+
+/// Rows for one micro-batch: the whole table, or just the batch's rows in token order.
+enum Rows<'a> {
+    All(&'a [u8]),
+    Picked(Vec<u8>),
+}
+
+impl Rows<'_> {
+    #[inline]
+    fn row(&self, token: usize, row: usize) -> &[u8] {
+        match self {
+            Rows::All(buf) => &buf[row * EMB..(row + 1) * EMB],
+            Rows::Picked(buf) => &buf[token * EMB..(token + 1) * EMB],
+        }
+    }
 }
 
 impl Table {
-    #[inline]
-    fn row(&self, r: usize) -> &[u8] {
-        let start = self.offset + r * EMB;
-        &self.buf[start..start + EMB]
+    /// The rows `ids` (each `< self.rows`) need: read one by one while few have been, the
+    /// whole table once many have (an ingest), so a question never reads the 65 MB.
+    fn rows_for(&self, ids: &[usize]) -> Result<Rows<'_>, EmbedError> {
+        let (path, file, offset, all, singly) = match &self.source {
+            TableSource::Memory(buf) => return Ok(Rows::All(buf)),
+            TableSource::File {
+                path,
+                file,
+                offset,
+                all,
+                singly,
+            } => (path, file, offset, all, singly),
+        };
+        let read = |at: u64, buf: &mut [u8]| -> Result<(), EmbedError> {
+            use std::io::{Read, Seek, SeekFrom};
+            let mut f = file.lock().unwrap_or_else(|p| p.into_inner());
+            f.seek(SeekFrom::Start(at))
+                .and_then(|_| f.read_exact(buf))
+                .map_err(|e| bad(path, format!("reading the embedding table: {e}")))
+        };
+        let few = || {
+            let before = singly.fetch_add(ids.len(), std::sync::atomic::Ordering::Relaxed);
+            before + ids.len() <= ROWS_READ_SINGLY
+        };
+        if all.get().is_none() && few() {
+            let mut buf = vec![0u8; ids.len() * EMB];
+            for (&row, dst) in ids.iter().zip(buf.chunks_exact_mut(EMB)) {
+                read(offset + (row * EMB) as u64, dst)?;
+            }
+            return Ok(Rows::Picked(buf));
+        }
+        let whole = all.get_or_init(|| {
+            let mut buf = vec![0u8; self.rows * EMB];
+            read(*offset, &mut buf)
+                .map(|()| buf)
+                .map_err(|e| e.to_string())
+        });
+        match whole {
+            Ok(buf) => Ok(Rows::All(buf)),
+            Err(e) => Err(bad(path, e.clone())),
+        }
     }
 }
 
@@ -226,36 +299,55 @@ impl Weights {
         Self::assemble(
             f32s,
             Table {
-                buf: table,
-                offset: 0,
                 rows,
+                source: TableSource::Memory(table),
             },
             eps,
             path,
         )
     }
 
-    /// Read a file written by [`pack_weights`]: one read, the table used in place.
+    /// Read a file written by [`pack_weights`]: the header and the f32 tensors (14 MB) now, the
+    /// table rows when a batch needs them (see [`Table`]).
     fn from_packed(path: &Path) -> Result<Self, EmbedError> {
-        let buf = std::fs::read(path).map_err(|e| bad(path, e.to_string()))?;
-        if buf.len() < 16 || &buf[..8] != PACK_MAGIC {
+        use std::io::Read;
+        let io = |e: std::io::Error| bad(path, e.to_string());
+        let mut file = std::fs::File::open(path).map_err(io)?;
+        let file_len = file.metadata().map_err(io)?.len();
+        let mut head = [0u8; 16];
+        file.read_exact(&mut head)
+            .map_err(|_| bad(path, "not a packed use-m3 file"))?;
+        if &head[..8] != PACK_MAGIC {
             return Err(bad(path, "not a packed use-m3 file"));
         }
-        let word = |at: usize| u32::from_le_bytes([buf[at], buf[at + 1], buf[at + 2], buf[at + 3]]);
+        let word =
+            |at: usize| u32::from_le_bytes([head[at], head[at + 1], head[at + 2], head[at + 3]]);
         if word(8) != PACK_VERSION {
             return Err(bad(path, "unsupported packed file version"));
         }
         let header_len = word(12) as usize;
-        let header: PackHeader = buf
-            .get(16..16 + header_len)
-            .and_then(|h| serde_json::from_slice(h).ok())
-            .ok_or_else(|| bad(path, "unreadable packed header"))?;
+        if header_len as u64 > file_len {
+            return Err(bad(path, "unreadable packed header"));
+        }
+        let mut header = vec![0u8; header_len];
+        file.read_exact(&mut header)
+            .map_err(|_| bad(path, "unreadable packed header"))?;
+        let header: PackHeader =
+            serde_json::from_slice(&header).map_err(|_| bad(path, "unreadable packed header"))?;
         let data_start = 16 + header_len;
+        let table_start = data_start as u64 + header.table_offset as u64;
+        let table_len = (header.table_rows as u64).saturating_mul(EMB as u64);
+        if file_len < table_start.saturating_add(table_len) {
+            return Err(bad(path, "table out of bounds"));
+        }
+        let mut data = vec![0u8; header.table_offset];
+        file.read_exact(&mut data).map_err(io)?;
         let mut f32s = HashMap::new();
         for t in &header.tensors {
-            let start = data_start + t.offset;
-            let bytes = buf
-                .get(start..start + t.len * 4)
+            let bytes = t
+                .len
+                .checked_mul(4)
+                .and_then(|n| data.get(t.offset..t.offset.checked_add(n)?))
                 .ok_or_else(|| bad(path, format!("tensor `{}` out of bounds", t.name)))?;
             let v: Vec<f32> = bytes
                 .chunks_exact(4)
@@ -263,14 +355,15 @@ impl Weights {
                 .collect();
             f32s.insert(t.name.clone(), v);
         }
-        let table_start = data_start + header.table_offset;
-        if buf.len() < table_start + header.table_rows * EMB {
-            return Err(bad(path, "table out of bounds"));
-        }
         let table = Table {
-            buf,
-            offset: table_start,
             rows: header.table_rows,
+            source: TableSource::File {
+                path: path.to_path_buf(),
+                file: std::sync::Mutex::new(file),
+                offset: table_start,
+                all: std::sync::OnceLock::new(),
+                singly: std::sync::atomic::AtomicUsize::new(0),
+            },
         };
         Self::assemble(f32s, table, header.eps, path)
     }
@@ -454,7 +547,7 @@ impl UseM3 {
             });
         }
         let (sp, w) = rayon::join(
-            || SentencePiece::load(&sp_path),
+            || SentencePiece::load_cached(&sp_path, &dir.join(SP_CACHE_FILE)),
             || {
                 if packed.is_file() {
                     Weights::from_packed(&packed)
@@ -505,7 +598,7 @@ impl UseM3 {
     }
 
     /// Embed already tokenised inputs (each with `<s>`/`</s>`); one unit vector per input.
-    pub fn embed_ids(&self, seqs: &[Vec<u32>]) -> Vec<Vec<f32>> {
+    pub fn embed_ids(&self, seqs: &[Vec<u32>]) -> Result<Vec<Vec<f32>>, EmbedError> {
         let total: usize = seqs.iter().map(Vec::len).sum();
         let threads = rayon::current_num_threads().max(1);
         let budget = (total.div_ceil(threads)).clamp(MIN_BATCH_TOKENS, MAX_BATCH_TOKENS);
@@ -526,15 +619,15 @@ impl UseM3 {
         let outputs: Vec<Array2<f32>> = groups
             .par_iter()
             .map(|g| self.forward(&seqs[g.clone()]))
-            .collect();
-        outputs
+            .collect::<Result<_, _>>()?;
+        Ok(outputs
             .into_iter()
             .flat_map(|a| a.outer_iter().map(|r| r.to_vec()).collect::<Vec<_>>())
-            .collect()
+            .collect())
     }
 
     /// The forward pass over one flat micro-batch.
-    fn forward(&self, seqs: &[Vec<u32>]) -> Array2<f32> {
+    fn forward(&self, seqs: &[Vec<u32>]) -> Result<Array2<f32>, EmbedError> {
         let w = &self.w;
         let n_tok: usize = seqs.iter().map(Vec::len).sum();
         // Sentence bounds per token, for the convolution windows.
@@ -547,16 +640,23 @@ impl UseM3 {
             at += s.len();
         }
 
+        let ids: Vec<usize> = seqs
+            .iter()
+            .flatten()
+            .map(|&id| {
+                if (id as usize) < w.table.rows {
+                    id as usize
+                } else {
+                    0
+                }
+            })
+            .collect();
+        let rows = w.table.rows_for(&ids)?;
         let mut feats = Array2::<f32>::zeros((n_tok, FEAT));
-        for (t, &id) in seqs.iter().flatten().enumerate() {
-            let row = if (id as usize) < w.table.rows {
-                id as usize
-            } else {
-                0
-            };
+        for (t, &row) in ids.iter().enumerate() {
             let c = row % NUM_CHUNKS;
             let (sc, lo) = (w.scale[c], w.lo[c]);
-            let q = w.table.row(row);
+            let q = rows.row(t, row);
             let mut dst = feats.row_mut(t);
             for (d, &b) in dst.iter_mut().take(EMB).zip(q) {
                 *d = f32::from(b) * sc + lo;
@@ -619,7 +719,7 @@ impl UseM3 {
             let inv = 1.0 / norm2.max(w.eps).sqrt();
             row.mapv_inplace(|v| v * inv);
         }
-        z
+        Ok(z)
     }
 }
 
@@ -698,7 +798,7 @@ impl Embedder for UseM3 {
             );
         }
         let seqs: Vec<Vec<u32>> = tokenized.into_iter().map(|(ids, _)| ids).collect();
-        Ok(self.embed_ids(&seqs))
+        self.embed_ids(&seqs)
     }
 }
 

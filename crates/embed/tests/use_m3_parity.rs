@@ -101,3 +101,19 @@ fn cross_lingual_paraphrases_are_close_and_unrelated_texts_are_not() {
         10
     );
 }
+
+#[test]
+fn rows_read_on_demand_equal_the_whole_table() {
+    // A fresh model reads a short query's table rows one by one; once a large batch has read the
+    // whole table, the same query must embed to the same vector.
+    let Some(fresh) = load_model() else { return };
+    let q = "¿Cómo firmo un paquete NuGet con un certificado?";
+    let lazy = fresh.embed(&[q], EmbedKind::Query).unwrap();
+    let Some(warm) = load_model() else { return };
+    let long =
+        "Packages are restored from the configured sources and cached globally. ".repeat(120);
+    let texts: Vec<&str> = vec![long.as_str(); 12];
+    assert_eq!(warm.embed(&texts, EmbedKind::Passage).unwrap().len(), 12);
+    let whole = warm.embed(&[q], EmbedKind::Query).unwrap();
+    assert_eq!(lazy, whole, "identical, not just close");
+}

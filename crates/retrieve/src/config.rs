@@ -22,6 +22,9 @@
 //! rrf_k = 60
 //! candidates = 50
 //! filters = ["app=core"]
+//! log = true                 # write each ask to the query log (false: never)
+//! fallback = "none"          # none | bm25: what a hybrid/vector/trim ask does when the
+//!                            # knowledge base's model cannot be loaded (none = fail)
 //!
 //! [llm]
 //! base_url = "http://localhost:11434/v1"
@@ -30,7 +33,8 @@
 //! ```
 //!
 //! Environment: `RETRIEVAL_TRIM` (`1`/`0`), `RETRIEVAL_TRIM_THRESHOLD`, `RETRIEVAL_TRIM_WINDOW`,
-//! `RETRIEVAL_TRIM_LEXICAL_TOP`, `RETRIEVAL_FUSION`, `RETRIEVAL_FUSION_ALPHA`, `BIB_STORE`, `BIB_LLM_BASE_URL`, `BIB_LLM_MODEL`, `BIB_LLM_API_KEY`.
+//! `RETRIEVAL_TRIM_LEXICAL_TOP`, `RETRIEVAL_FUSION`, `RETRIEVAL_FUSION_ALPHA`, `BIB_STORE`, `BIB_LLM_BASE_URL`, `BIB_LLM_MODEL`, `BIB_LLM_API_KEY`,
+//! `BIB_QUERY_LOG` (`1`/`0`: the query log on or off).
 
 use std::path::PathBuf;
 use std::str::FromStr;
@@ -38,6 +42,48 @@ use std::str::FromStr;
 use crate::error::RetrieveError;
 use crate::retrieve::{Fusion, Mode, RetrieveOptions};
 use crate::trim::{TrimOptions, TrimScorer, ASK_PROFILE};
+
+/// What an ask that needs the embedding model does when the model cannot be loaded.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ModelFallback {
+    /// Fail with an error that names the model and how to install it (the default: an answer
+    /// is never silently weaker than the one asked for).
+    #[default]
+    None,
+    /// Run BM25 only, untrimmed, and say so (stderr, and `mode`/`fallback` in `--json`).
+    Bm25,
+}
+
+impl ModelFallback {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ModelFallback::None => "none",
+            ModelFallback::Bm25 => "bm25",
+        }
+    }
+}
+
+impl FromStr for ModelFallback {
+    type Err = RetrieveError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "none" => Ok(ModelFallback::None),
+            "bm25" => Ok(ModelFallback::Bm25),
+            other => Err(RetrieveError::InvalidOption {
+                name: "fallback".into(),
+                reason: format!("`{other}` is not one of none, bm25"),
+            }),
+        }
+    }
+}
+
+fn parse_switch(v: &str) -> Option<bool> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Some(true),
+        "0" | "false" | "no" | "off" => Some(false),
+        _ => None,
+    }
+}
 
 /// One layer of optional settings.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -60,6 +106,10 @@ pub struct Layer {
     pub llm_base_url: Option<String>,
     pub llm_model: Option<String>,
     pub llm_api_key: Option<String>,
+    /// Whether asks are written to the query log.
+    pub log: Option<bool>,
+    /// What to do when the model cannot be loaded.
+    pub fallback: Option<ModelFallback>,
 }
 
 impl Layer {
@@ -83,6 +133,8 @@ impl Layer {
             llm_base_url: self.llm_base_url.or(lower.llm_base_url),
             llm_model: self.llm_model.or(lower.llm_model),
             llm_api_key: self.llm_api_key.or(lower.llm_api_key),
+            log: self.log.or(lower.log),
+            fallback: self.fallback.or(lower.fallback),
         }
     }
 
@@ -146,6 +198,16 @@ impl Layer {
                 Some(toml::Value::Boolean(b)) => Some(*b),
                 Some(_) => return Err(bad("ask.trim", "must be true or false".into())),
             };
+            l.log = match a.get("log") {
+                None => None,
+                Some(toml::Value::Boolean(b)) => Some(*b),
+                Some(_) => return Err(bad("ask.log", "must be true or false".into())),
+            };
+            l.fallback = str_of(a, "ask", "fallback")?
+                .map(|m| {
+                    ModelFallback::from_str(&m).map_err(|e| bad("ask.fallback", e.to_string()))
+                })
+                .transpose()?;
             l.trim_threshold = float_of(a, "trim_threshold")?.map(|f| f as f32);
             l.trim_window = uint_of(a, "trim_window")?;
             l.trim_min_sentences = uint_of(a, "trim_min_sentences")?;
@@ -201,11 +263,10 @@ impl Layer {
         let get = |k: &str| get(k).filter(|v| !v.trim().is_empty());
         let mut l = Layer::default();
         if let Some(v) = get("RETRIEVAL_TRIM") {
-            l.trim = Some(match v.trim().to_ascii_lowercase().as_str() {
-                "1" | "true" | "yes" | "on" => true,
-                "0" | "false" | "no" | "off" => false,
-                _ => return Err(bad("RETRIEVAL_TRIM", "must be 1 or 0")),
-            });
+            l.trim = Some(parse_switch(&v).ok_or_else(|| bad("RETRIEVAL_TRIM", "must be 1 or 0"))?);
+        }
+        if let Some(v) = get("BIB_QUERY_LOG") {
+            l.log = Some(parse_switch(&v).ok_or_else(|| bad("BIB_QUERY_LOG", "must be 1 or 0"))?);
         }
         if let Some(v) = get("RETRIEVAL_TRIM_THRESHOLD") {
             l.trim_threshold = Some(
@@ -259,6 +320,10 @@ pub struct AskSettings {
     pub llm_base_url: Option<String>,
     pub llm_model: Option<String>,
     pub llm_api_key: Option<String>,
+    /// Write each ask to the query log (default on; `[ask] log`, `BIB_QUERY_LOG`).
+    pub log: bool,
+    /// What an ask that needs the model does when it cannot be loaded (default: fail).
+    pub fallback: ModelFallback,
 }
 
 impl AskSettings {
@@ -311,6 +376,8 @@ impl AskSettings {
             llm_base_url: l.llm_base_url,
             llm_model: l.llm_model,
             llm_api_key: l.llm_api_key,
+            log: l.log.unwrap_or(true),
+            fallback: l.fallback.unwrap_or_default(),
         })
     }
 }
@@ -461,6 +528,54 @@ whatever = 1
             (t.min_sentences, t.lexical_top),
             (ASK_PROFILE.min_sentences, ASK_PROFILE.lexical_top)
         );
+    }
+
+    #[test]
+    fn query_log_and_fallback_switches() {
+        let d = AskSettings::resolve(Layer::default(), Layer::default(), Layer::default(), "d")
+            .unwrap();
+        assert!(d.log, "the query log is on by default");
+        assert_eq!(
+            d.fallback,
+            ModelFallback::None,
+            "no silent fallback by default"
+        );
+        let file = Layer::from_toml("[ask]\nlog = false\nfallback = \"bm25\"\n", "f").unwrap();
+        let s =
+            AskSettings::resolve(Layer::default(), Layer::default(), file.clone(), "d").unwrap();
+        assert!(!s.log);
+        assert_eq!(s.fallback, ModelFallback::Bm25);
+        // The environment beats the file, flags beat the environment.
+        let e = env(&[("BIB_QUERY_LOG", "1")]);
+        let s = AskSettings::resolve(Layer::default(), e.clone(), file.clone(), "d").unwrap();
+        assert!(s.log);
+        let flags = Layer {
+            log: Some(false),
+            ..Layer::default()
+        };
+        assert!(!AskSettings::resolve(flags, e, file, "d").unwrap().log);
+        assert!(
+            !AskSettings::resolve(
+                Layer::default(),
+                env(&[("BIB_QUERY_LOG", "0")]),
+                Layer::default(),
+                "d"
+            )
+            .unwrap()
+            .log
+        );
+        let m = |k: &str| (k == "BIB_QUERY_LOG").then(|| "sometimes".to_string());
+        assert!(Layer::from_env(m)
+            .unwrap_err()
+            .to_string()
+            .contains("BIB_QUERY_LOG"));
+        for (text, key) in [
+            ("[ask]\nlog = \"no\"", "ask.log"),
+            ("[ask]\nfallback = \"vector\"", "ask.fallback"),
+        ] {
+            let e = Layer::from_toml(text, "bib.toml").unwrap_err().to_string();
+            assert!(e.contains(key), "{text:?} → {e}");
+        }
     }
 
     #[test]

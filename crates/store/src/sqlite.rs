@@ -174,6 +174,23 @@ impl std::fmt::Debug for SqliteStore {
     }
 }
 
+/// A `file:` URI for `path` (percent-encoding what URIs reserve), read-only, optionally
+/// immutable.
+fn sqlite_uri(path: &Path, immutable: bool) -> String {
+    let mut uri = String::from("file:");
+    for c in path.to_string_lossy().chars() {
+        match c {
+            '%' | '?' | '#' => uri.push_str(&format!("%{:02X}", c as u32)),
+            _ => uri.push(c),
+        }
+    }
+    uri.push_str("?mode=ro");
+    if immutable {
+        uri.push_str("&immutable=1");
+    }
+    uri
+}
+
 fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -240,6 +257,48 @@ impl SqliteStore {
         Self::init(conn, shown, true)
     }
 
+    /// Open an existing store for reading only: no schema creation, no journal-mode switch,
+    /// no write lock taken — so it works on a read-only file, directory or mount, and many
+    /// readers never contend with each other. Every write through the returned store fails.
+    ///
+    /// A WAL database needs its `-shm` index; where that cannot be created (a read-only
+    /// directory without one), the file is opened as immutable (no other writer can exist
+    /// there anyway).
+    pub fn open_read_only(path: impl AsRef<Path>) -> Result<Self, StoreError> {
+        use rusqlite::OpenFlags;
+        let path = path.as_ref();
+        let shown = path.display().to_string();
+        if !path.is_file() {
+            return Err(StoreError::Open {
+                path: shown,
+                reason: "no such file".into(),
+            });
+        }
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
+            | OpenFlags::SQLITE_OPEN_URI
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let mut last = None;
+        for immutable in [false, true] {
+            let uri = sqlite_uri(path, immutable);
+            let attempt = Connection::open_with_flags(&uri, flags)
+                .map_err(|e| StoreError::Open {
+                    path: shown.clone(),
+                    reason: e.to_string(),
+                })
+                .and_then(|conn| Self::init_with(conn, shown.clone(), false, false));
+            match attempt {
+                Ok(s) => return Ok(s),
+                // A schema mismatch is an answer, not a failure to open.
+                Err(e @ StoreError::Schema { .. }) => return Err(e),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| StoreError::Open {
+            path: shown,
+            reason: "cannot open read-only".into(),
+        }))
+    }
+
     /// A private in-memory store (tests, benchmarks).
     pub fn open_in_memory() -> Result<Self, StoreError> {
         let conn = Connection::open_in_memory().map_err(|e| StoreError::Open {
@@ -250,6 +309,15 @@ impl SqliteStore {
     }
 
     fn init(conn: Connection, location: String, wal: bool) -> Result<Self, StoreError> {
+        Self::init_with(conn, location, wal, true)
+    }
+
+    fn init_with(
+        conn: Connection,
+        location: String,
+        wal: bool,
+        writable: bool,
+    ) -> Result<Self, StoreError> {
         let open_err = |e: rusqlite::Error| StoreError::Open {
             path: location.clone(),
             reason: e.to_string(),
@@ -276,8 +344,10 @@ impl SqliteStore {
              PRAGMA wal_autocheckpoint=10000;",
         )
         .map_err(open_err)?;
-        conn.execute_batch(&format!("BEGIN IMMEDIATE; {SCHEMA} COMMIT;"))
-            .map_err(open_err)?;
+        if writable {
+            conn.execute_batch(&format!("BEGIN IMMEDIATE; {SCHEMA} COMMIT;"))
+                .map_err(open_err)?;
+        }
         let found: Option<String> = conn
             .query_row(
                 "SELECT value FROM meta WHERE key = 'schema_version'",
@@ -287,6 +357,12 @@ impl SqliteStore {
             .optional()
             .map_err(open_err)?;
         match found {
+            None if !writable => {
+                return Err(StoreError::Open {
+                    path: location,
+                    reason: "not a bib knowledge base (no schema version)".into(),
+                })
+            }
             None => {
                 conn.execute(
                     "INSERT INTO meta (key, value) VALUES ('schema_version', ?1)",
@@ -1312,5 +1388,44 @@ mod tests {
         a.apply_document(&crate::conformance::sample_change("b.md", &["y"]))
             .unwrap();
         assert_eq!(b.vector_search(&q, 10, &Filter::none()).unwrap().len(), 2);
+    }
+
+    #[test]
+    fn read_only_open_reads_never_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("we ird?#%.sqlite");
+        {
+            let s = SqliteStore::open(&p).unwrap();
+            s.apply_document(&crate::conformance::sample_change("a.md", &["hello world"]))
+                .unwrap();
+        }
+        let ro = SqliteStore::open_read_only(&p).unwrap();
+        assert_eq!(ro.documents().unwrap().len(), 1);
+        assert_eq!(
+            ro.bm25_search("hello", 5, &Filter::none()).unwrap().len(),
+            1
+        );
+        assert!(
+            ro.begin_run(&serde_json::json!({"probe": true})).is_err(),
+            "writes fail"
+        );
+        drop(ro);
+        assert!(SqliteStore::open(&p).unwrap().runs(5).unwrap().is_empty());
+        assert!(SqliteStore::open(&p)
+            .unwrap()
+            .recent_queries(5)
+            .unwrap()
+            .is_empty());
+        // Missing files are not created; foreign files are refused.
+        let missing = dir.path().join("missing.sqlite");
+        assert!(SqliteStore::open_read_only(&missing).is_err());
+        assert!(!missing.exists());
+        let foreign = dir.path().join("foreign.sqlite");
+        Connection::open(&foreign)
+            .unwrap()
+            .execute_batch("CREATE TABLE t (x)")
+            .unwrap();
+        let e = SqliteStore::open_read_only(&foreign).unwrap_err();
+        assert!(e.to_string().contains("foreign.sqlite"), "{e}");
     }
 }

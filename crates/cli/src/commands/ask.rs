@@ -15,19 +15,37 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context};
 use bib_embed::Embedder;
-use bib_retrieve::config::{AskSettings, Layer};
+use bib_retrieve::config::{AskSettings, Layer, ModelFallback};
 use bib_retrieve::retrieve::RetrievalResult;
 use bib_retrieve::synth::{self, SynthConfig};
 use bib_retrieve::{
-    log_entry, EmbeddingCache, Filter, Mode, Retriever, StoreIndex, StoreVectors, TrimScorer,
+    log_entry, EmbeddingCache, Filter, Mode, RetrieveOptions, Retriever, StoreIndex, StoreVectors,
+    TrimScorer,
 };
 use bib_store::Store;
 use serde_json::json;
 
 #[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Examples:
+  bib ask how do I sign a package
+  bib ask \"¿cómo firmo un paquete?\" --trim --json
+  bib ask nuget push timeout --mode bm25 --no-log
+
+Modes: hybrid (default) and vector need the embedding model the knowledge base was built with,
+and so does --trim; --mode bm25 (without --trim) loads no model. When the model cannot be
+loaded those asks fail and say how to install it, unless --fallback-bm25 (or
+[ask] fallback = \"bm25\" in bib.toml) asks for BM25 instead; --json's `mode` is always the
+mode that ran, and `fallback` says why when it is not the one asked for.
+
+Query log: every ask is recorded in the knowledge base (`bib eval` without questions replays
+it). Turn it off with --no-log, [ask] log = false in bib.toml, or BIB_QUERY_LOG=0. A store
+whose file or directory is read-only is opened read-only: the ask answers and says once on
+stderr that it was not logged.")]
 pub struct Args {
-    /// The question.
-    pub question: String,
+    /// The question (quotes optional: `bib ask how do I sign a package`).
+    #[arg(required = true, num_args = 1.., value_name = "QUESTION")]
+    pub question: Vec<String>,
     /// Number of chunks to return (default 5).
     #[arg(long, short = 'k')]
     pub top_k: Option<usize>,
@@ -85,6 +103,13 @@ pub struct Args {
     /// Send the question and context to the configured chat endpoint and stream the answer.
     #[arg(long)]
     pub synthesize: bool,
+    /// Do not write this ask to the query log (also `[ask] log = false`, `BIB_QUERY_LOG=0`).
+    #[arg(long)]
+    pub no_log: bool,
+    /// When the knowledge base's model cannot be loaded, run BM25 only (untrimmed) instead of
+    /// failing (also `[ask] fallback = "bm25"`).
+    #[arg(long)]
+    pub fallback_bm25: bool,
 }
 
 fn env_var(k: &str) -> Option<String> {
@@ -135,6 +160,8 @@ fn flag_layer(a: &Args) -> anyhow::Result<Layer> {
         llm_base_url: None,
         llm_model: None,
         llm_api_key: None,
+        log: a.no_log.then_some(false),
+        fallback: a.fallback_bm25.then_some(ModelFallback::Bm25),
     })
 }
 
@@ -149,6 +176,96 @@ pub fn load_embedder(model_id: &str) -> anyhow::Result<Box<dyn Embedder>> {
     }
 }
 
+/// Why an ask needing the model could not have it: the model id and the loader's error.
+struct ModelUnavailable {
+    model: String,
+    error: anyhow::Error,
+}
+
+/// The embedder for `model_id`, or why not.
+fn try_load(model_id: &str) -> Result<Box<dyn Embedder>, ModelUnavailable> {
+    load_embedder(model_id).map_err(|error| ModelUnavailable {
+        model: model_id.to_string(),
+        error,
+    })
+}
+
+/// The model the knowledge base's chunks were embedded with (the default when none is recorded).
+fn store_model(store: &dyn Store) -> anyhow::Result<String> {
+    Ok(store
+        .chunk_states()?
+        .into_iter()
+        .map(|s| s.model_id)
+        .find(|m| !m.is_empty())
+        .unwrap_or_else(|| bib_embed::DEFAULT_MODEL.to_string()))
+}
+
+/// How the store was opened for this ask.
+struct Opened {
+    store: Arc<dyn Store>,
+    /// Set when the store had to be opened read-only although logging was asked for: the
+    /// notice to print (once) instead of logging.
+    read_only_notice: Option<String>,
+}
+
+/// Whether a path's permission bits forbid writing (the file itself, or its directory, which
+/// SQLite's WAL files need). Checked on the bits rather than by trying, so that a user who made
+/// a copy read-only gets a read-only ask even when running with privileges that ignore them.
+fn marked_read_only(path: &Path) -> bool {
+    let ro = |p: &Path| std::fs::metadata(p).is_ok_and(|m| m.permissions().readonly());
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    ro(path) || ro(dir)
+}
+
+/// Open the store: read-only when nothing will be written (no log), or when the file cannot be
+/// written (then the log is skipped with one notice); read-write otherwise.
+fn open_store(spec: &str, log: bool) -> anyhow::Result<Opened> {
+    if crate::store_url::is_url(spec) {
+        let store = Arc::from(crate::store_url::open(spec)?);
+        return Ok(Opened {
+            store,
+            read_only_notice: None,
+        });
+    }
+    let read_only = || -> anyhow::Result<Arc<dyn Store>> {
+        let s = bib_store::SqliteStore::open_read_only(spec)
+            .with_context(|| format!("opening the knowledge base {spec}"))?;
+        Ok(Arc::new(s))
+    };
+    let notice = |why: &str| {
+        format!("note: {spec} {why}; answering read-only, this ask is not written to the query log (--no-log silences this)")
+    };
+    if !log {
+        return Ok(Opened {
+            store: read_only()?,
+            read_only_notice: None,
+        });
+    }
+    if marked_read_only(Path::new(spec)) {
+        return Ok(Opened {
+            store: read_only()?,
+            read_only_notice: Some(notice("is read-only")),
+        });
+    }
+    match crate::store_url::open(spec) {
+        Ok(s) => Ok(Opened {
+            store: Arc::from(s),
+            read_only_notice: None,
+        }),
+        // A read-only mount, or a file this user may not write: read it anyway.
+        Err(rw) => match read_only() {
+            Ok(store) => Ok(Opened {
+                store,
+                read_only_notice: Some(notice("cannot be opened for writing")),
+            }),
+            Err(_) => Err(rw),
+        },
+    }
+}
+
 pub fn run(a: Args) -> anyhow::Result<()> {
     let settings = AskSettings::resolve(
         flag_layer(&a)?,
@@ -156,7 +273,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         file_layer(a.config.as_deref())?,
         bib_store::DEFAULT_STORE_PATH,
     )?;
-    if a.question.trim().is_empty() {
+    let question = a.question.join(" ");
+    if question.trim().is_empty() {
         bail!("the question is empty");
     }
     let mut filter = Filter::parse(&settings.filters)?;
@@ -176,61 +294,93 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     if !crate::store_url::exists(&spec) {
         bail!("no knowledge base at {spec} (run `bib ingest <dir>` first, or pass --store)");
     }
-    let store: Arc<dyn Store> =
-        Arc::from(crate::store_url::open(&spec).with_context(|| format!("opening {spec}"))?);
-    let model_id = store
-        .chunk_states()?
-        .into_iter()
-        .map(|s| s.model_id)
-        .find(|m| !m.is_empty())
-        .unwrap_or_else(|| bib_embed::DEFAULT_MODEL.to_string());
+    let Opened {
+        store,
+        read_only_notice,
+    } = open_store(&spec, settings.log)?;
 
-    let needs_model = settings.options.mode == Mode::Vector || settings.options.trim.is_some();
-    let embedder = match load_embedder(&model_id) {
-        Ok(e) => Some(e),
-        Err(e) if !needs_model && settings.options.mode == Mode::Hybrid => {
-            eprintln!("warning: {e:#}; falling back to BM25 only");
-            None
+    // Load only what the mode needs: BM25 without trimming needs no model at all.
+    let mut options = settings.options.clone();
+    let needs_model = options.mode != Mode::Bm25 || options.trim.is_some();
+    let mut fallback_reason = None;
+    let embedder = if needs_model {
+        match try_load(&store_model(store.as_ref())?) {
+            Ok(e) => Some(e),
+            Err(u) if settings.fallback == ModelFallback::Bm25 => {
+                let why = format!("model `{}` unavailable: {:#}", u.model, u.error);
+                eprintln!(
+                    "warning: {why}; running BM25 only{} (fallback = \"bm25\")",
+                    if options.trim.is_some() {
+                        ", untrimmed"
+                    } else {
+                        ""
+                    }
+                );
+                options.mode = Mode::Bm25;
+                options.trim = None;
+                fallback_reason = Some(why);
+                None
+            }
+            Err(u) => {
+                let what = if options.mode == Mode::Bm25 {
+                    "--trim".to_string()
+                } else {
+                    format!("--mode {}", options.mode)
+                };
+                return Err(u.error.context(format!(
+                    "{what} needs the embedding model `{m}` that {spec} was built with, and it \
+                     cannot be loaded. Install it with `bib model install {m}`, or ask with \
+                     `--mode bm25` (keyword search, no model), or pass --fallback-bm25",
+                    m = u.model
+                )));
+            }
         }
-        Err(e) if !needs_model => {
-            let _ = e;
-            None
-        }
-        Err(e) => return Err(e),
+    } else {
+        None
     };
 
     let index = StoreIndex::new(store.as_ref());
     // Sentence vectors persist in the store's cache, so the next ask reuses them.
     let cache = EmbeddingCache::default().with_backing(Arc::new(StoreVectors(store.clone())));
     let retriever = Retriever::new(&index, embedder.as_deref(), &cache);
-    let result = retriever.retrieve(&a.question, &settings.options, &filter)?;
+    let result = retriever.retrieve(&question, &options, &filter)?;
 
-    if let Err(e) = store.log_query(&log_entry(&result, &settings.options, &filter)) {
-        eprintln!("warning: could not write the query log: {e}");
+    if let Some(n) = &read_only_notice {
+        eprintln!("{n}");
+    } else if settings.log {
+        if let Err(e) = store.log_query(&log_entry(&result, &options, &filter)) {
+            eprintln!("warning: could not write the query log: {e}");
+        }
     }
 
     if a.json {
-        let mut v = result_json(&result, &settings);
+        let mut v = result_json(&result, &settings, &options);
+        if let Some(why) = &fallback_reason {
+            v["fallback"] = json!(why);
+            v["mode_requested"] = json!(settings.options.mode);
+        }
         if let Some(cfg) = &synth_cfg {
-            let answer = synth::synthesize(cfg, &a.question, &result.chunks, &mut std::io::sink())?;
+            let answer = synth::synthesize(cfg, &question, &result.chunks, &mut std::io::sink())?;
             v["answer"] = json!(answer);
         }
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        let mut out = std::io::stdout().lock();
+        serde_json::to_writer_pretty(&mut out, &v)?;
+        writeln!(out)?;
         return Ok(());
     }
 
     let mut out = std::io::stdout().lock();
-    print_human(&mut out, &result, &settings, synth_cfg.is_none())?;
+    print_human(&mut out, &result, &options, synth_cfg.is_none())?;
     if let Some(cfg) = &synth_cfg {
         writeln!(out, "\n── answer ({}) ──", cfg.model)?;
         out.flush()?;
-        synth::synthesize(cfg, &a.question, &result.chunks, &mut out)?;
+        synth::synthesize(cfg, &question, &result.chunks, &mut out)?;
         writeln!(out)?;
     }
     Ok(())
 }
 
-fn result_json(r: &RetrievalResult, s: &AskSettings) -> serde_json::Value {
+fn result_json(r: &RetrievalResult, s: &AskSettings, o: &RetrieveOptions) -> serde_json::Value {
     let results: Vec<_> = r
         .chunks
         .iter()
@@ -260,13 +410,13 @@ fn result_json(r: &RetrievalResult, s: &AskSettings) -> serde_json::Value {
         "query": r.query,
         "mode": r.mode,
         "fusion": (r.mode == bib_retrieve::Mode::Hybrid).then(|| json!({
-            "method": s.options.fusion.as_str(),
-            "alpha": s.options.convex_alpha,
-            "rrf_k": s.options.rrf_k,
+            "method": o.fusion.as_str(),
+            "alpha": o.convex_alpha,
+            "rrf_k": o.rrf_k,
         })),
-        "top_k": s.options.top_k,
+        "top_k": o.top_k,
         "filters": s.filters,
-        "trim": s.options.trim,
+        "trim": o.trim,
         "tokens_before": r.tokens_before,
         "tokens_in_context": r.tokens_in_context,
         "exact_tokens_before": r.exact_tokens_before,
@@ -279,7 +429,7 @@ fn result_json(r: &RetrievalResult, s: &AskSettings) -> serde_json::Value {
 fn print_human(
     out: &mut dyn Write,
     r: &RetrievalResult,
-    s: &AskSettings,
+    o: &RetrieveOptions,
     full: bool,
 ) -> anyhow::Result<()> {
     let color = std::io::stdout().is_terminal() && env_var("NO_COLOR").is_none();
@@ -336,11 +486,7 @@ fn print_human(
         out,
         "{d}{line} · mode {} · trim {} · {:.1} ms{z}",
         r.mode,
-        if s.options.trim.is_some() {
-            "on"
-        } else {
-            "off"
-        },
+        if o.trim.is_some() { "on" } else { "off" },
         r.timings.total_ms
     )?;
     Ok(())

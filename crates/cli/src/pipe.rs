@@ -1,0 +1,75 @@
+//! A closed stdout (`bib … | head -1`) ends every command quietly with exit status 0, the way
+//! ripgrep and cargo do. Rust ignores SIGPIPE, so a write to a closed pipe is an `EPIPE` error:
+//! returned by `write!`/`writeln!` (and `serde_json::to_writer`), or raised as a panic by
+//! `println!`. [`run`] wraps the whole command and turns both into a quiet success; every other
+//! error prints as before (`Error: …`, exit 1) and every other panic is untouched.
+
+use std::any::Any;
+use std::io::ErrorKind;
+use std::panic::AssertUnwindSafe;
+use std::process::ExitCode;
+
+/// Whether `e`, or anything in its chain, is a write to a closed pipe.
+pub fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == ErrorKind::BrokenPipe)
+            || c.downcast_ref::<serde_json::Error>()
+                .is_some_and(|j| j.io_error_kind() == Some(ErrorKind::BrokenPipe))
+    })
+}
+
+/// Whether a panic payload is `println!`'s "failed printing to stdout: Broken pipe".
+fn panic_is_broken_pipe(payload: &dyn Any) -> bool {
+    let text = payload
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| payload.downcast_ref::<&str>().copied());
+    text.is_some_and(|t| {
+        t.starts_with("failed printing to stdout")
+            && (t.contains("Broken pipe") || t.contains("os error 32"))
+    })
+}
+
+/// Run a command: a closed stdout is a quiet success; other errors print `Error: …` (with their
+/// causes) and exit 1.
+pub fn run(command: impl FnOnce() -> anyhow::Result<()>) -> ExitCode {
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if !panic_is_broken_pipe(info.payload()) {
+            default_hook(info);
+        }
+    }));
+    match std::panic::catch_unwind(AssertUnwindSafe(command)) {
+        Ok(Ok(())) => ExitCode::SUCCESS,
+        Ok(Err(e)) if is_broken_pipe(&e) => ExitCode::SUCCESS,
+        Ok(Err(e)) => {
+            eprintln!("Error: {e:?}");
+            ExitCode::FAILURE
+        }
+        Err(p) if panic_is_broken_pipe(p.as_ref()) => ExitCode::SUCCESS,
+        Err(p) => std::panic::resume_unwind(p),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recognises_broken_pipes_in_error_chains_and_panics() {
+        let io = std::io::Error::from(ErrorKind::BrokenPipe);
+        let e = anyhow::Error::from(io).context("printing results");
+        assert!(is_broken_pipe(&e));
+        let json = serde_json::Error::io(std::io::Error::from(ErrorKind::BrokenPipe));
+        assert!(is_broken_pipe(&anyhow::Error::from(json)));
+        let other = anyhow::Error::from(std::io::Error::from(ErrorKind::NotFound));
+        assert!(!is_broken_pipe(&other));
+        assert!(!is_broken_pipe(&anyhow::anyhow!("Broken pipe")));
+
+        let msg = "failed printing to stdout: Broken pipe (os error 32)".to_string();
+        assert!(panic_is_broken_pipe(&msg));
+        assert!(!panic_is_broken_pipe(&"index out of bounds".to_string()));
+        assert!(!panic_is_broken_pipe(&42u8));
+    }
+}
