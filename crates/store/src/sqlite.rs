@@ -24,7 +24,8 @@ use serde_json::Value;
 use crate::lexical::term_counts;
 use crate::{
     qualified_name, ApplyOutcome, AuditReport, ChunkId, ChunkRecord, ChunkState, DocRecord,
-    DocumentChange, Filter, Hit, LexicalStats, NodeId, QueryLogEntry, RunRow, Store, StoreError,
+    DocumentChange, Filter, Hit, LexicalStats, NodeId, QueryLogEntry, QueryLogRetention, RunRow,
+    Store, StoreError,
 };
 
 /// Default location of a knowledge base, relative to the working directory.
@@ -122,6 +123,7 @@ pub struct SqliteStore {
     location: String,
     own_writes: AtomicU64,
     vectors: Mutex<Option<Arc<VectorCache>>>,
+    retention: Mutex<QueryLogRetention>,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -268,6 +270,7 @@ impl SqliteStore {
             location,
             own_writes: AtomicU64::new(0),
             vectors: Mutex::new(None),
+            retention: Mutex::new(QueryLogRetention::default()),
         })
     }
 
@@ -1100,15 +1103,41 @@ impl Store for SqliteStore {
     }
 
     fn log_query(&self, entry: &QueryLogEntry) -> Result<i64, StoreError> {
-        let conn = self.conn();
-        let rec = serde_json::to_string(entry)
-            .map_err(|err| StoreError::Invalid(format!("query log entry: {err}")))?;
-        conn.execute(
+        let r = self.query_log_retention();
+        let (query, rec) = r.prepare(entry)?;
+        let mut conn = self.conn();
+        let tx = conn.transaction().map_err(StoreError::sqlite("begin"))?;
+        tx.execute(
             "INSERT INTO query_log (at_ms, query, mode, record) VALUES (?1, ?2, ?3, ?4)",
-            params![entry.at_ms, entry.query, entry.mode, rec],
+            params![entry.at_ms, query, entry.mode, rec],
         )
         .map_err(StoreError::sqlite("log query"))?;
-        Ok(conn.last_insert_rowid())
+        let id = tx.last_insert_rowid();
+        let keep_rows = i64::try_from(r.max_rows.max(1)).unwrap_or(i64::MAX);
+        tx.execute(
+            "DELETE FROM query_log WHERE id < \
+             (SELECT id FROM query_log ORDER BY id DESC LIMIT 1 OFFSET ?1)",
+            params![keep_rows - 1],
+        )
+        .map_err(StoreError::sqlite("query log retention (rows)"))?;
+        // octet_length reads the length from the record header, not the text itself.
+        tx.execute(
+            "DELETE FROM query_log WHERE id < COALESCE((SELECT MIN(id) FROM \
+             (SELECT id, SUM(octet_length(query) + octet_length(record)) \
+              OVER (ORDER BY id DESC) AS total FROM query_log) WHERE total <= ?1), ?2)",
+            params![i64::try_from(r.max_bytes).unwrap_or(i64::MAX), id],
+        )
+        .map_err(StoreError::sqlite("query log retention (bytes)"))?;
+        tx.commit().map_err(StoreError::sqlite("commit"))?;
+        Ok(id)
+    }
+
+    fn set_query_log_retention(&self, retention: QueryLogRetention) {
+        *self.retention.lock().unwrap_or_else(|p| p.into_inner()) = retention;
+    }
+
+    fn query_log_retention(&self) -> QueryLogRetention {
+        *self.retention.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn recent_queries(&self, limit: usize) -> Result<Vec<QueryLogEntry>, StoreError> {
