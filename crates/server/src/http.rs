@@ -146,7 +146,7 @@ fn check_host(headers: &HeaderMap, extra: &[String]) -> Result<(), ServiceError>
     if host_allowed(value, extra) {
         return Ok(());
     }
-    tracing::warn!(host = %value, "refused a request with a Host that is not allowed (DNS rebinding?)");
+    tracing::info!(host = %value, "refused a request with a Host that is not allowed (DNS rebinding?)");
     Err(ServiceError::new(
         ErrorCode::Forbidden,
         format!(
