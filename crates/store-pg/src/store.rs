@@ -1316,6 +1316,8 @@ impl Store for PgStore {
             .fetch_one(&mut *tx)
             .await
             .map_err(pg("log query"))?;
+            // Several writers may interleave ids, so keep the newest `keep_rows` by rank (an
+            // index range of the primary key, not a scan of the records).
             sqlx::query(
                 "DELETE FROM query_log WHERE id < \
                  (SELECT id FROM query_log ORDER BY id DESC LIMIT 1 OFFSET $1)",
@@ -1324,6 +1326,10 @@ impl Store for PgStore {
             .execute(&mut *tx)
             .await
             .map_err(pg("query log retention (rows)"))?;
+            if !r.check_bytes(id, query.len() + rec.len()) {
+                tx.commit().await.map_err(pg("commit"))?;
+                return Ok(id);
+            }
             sqlx::query(
                 "DELETE FROM query_log WHERE id < COALESCE((SELECT MIN(id) FROM \
                  (SELECT id, SUM(octet_length(query) + octet_length(record)) \

@@ -228,10 +228,12 @@ pub struct RunRow {
 }
 
 /// How much of the query log a store keeps. Every [`crate::Store::log_query`] applies it in
-/// the insert's own transaction: the query text is cut to `max_query_bytes`, then the oldest
-/// entries beyond `max_rows` or beyond `max_bytes` (query text + record, newest first; the
-/// newest entry always stays) are deleted. The log therefore never grows without bound,
-/// whatever callers send.
+/// the insert's own transaction: the query text is cut to `max_query_bytes`, the oldest
+/// entries beyond `max_rows` are deleted, and — on every [`QueryLogRetention::BYTES_EVERY`]th
+/// insert, or when the entry itself is large — the oldest entries beyond `max_bytes` (query
+/// text + record, newest first; the newest entry always stays). The byte bound therefore holds
+/// within `BYTES_EVERY` small entries, and the log never grows without bound, whatever callers
+/// send; the row bound costs one index range per insert, not a scan.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QueryLogRetention {
     /// Entries kept (at least 1).
@@ -254,6 +256,15 @@ impl Default for QueryLogRetention {
 }
 
 impl QueryLogRetention {
+    /// The byte bound (a scan of the log) is enforced on every this-many-th insert.
+    pub const BYTES_EVERY: i64 = 64;
+
+    /// Whether the insert `id` of an entry of `entry_bytes` enforces the byte bound.
+    pub fn check_bytes(&self, id: i64, entry_bytes: usize) -> bool {
+        id % Self::BYTES_EVERY == 0
+            || entry_bytes as u64 >= self.max_bytes / (2 * Self::BYTES_EVERY as u64)
+    }
+
     /// The stored query text and the JSON record of `entry` under this retention.
     pub fn prepare(&self, entry: &QueryLogEntry) -> Result<(String, String), crate::StoreError> {
         let mut e = entry.clone();
