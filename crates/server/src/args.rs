@@ -25,8 +25,9 @@ pub fn parse_args<T: DeserializeOwned>(value: Value) -> Result<T, ServiceError> 
         // Unknown and missing fields sit one level above the field they name: serde says
         // which in the message (`unknown field `foo``), so lift it into the path.
         let field = match (path.as_str(), quoted_field(&inner)) {
-            (".", Some(f)) => f,
+            ("" | ".", Some(f)) => f,
             (p, Some(f)) if p == f || p.ends_with(&format!(".{f}")) => p.to_string(),
+            (p, Some(f)) if p.ends_with('.') => format!("{p}{f}"),
             (p, Some(f)) => format!("{p}.{f}"),
             (".", None) => "(arguments)".to_string(),
             (p, _) => p.to_string(),
@@ -61,7 +62,11 @@ fn quoted_field(msg: &str) -> Option<String> {
     }
     let start = msg.find('`')? + 1;
     let len = msg[start..].find('`')?;
-    Some(msg[start..start + len].to_string())
+    // An empty key (`{"": 1}`) still needs a visible name.
+    Some(match &msg[start..start + len] {
+        "" => "\"\"".to_string(),
+        f => f.to_string(),
+    })
 }
 
 /// Retrieval mode.
@@ -268,6 +273,18 @@ mod tests {
     fn null_arguments_mean_empty_object() {
         let a = parse_args::<EvalRetrievalArgs>(Value::Null).unwrap();
         assert_eq!(a, EvalRetrievalArgs::default());
+    }
+
+    /// Found by the `server_args` fuzz target: an empty key gave an empty field name.
+    #[test]
+    fn an_empty_key_is_still_named() {
+        let e = decode_body::<AskArgs>(b"\t\t{\"\":99\t}").unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("\"\""));
+        let e = parse_args::<IndexChunksArgs>(serde_json::json!({
+            "chunks": [{"node_id": 1, "chunk_index": 0, "content": "x", "": 1}]
+        }))
+        .unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("chunks[0].\"\""));
     }
 
     #[test]
