@@ -25,14 +25,34 @@ pub fn parse_args<T: DeserializeOwned>(value: Value) -> Result<T, ServiceError> 
         // Unknown and missing fields sit one level above the field they name: serde says
         // which in the message (`unknown field `foo``), so lift it into the path.
         let field = match (path.as_str(), quoted_field(&inner)) {
-            (".", Some(f)) => f,
+            ("" | ".", Some(f)) => f,
             (p, Some(f)) if p == f || p.ends_with(&format!(".{f}")) => p.to_string(),
+            (p, Some(f)) if p.ends_with('.') => format!("{p}{f}"),
             (p, Some(f)) => format!("{p}.{f}"),
             (".", None) => "(arguments)".to_string(),
             (p, _) => p.to_string(),
         };
         ServiceError::invalid(field, inner)
     })
+}
+
+/// Decode a raw JSON body (HTTP) into `T`: blank means `{}`, invalid JSON is an error on
+/// `(body)`, the rest goes through [`parse_args`]. Never panics, on any bytes.
+pub fn decode_body<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ServiceError> {
+    let value: Value = if bytes.iter().all(u8::is_ascii_whitespace) {
+        Value::Null
+    } else {
+        serde_json::from_slice(bytes)
+            .map_err(|e| ServiceError::invalid("(body)", format!("not valid JSON: {e}")))?
+    };
+    parse_args(value)
+}
+
+/// Decode MCP tool arguments (`params.arguments`, absent = `{}`) into `T`.
+pub fn decode_tool_arguments<T: DeserializeOwned>(
+    arguments: Option<serde_json::Map<String, Value>>,
+) -> Result<T, ServiceError> {
+    parse_args(Value::Object(arguments.unwrap_or_default()))
 }
 
 /// The first backquoted name in a serde message (`unknown field `foo`, expected …`).
@@ -42,7 +62,11 @@ fn quoted_field(msg: &str) -> Option<String> {
     }
     let start = msg.find('`')? + 1;
     let len = msg[start..].find('`')?;
-    Some(msg[start..start + len].to_string())
+    // An empty key (`{"": 1}`) still needs a visible name.
+    Some(match &msg[start..start + len] {
+        "" => "\"\"".to_string(),
+        f => f.to_string(),
+    })
 }
 
 /// Retrieval mode.
@@ -256,6 +280,97 @@ mod tests {
     fn null_arguments_mean_empty_object() {
         let a = parse_args::<EvalRetrievalArgs>(Value::Null).unwrap();
         assert_eq!(a, EvalRetrievalArgs::default());
+    }
+
+    /// Found by the `server_args` fuzz target: an empty key gave an empty field name.
+    #[test]
+    fn an_empty_key_is_still_named() {
+        let e = decode_body::<AskArgs>(b"\t\t{\"\":99\t}").unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("\"\""));
+        let e = parse_args::<IndexChunksArgs>(serde_json::json!({
+            "chunks": [{"node_id": 1, "chunk_index": 0, "content": "x", "": 1}]
+        }))
+        .unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("chunks[0].\"\""));
+    }
+
+    #[test]
+    fn bodies_that_are_not_json_name_the_body() {
+        let e = decode_body::<AskArgs>(b"{\"query\": \"q\"").unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("(body)"));
+        let e = decode_body::<AskArgs>(b"\xff\xfe").unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("(body)"));
+        let e = decode_body::<AskArgs>(b"\"a string\"").unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("(arguments)"));
+        assert_eq!(
+            decode_body::<AskArgs>(br#"{"query":"q"}"#).unwrap().query,
+            "q"
+        );
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+        /// Any bytes: the decoders of both transports answer Ok or an error that names a
+        /// field, never panic; and the stdio framing judges every line.
+        #[test]
+        fn decoders_never_panic_and_errors_name_a_field(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..400)) {
+            check_decoders(&bytes);
+        }
+
+        /// JSON-shaped input (objects with the real field names and random values) reaches
+        /// the typed decoders rather than stopping at the JSON parser.
+        #[test]
+        fn json_shaped_arguments_never_panic(
+            keys in proptest::collection::vec(proptest::sample::select(vec![
+                "query", "top_k", "mode", "trim", "trim_threshold", "filters", "path",
+                "content", "front_matter", "body", "index", "token", "chunks", "prune",
+                "messages", "budget", "hybrid", "questions", "node_id", "x",
+            ]), 0..6),
+            values in proptest::collection::vec(proptest::sample::select(vec![
+                "1", "-1", "0", "1e400", "18446744073709551616", "\"s\"", "\"\\u0000\"",
+                "null", "true", "[]", "{}", "[{\"node_id\":1,\"chunk_index\":0,\"content\":\"x\"}]",
+                "[{\"role\":\"user\",\"content\":\"q\"}]", "{\"a\":\"b\"}", "0.5",
+            ]), 0..6),
+        ) {
+            let body = format!(
+                "{{{}}}",
+                keys.iter()
+                    .zip(values.iter())
+                    .map(|(k, v)| format!("\"{k}\":{v}"))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            );
+            check_decoders(body.as_bytes());
+        }
+    }
+
+    fn check_decoders(bytes: &[u8]) {
+        fn one<T: DeserializeOwned>(bytes: &[u8]) {
+            if let Err(e) = decode_body::<T>(bytes) {
+                assert!(e.field.as_deref().is_some_and(|f| !f.is_empty()), "{e:?}");
+                assert!(e.message.contains("invalid argument"), "{e:?}");
+            }
+            if let Ok(Value::Object(m)) = serde_json::from_slice::<Value>(bytes) {
+                if let Err(e) = decode_tool_arguments::<T>(Some(m)) {
+                    assert!(e.field.is_some(), "{e:?}");
+                }
+            }
+        }
+        one::<AskArgs>(bytes);
+        one::<EvalRetrievalArgs>(bytes);
+        one::<RegisterDocArgs>(bytes);
+        one::<IndexChunksArgs>(bytes);
+        one::<PackArgs>(bytes);
+        let _ = crate::stdio::classify_line(bytes);
+        // An object line that is a tools/call with these bytes as arguments, if they are JSON.
+        if let Ok(v) = serde_json::from_slice::<Value>(bytes) {
+            let line = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                "params": {"name": "bib_ask", "arguments": v}});
+            let verdict = crate::stdio::classify_line(line.to_string().as_bytes());
+            let forwarded = matches!(verdict, crate::stdio::LineVerdict::Forward);
+            assert_eq!(forwarded, v.is_object() || v.is_null(), "{verdict:?}");
+        }
     }
 
     #[test]

@@ -17,6 +17,8 @@ pub enum ErrorCode {
     InvalidArgument,
     /// A mutating call without the right token, or any call on a public bind without one.
     Unauthorized,
+    /// The `Host` header is not on the allow-list (DNS-rebinding protection).
+    Forbidden,
     /// The document (or route) does not exist.
     NotFound,
     /// The feature is not available in this server (no model installed, no LLM configured …).
@@ -37,6 +39,7 @@ impl ErrorCode {
         match self {
             ErrorCode::InvalidArgument => "invalid_argument",
             ErrorCode::Unauthorized => "unauthorized",
+            ErrorCode::Forbidden => "forbidden",
             ErrorCode::NotFound => "not_found",
             ErrorCode::NotAvailable => "not_available",
             ErrorCode::PayloadTooLarge => "payload_too_large",
@@ -51,6 +54,7 @@ impl ErrorCode {
         match self {
             ErrorCode::InvalidArgument => 400,
             ErrorCode::Unauthorized => 401,
+            ErrorCode::Forbidden => 403,
             ErrorCode::NotFound => 404,
             ErrorCode::PayloadTooLarge => 413,
             ErrorCode::NotAvailable => 501,

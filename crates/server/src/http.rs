@@ -9,6 +9,16 @@
 //! time to produce the response), a bound on requests in flight (waiting for a slot counts
 //! against the timeout; a request that gets none answers `503 overloaded`), and on non-loopback
 //! binds a bearer token for everything but `/healthz`.
+//!
+//! On loopback binds every route (REST and `/mcp`) checks the `Host` header against an
+//! allow-list — `localhost`, `127.0.0.1`, `[::1]` with any port, plus `--allowed-host` values —
+//! and answers `403 forbidden` otherwise: a DNS-rebinding page (`evil.example.com` resolving
+//! to 127.0.0.1) reaches the socket but not the knowledge base.
+//!
+//! A timeout cancels the work: the handler's [`Work`] is cancelled, the operation stops at its
+//! next check and writes nothing, and the client gets `504 timeout`. If the operation already
+//! started its write, the guard waits for it and answers the real result, so a 504 always
+//! means "nothing was written" (see [`crate::work`]).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -21,19 +31,19 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
-use crate::args::parse_args;
+use crate::args::decode_body;
 use crate::error::{ErrorCode, ServiceError};
 use crate::mcp::BibMcp;
 use crate::service::Service;
+use crate::work::Work;
 use crate::ServerError;
 
 /// Limits and binding of the HTTP server.
@@ -45,9 +55,12 @@ pub struct HttpOptions {
     pub timeout: Duration,
     /// Requests handled at once; more wait (within the timeout) for a slot.
     pub max_in_flight: usize,
-    /// Extra `Host` values accepted by `/mcp` (DNS-rebinding protection; loopback names are
-    /// always accepted). Needed when serving on a public name.
+    /// Extra `Host` values accepted (DNS-rebinding protection; loopback names are always
+    /// accepted): `name` (any port) or `name:port`. Needed when serving on a public name.
     pub allowed_hosts: Vec<String>,
+    /// Check `Host` on every route (on by default; `bib serve` turns it off for non-loopback
+    /// binds, where every request needs the token anyway; `/mcp` keeps its own check).
+    pub check_host: bool,
 }
 
 impl Default for HttpOptions {
@@ -57,6 +70,7 @@ impl Default for HttpOptions {
             timeout: Duration::from_secs(60),
             max_in_flight: 64,
             allowed_hosts: Vec::new(),
+            check_host: true,
         }
     }
 }
@@ -66,6 +80,81 @@ struct App {
     service: Arc<Service>,
     slots: Arc<Semaphore>,
     timeout: Duration,
+    /// `Some(extra allowed hosts)` when `Host` is checked.
+    hosts: Option<Arc<Vec<String>>>,
+}
+
+/// The loopback names accepted in `Host` with any port.
+pub const LOOPBACK_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "[::1]"];
+
+/// Split a `Host` value into lower-cased host and optional port (`[::1]:8080` → `[::1]`,
+/// `8080`). `None` when it is not a plausible authority.
+fn split_host(value: &str) -> Option<(String, Option<&str>)> {
+    let v = value.trim();
+    if v.is_empty() || v.contains(['/', '@', ' ', ',']) {
+        return None;
+    }
+    let (host, port) = if v.starts_with('[') {
+        let end = v.find(']')?;
+        let rest = &v[end + 1..];
+        let port = match rest {
+            "" => None,
+            r => Some(r.strip_prefix(':')?),
+        };
+        (&v[..=end], port)
+    } else {
+        match v.rsplit_once(':') {
+            Some((h, p)) if !h.contains(':') => (h, Some(p)),
+            Some(_) => return None,
+            None => (v, None),
+        }
+    };
+    if port.is_some_and(|p| p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit())) {
+        return None;
+    }
+    if host.is_empty() {
+        return None;
+    }
+    Some((host.to_ascii_lowercase(), port))
+}
+
+/// Whether a `Host` header value is on the allow-list: a loopback name with any port, or an
+/// `extra` entry (`name` with any port, `name:port` exactly).
+pub fn host_allowed(value: &str, extra: &[String]) -> bool {
+    let Some((host, port)) = split_host(value) else {
+        return false;
+    };
+    let host = host.trim_end_matches('.');
+    if LOOPBACK_HOSTS.contains(&host) {
+        return true;
+    }
+    extra.iter().any(|e| match split_host(e) {
+        Some((h, None)) => h.trim_end_matches('.') == host,
+        Some((h, Some(p))) => h.trim_end_matches('.') == host && port == Some(p),
+        None => false,
+    })
+}
+
+fn check_host(headers: &HeaderMap, extra: &[String]) -> Result<(), ServiceError> {
+    let Some(value) = headers.get(header::HOST) else {
+        return Err(ServiceError::new(
+            ErrorCode::Forbidden,
+            "missing Host header (this server checks Host against DNS rebinding)",
+        ));
+    };
+    let value = value.to_str().unwrap_or("");
+    if host_allowed(value, extra) {
+        return Ok(());
+    }
+    tracing::info!(host = %value, "refused a request with a Host that is not allowed (DNS rebinding?)");
+    Err(ServiceError::new(
+        ErrorCode::Forbidden,
+        format!(
+            "Host `{}` is not allowed: this server answers localhost, 127.0.0.1 and [::1] \
+             (add names with --allowed-host)",
+            value.chars().take(200).collect::<String>()
+        ),
+    ))
 }
 
 struct ApiError(ServiceError);
@@ -110,21 +199,16 @@ fn body_args<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> Result
             ServiceError::invalid("(body)", rej.body_text())
         }
     })?;
-    let value: Value = if bytes.iter().all(u8::is_ascii_whitespace) {
-        Value::Null
-    } else {
-        serde_json::from_slice(&bytes)
-            .map_err(|e| ServiceError::invalid("(body)", format!("not valid JSON: {e}")))?
-    };
-    parse_args(value)
+    decode_body(&bytes)
 }
 
-async fn blocking<T, F>(f: F) -> ApiResult
+async fn blocking<T, F>(work: Option<Extension<Arc<Work>>>, f: F) -> ApiResult
 where
     T: Serialize + Send + 'static,
-    F: FnOnce() -> Result<T, ServiceError> + Send + 'static,
+    F: FnOnce(&Work) -> Result<T, ServiceError> + Send + 'static,
 {
-    match tokio::task::spawn_blocking(f).await {
+    let work = work.map_or_else(|| Arc::new(Work::unbounded()), |Extension(w)| w);
+    match tokio::task::spawn_blocking(move || f(&work)).await {
         Ok(Ok(v)) => Ok(Json(v).into_response()),
         Ok(Err(e)) => Err(ApiError(e)),
         Err(e) => Err(ApiError(ServiceError::internal(format!(
@@ -133,26 +217,39 @@ where
     }
 }
 
-async fn ask(State(app): State<App>, body: Result<Bytes, BytesRejection>) -> ApiResult {
+async fn ask(
+    State(app): State<App>,
+    work: Option<Extension<Arc<Work>>>,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult {
     let a = body_args(body)?;
     let s = app.service.clone();
-    blocking(move || s.ask(a)).await
+    blocking(work, move |w| s.ask(a, w)).await
 }
 
-async fn pack(State(app): State<App>, body: Result<Bytes, BytesRejection>) -> ApiResult {
+async fn pack(
+    State(app): State<App>,
+    work: Option<Extension<Arc<Work>>>,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult {
     let a = body_args(body)?;
     let s = app.service.clone();
-    blocking(move || s.pack(a)).await
+    blocking(work, move |w| s.pack(a, w)).await
 }
 
-async fn eval(State(app): State<App>, body: Result<Bytes, BytesRejection>) -> ApiResult {
+async fn eval(
+    State(app): State<App>,
+    work: Option<Extension<Arc<Work>>>,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult {
     let a = body_args(body)?;
     let s = app.service.clone();
-    blocking(move || s.eval(a)).await
+    blocking(work, move |w| s.eval(a, w)).await
 }
 
 async fn register(
     State(app): State<App>,
+    work: Option<Extension<Arc<Work>>>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult {
@@ -161,7 +258,8 @@ async fn register(
     app.service.tokens().check_mutation(bearer.as_deref())?;
     let a = body_args(body)?;
     let s = app.service.clone();
-    match tokio::task::spawn_blocking(move || s.register_doc(a, bearer.as_deref())).await {
+    let work = work.map_or_else(|| Arc::new(Work::unbounded()), |Extension(w)| w);
+    match tokio::task::spawn_blocking(move || s.register_doc(a, bearer.as_deref(), &work)).await {
         Ok(Ok(v)) => {
             let status = if v.created {
                 StatusCode::CREATED
@@ -179,6 +277,7 @@ async fn register(
 
 async fn index_chunks(
     State(app): State<App>,
+    work: Option<Extension<Arc<Work>>>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult {
@@ -186,7 +285,7 @@ async fn index_chunks(
     app.service.tokens().check_mutation(bearer.as_deref())?;
     let a = body_args(body)?;
     let s = app.service.clone();
-    blocking(move || s.index_chunks(a, bearer.as_deref())).await
+    blocking(work, move |w| s.index_chunks(a, bearer.as_deref(), w)).await
 }
 
 async fn get_doc(State(app): State<App>, Path(id): Path<String>) -> ApiResult {
@@ -194,7 +293,7 @@ async fn get_doc(State(app): State<App>, Path(id): Path<String>) -> ApiResult {
         .parse()
         .map_err(|_| ServiceError::invalid("node_id", format!("`{id}` is not an integer")))?;
     let s = app.service.clone();
-    blocking(move || s.get_doc(id)).await
+    blocking(None, move |_| s.get_doc(id)).await
 }
 
 #[derive(Debug, Deserialize)]
@@ -210,12 +309,12 @@ async fn runs(State(app): State<App>, Query(q): Query<RunsQuery>) -> ApiResult {
         })?,
     };
     let s = app.service.clone();
-    blocking(move || s.runs(limit)).await
+    blocking(None, move |_| s.runs(limit)).await
 }
 
 async fn healthz(State(app): State<App>) -> ApiResult {
     let s = app.service.clone();
-    blocking(move || s.health()).await
+    blocking(None, move |_| s.health()).await
 }
 
 async fn openapi() -> Response {
@@ -230,8 +329,14 @@ async fn not_found(req: Request) -> ApiError {
     )))
 }
 
-/// Token for public binds, a slot among the in-flight requests, and the timeout.
-async fn guard(State(app): State<App>, req: Request, next: Next) -> Response {
+/// Host allow-list, token for public binds, a slot among the in-flight requests, and the
+/// timeout that cancels the request's [`Work`].
+async fn guard(State(app): State<App>, mut req: Request, next: Next) -> Response {
+    if let Some(extra) = &app.hosts {
+        if let Err(e) = check_host(req.headers(), extra) {
+            return ApiError(e).into_response();
+        }
+    }
     let path = req.uri().path().to_string();
     if path != "/healthz" {
         if let Err(e) = app
@@ -242,6 +347,8 @@ async fn guard(State(app): State<App>, req: Request, next: Next) -> Response {
             return ApiError(e).into_response();
         }
     }
+    let ticket = Arc::new(Work::unbounded());
+    req.extensions_mut().insert(ticket.clone());
     let work = async {
         let _permit = match app.slots.clone().acquire_owned().await {
             Ok(p) => p,
@@ -255,10 +362,16 @@ async fn guard(State(app): State<App>, req: Request, next: Next) -> Response {
         };
         next.run(req).await
     };
-    match tokio::time::timeout(app.timeout, work).await {
-        Ok(r) => r,
-        Err(_) => {
-            tracing::warn!(path = %path, "request timed out after {:?}", app.timeout);
+    let mut work = std::pin::pin!(work);
+    tokio::select! {
+        r = &mut work => r,
+        () = tokio::time::sleep(app.timeout) => {
+            if !ticket.cancel() {
+                // The operation is writing: its result is the truth, wait for it.
+                tracing::warn!(path = %path, "request past its timeout is committing; waiting for it");
+                return work.await;
+            }
+            tracing::warn!(path = %path, "request timed out after {:?}; its work is cancelled", app.timeout);
             ApiError(ServiceError::new(
                 ErrorCode::Timeout,
                 format!(
@@ -277,6 +390,9 @@ pub fn router(service: Arc<Service>, opts: &HttpOptions, shutdown: CancellationT
         service: service.clone(),
         slots: Arc::new(Semaphore::new(opts.max_in_flight.max(1))),
         timeout: opts.timeout,
+        hosts: opts
+            .check_host
+            .then(|| Arc::new(opts.allowed_hosts.clone())),
     };
     let mut mcp_config = StreamableHttpServerConfig::default()
         .with_cancellation_token(shutdown)
@@ -413,4 +529,242 @@ pub fn spawn_loopback(service: Arc<Service>, opts: HttpOptions) -> Result<Backgr
         shutdown,
         thread: Some(thread),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{service, FakeEmbedder, TOKEN};
+    use axum::body::Body;
+    use bib_store::Store;
+    use tower::ServiceExt;
+
+    async fn call(
+        app: &Router,
+        method: &str,
+        path: &str,
+        host: Option<&str>,
+        body: serde_json::Value,
+    ) -> (u16, serde_json::Value) {
+        let mut req = axum::http::Request::builder()
+            .method(method)
+            .uri(path)
+            .header(header::CONTENT_TYPE, "application/json")
+            .header(header::ACCEPT, "application/json, text/event-stream")
+            .header(header::AUTHORIZATION, format!("Bearer {TOKEN}"));
+        if let Some(h) = host {
+            req = req.header(header::HOST, h);
+        }
+        let req = req.body(Body::from(body.to_string())).unwrap();
+        let resp = app.clone().oneshot(req).await.unwrap();
+        let status = resp.status().as_u16();
+        let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        (
+            status,
+            serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null),
+        )
+    }
+
+    #[test]
+    fn host_values() {
+        for ok in [
+            "localhost",
+            "localhost:8080",
+            "LOCALHOST:1",
+            "127.0.0.1",
+            "127.0.0.1:55555",
+            "[::1]",
+            "[::1]:8080",
+            "localhost.",
+        ] {
+            assert!(host_allowed(ok, &[]), "{ok}");
+        }
+        for bad in [
+            "evil.example.com",
+            "evil.example.com:8080",
+            "127.0.0.1.evil.example.com",
+            "localhost.evil.example.com",
+            "",
+            "::1",
+            "[::1]x",
+            "127.0.0.1:80:80",
+            "127.0.0.1:",
+            "user@127.0.0.1",
+            "127.0.0.2",
+        ] {
+            assert!(!host_allowed(bad, &[]), "{bad}");
+        }
+        let extra = vec!["kb.example".to_string(), "docs.example:8443".to_string()];
+        assert!(host_allowed("kb.example:9999", &extra));
+        assert!(host_allowed("docs.example:8443", &extra));
+        assert!(!host_allowed("docs.example:8444", &extra));
+        assert!(!host_allowed("evil.example", &extra));
+    }
+
+    /// Issue 14: `POST /ask` with `Host: evil.example.com` answered 200 (DNS rebinding).
+    #[tokio::test]
+    async fn every_route_refuses_a_foreign_host() {
+        let (svc, _) = service(None);
+        let app = router(svc, &HttpOptions::default(), CancellationToken::new());
+        let ask = serde_json::json!({"query": "restored from the local cache", "mode": "bm25"});
+        let (st, v) = call(&app, "POST", "/ask", Some("evil.example.com"), ask.clone()).await;
+        assert_eq!(st, 403, "{v}");
+        assert_eq!(v["error"]["code"], "forbidden");
+        assert!(v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("evil.example.com"));
+        for (m, p) in [
+            ("GET", "/healthz"),
+            ("GET", "/runs"),
+            ("GET", "/docs/1"),
+            ("GET", "/openapi.json"),
+            ("POST", "/docs"),
+            ("POST", "/mcp"),
+            ("POST", "/eval"),
+            ("GET", "/nowhere"),
+        ] {
+            let (st, _) = call(
+                &app,
+                m,
+                p,
+                Some("evil.example.com:8080"),
+                serde_json::json!({}),
+            )
+            .await;
+            assert_eq!(st, 403, "{m} {p}");
+        }
+        let (st, _) = call(&app, "GET", "/healthz", None, serde_json::json!({})).await;
+        assert_eq!(st, 403, "no Host at all");
+        for host in ["127.0.0.1:8080", "localhost", "[::1]:1"] {
+            let (st, v) = call(&app, "POST", "/ask", Some(host), ask.clone()).await;
+            assert_eq!(st, 200, "{host}: {v}");
+            assert_eq!(v["results"][0]["path"], "guides/restore.md");
+        }
+        // Configured names pass; with the check off (public binds) any Host does.
+        let opts = HttpOptions {
+            allowed_hosts: vec!["kb.example".into()],
+            ..HttpOptions::default()
+        };
+        let (svc, _) = service(None);
+        let app = router(svc.clone(), &opts, CancellationToken::new());
+        assert_eq!(
+            call(&app, "POST", "/ask", Some("kb.example:80"), ask.clone())
+                .await
+                .0,
+            200
+        );
+        assert_eq!(
+            call(&app, "POST", "/ask", Some("evil.example.com"), ask.clone())
+                .await
+                .0,
+            403
+        );
+        let opts = HttpOptions {
+            check_host: false,
+            ..HttpOptions::default()
+        };
+        let app = router(svc, &opts, CancellationToken::new());
+        assert_eq!(
+            call(&app, "POST", "/ask", Some("evil.example.com"), ask)
+                .await
+                .0,
+            200
+        );
+    }
+
+    /// Issue 14: a 3.9 MB query was accepted and logged in full.
+    #[tokio::test]
+    async fn an_over_long_query_is_refused_and_not_logged() {
+        let (svc, store) = service(None);
+        let app = router(svc, &HttpOptions::default(), CancellationToken::new());
+        let q = "cache ".repeat(650_000); // 3.9 MB
+        let (st, v) = call(
+            &app,
+            "POST",
+            "/ask",
+            Some("127.0.0.1"),
+            serde_json::json!({"query": q, "mode": "bm25"}),
+        )
+        .await;
+        assert_eq!(st, 400, "{v}");
+        assert_eq!(v["error"]["field"], "query");
+        assert!(store.recent_queries(10).unwrap().is_empty());
+        let (st, v) = call(
+            &app,
+            "POST",
+            "/eval",
+            Some("127.0.0.1"),
+            serde_json::json!({"questions": ["ok", "x".repeat(5000)]}),
+        )
+        .await;
+        assert_eq!(st, 400, "{v}");
+        assert_eq!(v["error"]["field"], "questions[1]");
+    }
+
+    /// Issue 14: `POST /docs` answered 504 and the document was committed 21 s later.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_timed_out_registration_writes_nothing() {
+        let slow = FakeEmbedder::new(Duration::from_millis(400));
+        let (svc, store) = service(Some(slow.clone()));
+        let opts = HttpOptions {
+            timeout: Duration::from_millis(150),
+            ..HttpOptions::default()
+        };
+        let app = router(svc, &opts, CancellationToken::new());
+        let body = serde_json::json!({
+            "path": "late.md",
+            "content": "# Late\n\nThis document arrives after its deadline.\n",
+            "index": true,
+        });
+        let (st, v) = call(&app, "POST", "/docs", Some("127.0.0.1"), body).await;
+        assert_eq!(st, 504, "{v}");
+        assert_eq!(v["error"]["code"], "timeout");
+        // Well past the embedding call: still not there.
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+        let paths: Vec<String> = store
+            .documents()
+            .unwrap()
+            .into_iter()
+            .map(|d| d.path)
+            .collect();
+        assert!(!paths.contains(&"late.md".to_string()), "{paths:?}");
+        assert_eq!(slow.calls(), 1, "no embedding after the cancel");
+    }
+
+    /// Issue 14: `/eval` kept the CPU busy 10 s after its 504.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_timed_out_eval_stops_working() {
+        let slow = FakeEmbedder::new(Duration::from_millis(50));
+        let (svc, _) = service(Some(slow.clone()));
+        let opts = HttpOptions {
+            timeout: Duration::from_millis(300),
+            ..HttpOptions::default()
+        };
+        let app = router(svc, &opts, CancellationToken::new());
+        let questions: Vec<String> = (0..150)
+            .map(|i| format!("question number {i} about the cache"))
+            .collect();
+        let (st, v) = call(
+            &app,
+            "POST",
+            "/eval",
+            Some("127.0.0.1"),
+            serde_json::json!({"questions": questions}),
+        )
+        .await;
+        assert_eq!(st, 504, "{v}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let at_stop = slow.calls();
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        let later = slow.calls();
+        assert!(at_stop > 0);
+        assert_eq!(later, at_stop, "eval kept embedding after its 504");
+        assert!(
+            at_stop < 60,
+            "{at_stop} embedding calls: the eval did not stop"
+        );
+    }
 }

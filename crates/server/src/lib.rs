@@ -21,11 +21,16 @@ pub mod http;
 pub mod mcp;
 pub mod openapi;
 pub mod service;
+pub mod stdio;
+#[cfg(test)]
+mod testing;
+pub mod work;
 
 pub use auth::TokenCheck;
 pub use error::{ErrorCode, ServiceError};
 pub use http::HttpOptions;
 pub use service::Service;
+pub use work::Work;
 
 /// The MCP `serverInfo.name`.
 pub const SERVER_NAME: &str = "bibliotecario";

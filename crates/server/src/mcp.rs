@@ -19,13 +19,11 @@ use rmcp::{tool, tool_handler, tool_router, ErrorData, RoleServer, ServerHandler
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
-use serde_json::Value;
 
-use crate::args::{
-    parse_args, AskArgs, EvalRetrievalArgs, IndexChunksArgs, PackArgs, RegisterDocArgs,
-};
+use crate::args::{AskArgs, EvalRetrievalArgs, IndexChunksArgs, PackArgs, RegisterDocArgs};
 use crate::error::{ErrorCode, ServiceError};
 use crate::service::{AskOutput, IndexOutput, PackOutput, RegisterOutput, Service};
+use crate::work::Work;
 use crate::{ServerError, SERVER_NAME, SERVER_VERSION};
 
 /// Tool-argument extractor that names the bad field (see the module docs). The `#[tool]` macro
@@ -44,8 +42,7 @@ impl<T: JsonSchema> JsonSchema for Parameters<T> {
 
 impl<S, T: DeserializeOwned> FromContextPart<ToolCallContext<'_, S>> for Parameters<T> {
     fn from_context_part(context: &mut ToolCallContext<'_, S>) -> Result<Self, ErrorData> {
-        let args = context.arguments.take().unwrap_or_default();
-        parse_args(Value::Object(args))
+        crate::args::decode_tool_arguments(context.arguments.take())
             .map(Parameters)
             .map_err(|e| to_error_data(&e))
     }
@@ -60,13 +57,22 @@ pub fn to_error_data(e: &ServiceError) -> ErrorData {
     }
 }
 
+/// The [`Work`] of the HTTP request carrying this tool call (streamable HTTP: the guard's, so
+/// its timeout cancels the call), else one without a deadline.
+fn work_of(ctx: &RequestContext<RoleServer>) -> Arc<Work> {
+    ctx.extensions
+        .get::<axum::http::request::Parts>()
+        .and_then(|p| p.extensions.get::<Arc<Work>>().cloned())
+        .unwrap_or_else(|| Arc::new(Work::unbounded()))
+}
+
 /// Run a service call on the blocking pool and shape its answer as a tool result.
-async fn run_tool<T, F>(f: F) -> Result<CallToolResult, ErrorData>
+async fn run_tool<T, F>(work: Arc<Work>, f: F) -> Result<CallToolResult, ErrorData>
 where
     T: Serialize + Send + 'static,
-    F: FnOnce() -> Result<T, ServiceError> + Send + 'static,
+    F: FnOnce(&Work) -> Result<T, ServiceError> + Send + 'static,
 {
-    let r = match tokio::task::spawn_blocking(f).await {
+    let r = match tokio::task::spawn_blocking(move || f(&work)).await {
         Ok(r) => r,
         Err(e) => Err(ServiceError::internal(format!("the operation failed: {e}"))),
     };
@@ -134,9 +140,10 @@ impl BibMcp {
     async fn bib_ask(
         &self,
         Parameters(a): Parameters<AskArgs>,
+        ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
         let s = self.service.clone();
-        run_tool(move || s.ask(a)).await
+        run_tool(work_of(&ctx), move |w| s.ask(a, w)).await
     }
 
     /// A/B evaluation of retrieval: whole chunks (baseline) against sentence trimming and other
@@ -149,9 +156,10 @@ impl BibMcp {
     async fn bib_eval_retrieval(
         &self,
         Parameters(a): Parameters<EvalRetrievalArgs>,
+        ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
         let s = self.service.clone();
-        run_tool(move || s.eval(a)).await
+        run_tool(work_of(&ctx), move |w| s.eval(a, w)).await
     }
 
     /// Create or update one document (path + Markdown, or front-matter + body). Returns its
@@ -168,7 +176,10 @@ impl BibMcp {
     ) -> Result<CallToolResult, ErrorData> {
         let s = self.service.clone();
         let bearer = http_bearer(&ctx);
-        run_tool(move || s.register_doc(a, bearer.as_deref())).await
+        run_tool(work_of(&ctx), move |w| {
+            s.register_doc(a, bearer.as_deref(), w)
+        })
+        .await
     }
 
     /// Index chunks of registered documents by (node_id, chunk_index), embedding them, and
@@ -186,7 +197,10 @@ impl BibMcp {
     ) -> Result<CallToolResult, ErrorData> {
         let s = self.service.clone();
         let bearer = http_bearer(&ctx);
-        run_tool(move || s.index_chunks(a, bearer.as_deref())).await
+        run_tool(work_of(&ctx), move |w| {
+            s.index_chunks(a, bearer.as_deref(), w)
+        })
+        .await
     }
 
     /// Pack a chat or agent history into a token budget, keeping the lines most relevant to
@@ -199,9 +213,10 @@ impl BibMcp {
     async fn bib_pack(
         &self,
         Parameters(a): Parameters<PackArgs>,
+        ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
         let s = self.service.clone();
-        run_tool(move || s.pack(a)).await
+        run_tool(work_of(&ctx), move |w| s.pack(a, w)).await
     }
 }
 
@@ -224,17 +239,50 @@ impl ServerHandler for BibMcp {
     }
 }
 
-/// Serve MCP over stdin/stdout until the client closes stdin.
+/// Serve MCP over stdin/stdout until the client closes stdin, behind the framing layer of
+/// [`crate::stdio`] (parse errors answered, line length bounded).
 pub async fn serve_stdio(service: Arc<Service>) -> Result<(), ServerError> {
-    let running = BibMcp::new(service)
-        .serve(rmcp::transport::stdio())
-        .await
-        .map_err(|e| ServerError::Mcp(e.to_string()))?;
-    running
-        .waiting()
-        .await
-        .map_err(|e| ServerError::Mcp(e.to_string()))?;
-    Ok(())
+    serve_lines(service, tokio::io::stdin(), tokio::io::stdout()).await
+}
+
+/// MCP over any line-oriented byte stream pair (what [`serve_stdio`] runs on stdin/stdout).
+pub async fn serve_lines<R, W>(
+    service: Arc<Service>,
+    input: R,
+    output: W,
+) -> Result<(), ServerError>
+where
+    R: tokio::io::AsyncRead + Unpin + Send + 'static,
+    W: tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    use crate::stdio::{frame_input, merge_output, MAX_LINE_BYTES};
+    let (mcp_in, frame_out) = tokio::io::duplex(1024 * 1024);
+    let (mcp_out, merge_in) = tokio::io::duplex(1024 * 1024);
+    let (tx, rx) = tokio::sync::mpsc::channel(64);
+    let framing = tokio::spawn(frame_input(input, frame_out, tx, MAX_LINE_BYTES));
+    let writer = tokio::spawn(merge_output(merge_in, rx, output));
+    let (mcp_read, _) = tokio::io::split(mcp_in);
+    let (_, mcp_write) = tokio::io::split(mcp_out);
+    let served = async {
+        let running = BibMcp::new(service)
+            .serve((mcp_read, mcp_write))
+            .await
+            .map_err(|e| ServerError::Mcp(e.to_string()))?;
+        running
+            .waiting()
+            .await
+            .map_err(|e| ServerError::Mcp(e.to_string()))?;
+        Ok::<(), ServerError>(())
+    };
+    let r = served.await;
+    framing.abort();
+    // rmcp's side of the output pipe is closed now; the writer drains what is left.
+    match writer.await {
+        Ok(Err(e)) => tracing::warn!("stdio writer: {e}"),
+        Err(e) => tracing::warn!("stdio writer task: {e}"),
+        Ok(Ok(())) => {}
+    }
+    r
 }
 
 /// [`serve_stdio`] on a fresh runtime (what `bib mcp` runs).

@@ -21,6 +21,7 @@ use sha2::{Digest, Sha256};
 use crate::args::{AskArgs, EvalRetrievalArgs, IndexChunksArgs, PackArgs, RegisterDocArgs};
 use crate::auth::TokenCheck;
 use crate::error::ServiceError;
+use crate::work::{CancelEmbedder, Work};
 
 /// Largest document accepted by `register_doc` (the HTTP body limit is usually lower).
 pub const MAX_DOC_BYTES: usize = 10 * 1024 * 1024;
@@ -28,6 +29,11 @@ pub const MAX_DOC_BYTES: usize = 10 * 1024 * 1024;
 pub const MAX_TOP_K: usize = 100;
 /// Chunks embedded per model call when indexing.
 const EMBED_BATCH: usize = 25;
+/// Longest question accepted by ask and eval, in bytes (a question, not a document; the query
+/// log keeps it).
+pub const MAX_QUERY_BYTES: usize = 4096;
+/// Longest document path accepted by `register_doc`, in bytes.
+pub const MAX_PATH_BYTES: usize = 1024;
 
 /// The shared state of a server process.
 pub struct Service {
@@ -116,6 +122,10 @@ pub struct RegisterOutput {
     pub title: String,
     /// With `index: true`: what indexing did.
     pub indexed: Option<IndexOutput>,
+    /// Without `index`: chunks of the previous content removed because the content changed
+    /// (index the new content with `bib_index_chunks`).
+    #[serde(default)]
+    pub stale_chunks_pruned: u64,
 }
 
 /// One problem of an index call.
@@ -156,8 +166,54 @@ fn sha256_hex(s: &str) -> String {
     hex::encode(Sha256::digest(s.as_bytes()))
 }
 
+/// A question: not blank, at most [`MAX_QUERY_BYTES`].
+fn check_query(field: &str, q: &str) -> Result<(), ServiceError> {
+    if q.trim().is_empty() {
+        return Err(ServiceError::invalid(field, "is empty"));
+    }
+    if q.len() > MAX_QUERY_BYTES {
+        return Err(ServiceError::invalid(
+            field,
+            format!(
+                "{} bytes, over the limit of {MAX_QUERY_BYTES} bytes for a question",
+                q.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Text fields of a registration must not carry NUL bytes (file ingest refuses them too).
+fn check_no_nul(field: &str, text: &str) -> Result<(), ServiceError> {
+    match text.find('\0') {
+        Some(at) => Err(ServiceError::invalid(
+            field,
+            format!("contains a NUL byte at byte {at}; Markdown is text"),
+        )),
+        None => Ok(()),
+    }
+}
+
+fn value_has_nul(v: &Value) -> bool {
+    match v {
+        Value::String(s) => s.contains('\0'),
+        Value::Array(a) => a.iter().any(value_has_nul),
+        Value::Object(o) => o.iter().any(|(k, v)| k.contains('\0') || value_has_nul(v)),
+        _ => false,
+    }
+}
+
 /// Normalize a wiki-relative path: `/` separators, no `.` parts, no leading `public/`.
 pub fn normalize_path(raw: &str) -> Result<String, ServiceError> {
+    if raw.len() > MAX_PATH_BYTES {
+        return Err(ServiceError::invalid(
+            "path",
+            format!("{} bytes, over the limit of {MAX_PATH_BYTES}", raw.len()),
+        ));
+    }
+    if raw.contains('\0') {
+        return Err(ServiceError::invalid("path", "contains a NUL byte"));
+    }
     let p = raw.trim().replace('\\', "/");
     if p.is_empty() {
         return Err(ServiceError::invalid("path", "is empty"));
@@ -193,7 +249,17 @@ pub fn normalize_path(raw: &str) -> Result<String, ServiceError> {
             format!("`{raw}` names no file"),
         ));
     }
-    Ok(parts.join("/"))
+    let path = parts.join("/");
+    let is_md = path.rsplit_once('.').is_some_and(|(stem, ext)| {
+        !stem.ends_with('/') && !stem.is_empty() && ext.eq_ignore_ascii_case("md")
+    });
+    if !is_md {
+        return Err(ServiceError::invalid(
+            "path",
+            format!("`{path}` is not a Markdown file name (it must end in `.md`)"),
+        ));
+    }
+    Ok(path)
 }
 
 /// Title: front-matter `title`, else the first `# ` heading, else the file stem.
@@ -272,10 +338,8 @@ impl Service {
     // ── ask ──────────────────────────────────────────────────────────────────────────
 
     /// Hybrid retrieval with optional trimming; the query is logged.
-    pub fn ask(&self, a: AskArgs) -> Result<AskOutput, ServiceError> {
-        if a.query.trim().is_empty() {
-            return Err(ServiceError::invalid("query", "is empty"));
-        }
+    pub fn ask(&self, a: AskArgs, work: &Work) -> Result<AskOutput, ServiceError> {
+        check_query("query", &a.query)?;
         if let Some(k) = a.top_k {
             if k == 0 || k > MAX_TOP_K {
                 return Err(ServiceError::invalid(
@@ -335,8 +399,18 @@ impl Service {
             self.need_embedder("trimming")?;
         }
         let index = StoreIndex::new(self.store.as_ref());
-        let retriever = Retriever::new(&index, self.embedder.as_deref(), &self.cache);
-        let r = retriever.retrieve(&a.query, opts, &filter)?;
+        let embedder = self
+            .embedder
+            .as_deref()
+            .map(|inner| CancelEmbedder { inner, work });
+        let retriever = Retriever::new(
+            &index,
+            embedder.as_ref().map(|e| e as &dyn Embedder),
+            &self.cache,
+        );
+        let r = retriever.retrieve(&a.query, opts, &filter);
+        work.check()?;
+        let r = r?;
         if let Err(e) = self.store.log_query(&log_entry(&r, opts, &filter)) {
             tracing::warn!("could not write the query log: {e}");
         }
@@ -385,11 +459,11 @@ impl Service {
     // ── eval ─────────────────────────────────────────────────────────────────────────
 
     /// The A/B harness (baseline vs trimming …) over the given or the logged questions.
-    pub fn eval(&self, a: EvalRetrievalArgs) -> Result<Value, ServiceError> {
+    pub fn eval(&self, a: EvalRetrievalArgs, work: &Work) -> Result<Value, ServiceError> {
         let mut e = bib_eval::EvalArgs::default();
         if let Some(q) = a.questions {
-            if let Some(i) = q.iter().position(|q| q.trim().is_empty()) {
-                return Err(ServiceError::invalid(format!("questions[{i}]"), "is empty"));
+            for (i, q) in q.iter().enumerate() {
+                check_query(&format!("questions[{i}]"), q)?;
             }
             if q.len() > 200 {
                 return Err(ServiceError::invalid(
@@ -436,19 +510,19 @@ impl Service {
         } else {
             None
         };
-        let embedder = self.embedder.as_deref();
-        if embedder.is_none() {
-            // Trimming variants need vectors; say so instead of failing deep inside.
-            self.need_embedder("bib_eval_retrieval")?;
-        }
+        // Trimming variants need vectors; say so instead of failing deep inside.
+        let inner = self.need_embedder("bib_eval_retrieval")?;
+        // Every question embeds: once the deadline passes, the next one fails and eval stops.
+        let embedder = CancelEmbedder { inner, work };
         let report = bib_eval::evaluate_store(
             self.store.as_ref(),
-            embedder,
+            Some(&embedder),
             &self.cache,
             synth.as_ref(),
             &e,
-        )
-        .map_err(|err| match err {
+        );
+        work.check()?;
+        let report = report.map_err(|err| match err {
             bib_eval::EvalError::InvalidArg { name, reason } => ServiceError::invalid(name, reason),
             bib_eval::EvalError::NoQuestions(m) => ServiceError::invalid(
                 "questions",
@@ -467,6 +541,7 @@ impl Service {
         &self,
         a: RegisterDocArgs,
         presented: Option<&str>,
+        work: &Work,
     ) -> Result<RegisterOutput, ServiceError> {
         self.tokens
             .check_mutation(presented.or(a.token.as_deref()))?;
@@ -484,6 +559,7 @@ impl Service {
                 ))
             }
             (Some(content), None, None) => {
+                check_no_nul("content", &content)?;
                 if content.len() > MAX_DOC_BYTES {
                     return Err(ServiceError::invalid(
                         "content",
@@ -511,6 +587,7 @@ impl Service {
                     ));
                 }
                 let body = body.unwrap_or_default();
+                check_no_nul("body", &body)?;
                 if body.len() > MAX_DOC_BYTES {
                     return Err(ServiceError::invalid(
                         "body",
@@ -520,6 +597,12 @@ impl Service {
                 let meta = fm
                     .map(|m| Value::Object(m.into_iter().collect()))
                     .unwrap_or(Value::Null);
+                if value_has_nul(&meta) {
+                    return Err(ServiceError::invalid(
+                        "front_matter",
+                        "contains a NUL byte; Markdown is text",
+                    ));
+                }
                 // The hash covers metadata and body, so either changing marks the document changed.
                 let text = format!("{}\n{}", meta, body);
                 let offset = text.len() - body.len();
@@ -540,14 +623,24 @@ impl Service {
             .write_lock
             .lock()
             .map_err(|_| ServiceError::internal("write lock poisoned"))?;
+        work.check()?;
         let existing = self.store.documents()?.into_iter().find(|d| d.path == path);
+        let mut stale_chunks_pruned = 0u64;
         let (chunk_count, upserts, mut counts) = match embedder {
-            None => (
-                existing.as_ref().map_or(0, |d| d.chunk_count),
-                Vec::new(),
-                None,
-            ),
+            // Without indexing the chunks stay as they are only when the content is the same:
+            // chunks of an older text under the new hash would never be re-chunked (ingest
+            // trusts the hash) and would answer questions with text the document no longer
+            // has. Changed content drops them; `bib_index_chunks` (or ingest) brings new ones.
+            None => match &existing {
+                Some(d) if d.content_hash == content_hash => (d.chunk_count, Vec::new(), None),
+                Some(d) => {
+                    stale_chunks_pruned = u64::from(d.chunk_count);
+                    (0, Vec::new(), None)
+                }
+                None => (0, Vec::new(), None),
+            },
             Some(e) => {
+                let e = CancelEmbedder { inner: e, work };
                 let chunks = chunk_markdown(&title, body, body_offset, &ChunkOptions::default());
                 let pending: Vec<Pending> = chunks
                     .into_iter()
@@ -575,7 +668,9 @@ impl Service {
                 let (todo, skipped): (Vec<Pending>, Vec<Pending>) = pending
                     .into_iter()
                     .partition(|p| old.get(&p.index) != Some(&p.hash));
-                let writes = self.embed_pending(e, todo)?;
+                let writes = self.embed_pending(&e, todo);
+                work.check()?;
+                let writes = writes?;
                 let counts = IndexOutput {
                     chunks_skipped: skipped.len() as u64,
                     ..IndexOutput::default()
@@ -592,6 +687,9 @@ impl Service {
             chunk_count,
             upserts,
         };
+        // The point of no return: after this a timeout waits for the write instead of
+        // answering 504 (see `crate::work`).
+        work.begin_commit()?;
         let out = self.store.apply_document(&change)?;
         if let Some(c) = counts.as_mut() {
             c.chunks_created = out.created as u64;
@@ -605,6 +703,7 @@ impl Service {
             path,
             title,
             indexed: counts,
+            stale_chunks_pruned,
         })
     }
 
@@ -687,6 +786,7 @@ impl Service {
         &self,
         a: IndexChunksArgs,
         presented: Option<&str>,
+        work: &Work,
     ) -> Result<IndexOutput, ServiceError> {
         self.tokens
             .check_mutation(presented.or(a.token.as_deref()))?;
@@ -740,8 +840,12 @@ impl Service {
         let embedder = if a.chunks.is_empty() {
             None
         } else {
-            Some(self.need_embedder("bib_index_chunks")?)
+            Some(CancelEmbedder {
+                inner: self.need_embedder("bib_index_chunks")?,
+                work,
+            })
         };
+        let embedder = embedder.as_ref();
 
         let _guard = self
             .write_lock
@@ -802,6 +906,7 @@ impl Service {
                 });
             }
             let n_todo = todo.len() as u64;
+            work.check()?;
             let upserts = match embedder {
                 Some(e) if !todo.is_empty() => match self.embed_pending(e, todo) {
                     Ok(w) => w,
@@ -831,6 +936,9 @@ impl Service {
                 chunk_count,
                 upserts,
             };
+            // A deadline that passes before the first write stops everything; once a write
+            // started, the rest of the call runs to its end (see `crate::work`).
+            work.begin_commit()?;
             match self.store.apply_document(&change) {
                 Ok(o) => {
                     out.chunks_created += o.created as u64;
@@ -860,7 +968,7 @@ impl Service {
     // ── pack ─────────────────────────────────────────────────────────────────────────
 
     /// Fit a history into a token budget (spec 003 packer).
-    pub fn pack(&self, a: PackArgs) -> Result<PackOutput, ServiceError> {
+    pub fn pack(&self, a: PackArgs, work: &Work) -> Result<PackOutput, ServiceError> {
         if a.budget == 0 {
             return Err(ServiceError::invalid("budget", "must be at least 1"));
         }
@@ -882,7 +990,12 @@ impl Service {
         let opts = bib_pack::PackOptions::default();
         let packed = if a.hybrid.unwrap_or(false) {
             match self.embedder.as_deref() {
-                Some(e) => bib_pack::pack_hybrid(&history, a.budget, &opts, e),
+                Some(inner) => bib_pack::pack_hybrid(
+                    &history,
+                    a.budget,
+                    &opts,
+                    &CancelEmbedder { inner, work },
+                ),
                 None => {
                     let mut p = bib_pack::pack(&history, a.budget, &opts);
                     p.stats.semantic_error = Some(format!(
@@ -895,6 +1008,7 @@ impl Service {
         } else {
             bib_pack::pack(&history, a.budget, &opts)
         };
+        work.check()?;
         Ok(PackOutput {
             messages: packed
                 .messages
@@ -967,5 +1081,99 @@ impl Service {
             "model_error": self.model_error,
             "mutations": self.tokens.mutations_enabled(),
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{service, FakeEmbedder, TOKEN};
+    use std::time::Duration;
+
+    fn reg(path: &str, content: &str, index: bool) -> RegisterDocArgs {
+        RegisterDocArgs {
+            path: path.into(),
+            content: Some(content.into()),
+            index: Some(index),
+            ..RegisterDocArgs::default()
+        }
+    }
+
+    /// Issue 14: `POST /docs` accepted a 100k-character path, a path without `.md` and NUL.
+    #[test]
+    fn hostile_paths_and_nul_bytes_are_refused_by_field() {
+        let (svc, store) = service(None);
+        let w = Work::unbounded();
+        let long = format!("{}.md", "a".repeat(100_000));
+        for (args, field) in [
+            (reg(&long, "# x\n", false), "path"),
+            (reg("notes.txt", "# x\n", false), "path"),
+            (reg("notes", "# x\n", false), "path"),
+            (reg("dir/.md", "# x\n", false), "path"),
+            (reg("a\0b.md", "# x\n", false), "path"),
+            (reg("ok.md", "# x\n\0binary\n", false), "content"),
+            (
+                RegisterDocArgs {
+                    path: "ok.md".into(),
+                    body: Some("a\0b".into()),
+                    ..RegisterDocArgs::default()
+                },
+                "body",
+            ),
+            (
+                RegisterDocArgs {
+                    path: "ok.md".into(),
+                    front_matter: Some(BTreeMap::from([("t".into(), json!(["x\0"]))])),
+                    body: Some("b".into()),
+                    ..RegisterDocArgs::default()
+                },
+                "front_matter",
+            ),
+        ] {
+            let e = svc.register_doc(args, Some(TOKEN), &w).unwrap_err();
+            assert_eq!(e.field.as_deref(), Some(field), "{e:?}");
+        }
+        assert_eq!(store.documents().unwrap().len(), 2, "nothing written");
+        let ok = svc
+            .register_doc(reg("Guides/New.MD", "# New\n", false), Some(TOKEN), &w)
+            .unwrap();
+        assert_eq!(ok.path, "Guides/New.MD");
+    }
+
+    /// Issue 14: registering without `index` left the old chunks under the new hash, so the
+    /// document answered with text it no longer had and ingest (which trusts the hash)
+    /// never re-chunked it.
+    #[test]
+    fn registering_changed_content_without_index_drops_the_old_chunks() {
+        let (svc, store) = service(Some(FakeEmbedder::new(Duration::ZERO)));
+        let w = Work::unbounded();
+        let v1 = "# Cache\n\nThe cache lives in the user profile.\n\n## Clearing\n\nRun clear.\n";
+        let out = svc
+            .register_doc(reg("c.md", v1, true), Some(TOKEN), &w)
+            .unwrap();
+        let n = out.indexed.unwrap().chunks_created;
+        assert!(n > 0);
+        // Same content, no index: the chunks stay.
+        let same = svc
+            .register_doc(reg("c.md", v1, false), Some(TOKEN), &w)
+            .unwrap();
+        assert_eq!(same.stale_chunks_pruned, 0);
+        assert_eq!(store.document_chunks("c.md").unwrap().len() as u64, n);
+        // New content, no index: no chunk of the old text survives under the new hash.
+        let v2 = "# Cache\n\nThe cache moved to a shared folder.\n";
+        let changed = svc
+            .register_doc(reg("c.md", v2, false), Some(TOKEN), &w)
+            .unwrap();
+        assert_eq!(changed.stale_chunks_pruned, n);
+        assert!(store.document_chunks("c.md").unwrap().is_empty());
+        let d = store
+            .documents()
+            .unwrap()
+            .into_iter()
+            .find(|d| d.path == "c.md")
+            .unwrap();
+        assert_eq!(d.chunk_count, 0);
+        assert_eq!(d.content_hash, sha256_hex(v2));
+        assert!(store.audit().unwrap().coherent);
     }
 }

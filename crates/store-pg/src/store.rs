@@ -13,7 +13,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use bib_store::lexical::term_counts;
 use bib_store::{
     qualified_name, ApplyOutcome, AuditReport, ChunkId, ChunkRecord, ChunkState, DocRecord,
-    DocumentChange, Filter, Hit, LexicalStats, NodeId, QueryLogEntry, RunRow, Store, StoreError,
+    DocumentChange, Filter, Hit, LexicalStats, NodeId, QueryLogEntry, QueryLogRetention, RunRow,
+    Store, StoreError,
 };
 use bib_text::bm25::{idf, tf_factor, Bm25Params};
 use bib_text::terms::terms;
@@ -93,6 +94,8 @@ pub struct PgStore {
     location: String,
     /// Dimensions that already have their partial HNSW index.
     hnsw_dims: Mutex<HashSet<i32>>,
+    /// Query-log bounds applied by every `log_query`.
+    retention: Mutex<QueryLogRetention>,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -145,6 +148,7 @@ impl PgStore {
             opts,
             location,
             hnsw_dims: Mutex::new(dims),
+            retention: Mutex::new(QueryLogRetention::default()),
         })
     }
 
@@ -1329,21 +1333,58 @@ impl Store for PgStore {
     }
 
     fn log_query(&self, entry: &QueryLogEntry) -> Result<i64, StoreError> {
-        let rec = serde_json::to_string(entry)
-            .map_err(|err| StoreError::Invalid(format!("query log entry: {err}")))?;
+        let r = self.query_log_retention();
+        let (query, rec) = r.prepare(entry)?;
+        let keep_rows = i64::try_from(r.max_rows.max(1)).unwrap_or(i64::MAX);
+        let max_bytes = i64::try_from(r.max_bytes).unwrap_or(i64::MAX);
         self.block(async {
-            sqlx::query_scalar(
+            let mut tx = self.pool.begin().await.map_err(pg("begin"))?;
+            let id: i64 = sqlx::query_scalar(
                 "INSERT INTO query_log (at_ms, query, mode, record) VALUES ($1, $2, $3, $4) \
                  RETURNING id",
             )
             .bind(entry.at_ms)
-            .bind(&entry.query)
+            .bind(&query)
             .bind(&entry.mode)
             .bind(&rec)
-            .fetch_one(&self.pool)
+            .fetch_one(&mut *tx)
             .await
-            .map_err(pg("log query"))
+            .map_err(pg("log query"))?;
+            // Several writers may interleave ids, so keep the newest `keep_rows` by rank (an
+            // index range of the primary key, not a scan of the records).
+            sqlx::query(
+                "DELETE FROM query_log WHERE id < \
+                 (SELECT id FROM query_log ORDER BY id DESC LIMIT 1 OFFSET $1)",
+            )
+            .bind(keep_rows - 1)
+            .execute(&mut *tx)
+            .await
+            .map_err(pg("query log retention (rows)"))?;
+            if !r.check_bytes(id, query.len() + rec.len()) {
+                tx.commit().await.map_err(pg("commit"))?;
+                return Ok(id);
+            }
+            sqlx::query(
+                "DELETE FROM query_log WHERE id < COALESCE((SELECT MIN(id) FROM \
+                 (SELECT id, SUM(octet_length(query) + octet_length(record)) \
+                  OVER (ORDER BY id DESC) AS total FROM query_log) t WHERE total <= $1), $2)",
+            )
+            .bind(max_bytes)
+            .bind(id)
+            .execute(&mut *tx)
+            .await
+            .map_err(pg("query log retention (bytes)"))?;
+            tx.commit().await.map_err(pg("commit"))?;
+            Ok(id)
         })
+    }
+
+    fn set_query_log_retention(&self, retention: QueryLogRetention) {
+        *self.retention.lock().unwrap_or_else(|p| p.into_inner()) = retention;
+    }
+
+    fn query_log_retention(&self) -> QueryLogRetention {
+        *self.retention.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn recent_queries(&self, limit: usize) -> Result<Vec<QueryLogEntry>, StoreError> {

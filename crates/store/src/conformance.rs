@@ -11,7 +11,7 @@ use bib_text::terms::terms;
 use serde_json::{json, Value};
 
 use crate::lexical::expanded_terms;
-use crate::{ChunkWrite, DocumentChange, Filter, QueryLogEntry, Store};
+use crate::{ChunkWrite, DocumentChange, Filter, QueryLogEntry, QueryLogRetention, Store};
 
 /// Builds a fresh, empty store.
 pub type Factory<'a> = &'a dyn Fn() -> Box<dyn Store>;
@@ -34,6 +34,7 @@ pub fn run_all(make: Factory<'_>) {
         ("vector_cache_by_hash", vector_cache_by_hash),
         ("runs_and_query_log", runs_and_query_log),
         ("collections", collections),
+        ("query_log_retention", query_log_retention),
     ];
     for (name, case) in cases {
         let store = make();
@@ -552,6 +553,78 @@ fn vector_cache_by_hash(s: &dyn Store) {
         s.cached_vectors("m", &["k1".to_string()]).unwrap(),
         vec![("k1".to_string(), vec![0.5, 0.25])]
     );
+}
+
+fn log_entry(i: i64, query: String) -> QueryLogEntry {
+    QueryLogEntry {
+        id: 0,
+        at_ms: 1000 + i,
+        query,
+        mode: "bm25".into(),
+        chunk_ids: vec![i],
+        scores: vec![0.5],
+        tokens_before: 10,
+        tokens_in_context: 5,
+        extra: json!({"i": i}),
+    }
+}
+
+/// Issue 14: 25 queries of 3.9 MB grew the store by 227 MB. The log keeps at most
+/// `max_rows` entries and `max_bytes` bytes, oldest dropped, and cuts over-long query text.
+fn query_log_retention(s: &dyn Store) {
+    assert_eq!(s.query_log_retention(), QueryLogRetention::default());
+    // Over-long text is cut to max_query_bytes on a char boundary, with its length kept.
+    let huge = "é".repeat(2_000_000); // 4 MB of two-byte characters
+    s.log_query(&log_entry(0, huge)).unwrap();
+    let e = &s.recent_queries(1).unwrap()[0];
+    let max_q = QueryLogRetention::default().max_query_bytes;
+    assert!(
+        e.query.len() <= max_q && e.query.len() >= max_q - 1,
+        "{}",
+        e.query.len()
+    );
+    assert!(e.query.chars().all(|c| c == 'é'));
+    assert_eq!(e.extra["query_truncated_from"], 4_000_000);
+    assert_eq!(e.extra["i"], 0);
+
+    // Rows: keep the newest 5.
+    s.set_query_log_retention(QueryLogRetention {
+        max_rows: 5,
+        ..QueryLogRetention::default()
+    });
+    for i in 1..=12 {
+        s.log_query(&log_entry(i, format!("rows {i}"))).unwrap();
+    }
+    let kept = s.recent_queries(100).unwrap();
+    assert_eq!(
+        kept.iter().map(|e| e.query.as_str()).collect::<Vec<_>>(),
+        ["rows 12", "rows 11", "rows 10", "rows 9", "rows 8"]
+    );
+
+    // Bytes: entries of ~1.2 KB under a 5 KB cap keep the newest three or four, never the
+    // old ones, and the newest entry stays even when alone it is over the cap.
+    s.set_query_log_retention(QueryLogRetention {
+        max_rows: 1000,
+        max_bytes: 5_000,
+        max_query_bytes: 600,
+    });
+    for i in 20..40 {
+        s.log_query(&log_entry(i, format!("{i} {}", "x".repeat(1000))))
+            .unwrap();
+    }
+    let kept = s.recent_queries(100).unwrap();
+    assert!((2..=4).contains(&kept.len()), "{} entries kept", kept.len());
+    assert_eq!(kept[0].at_ms, 1039);
+    assert!(kept.iter().all(|e| e.at_ms >= 1035), "old entries kept");
+    s.set_query_log_retention(QueryLogRetention {
+        max_rows: 1000,
+        max_bytes: 10,
+        max_query_bytes: 600,
+    });
+    s.log_query(&log_entry(50, "y".repeat(500))).unwrap();
+    let kept = s.recent_queries(100).unwrap();
+    assert_eq!(kept.len(), 1);
+    assert_eq!(kept[0].at_ms, 1050);
 }
 
 fn runs_and_query_log(s: &dyn Store) {

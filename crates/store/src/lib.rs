@@ -132,8 +132,13 @@ pub trait Store: Send + Sync {
     ) -> Result<(), StoreError>;
     /// The last `limit` runs, newest first.
     fn runs(&self, limit: usize) -> Result<Vec<RunRow>, StoreError>;
-    /// Append one query to the query log; returns its id.
+    /// Append one query to the query log and apply the store's [`QueryLogRetention`] in the
+    /// same transaction (oldest entries dropped); returns its id.
     fn log_query(&self, entry: &QueryLogEntry) -> Result<i64, StoreError>;
+    /// Change how much of the query log this store keeps (applied from the next insert).
+    fn set_query_log_retention(&self, retention: QueryLogRetention);
+    /// The query-log retention in force (default [`QueryLogRetention::default`]).
+    fn query_log_retention(&self) -> QueryLogRetention;
     /// The last `limit` logged queries, newest first.
     fn recent_queries(&self, limit: usize) -> Result<Vec<QueryLogEntry>, StoreError>;
 }

@@ -24,7 +24,8 @@ use serde_json::Value;
 use crate::lexical::term_counts;
 use crate::{
     qualified_name, ApplyOutcome, AuditReport, ChunkId, ChunkRecord, ChunkState, DocRecord,
-    DocumentChange, Filter, Hit, LexicalStats, NodeId, QueryLogEntry, RunRow, Store, StoreError,
+    DocumentChange, Filter, Hit, LexicalStats, NodeId, QueryLogEntry, QueryLogRetention, RunRow,
+    Store, StoreError,
 };
 
 /// Default location of a knowledge base, relative to the working directory.
@@ -164,6 +165,7 @@ pub struct SqliteStore {
     location: String,
     own_writes: AtomicU64,
     vectors: Mutex<Option<Arc<VectorCache>>>,
+    retention: Mutex<QueryLogRetention>,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -392,6 +394,7 @@ impl SqliteStore {
             location,
             own_writes: AtomicU64::new(0),
             vectors: Mutex::new(None),
+            retention: Mutex::new(QueryLogRetention::default()),
         })
     }
 
@@ -1252,15 +1255,44 @@ impl Store for SqliteStore {
     }
 
     fn log_query(&self, entry: &QueryLogEntry) -> Result<i64, StoreError> {
-        let conn = self.conn();
-        let rec = serde_json::to_string(entry)
-            .map_err(|err| StoreError::Invalid(format!("query log entry: {err}")))?;
-        conn.execute(
+        let r = self.query_log_retention();
+        let (query, rec) = r.prepare(entry)?;
+        let mut conn = self.conn();
+        let tx = conn.transaction().map_err(StoreError::sqlite("begin"))?;
+        tx.execute(
             "INSERT INTO query_log (at_ms, query, mode, record) VALUES (?1, ?2, ?3, ?4)",
-            params![entry.at_ms, entry.query, entry.mode, rec],
+            params![entry.at_ms, query, entry.mode, rec],
         )
         .map_err(StoreError::sqlite("log query"))?;
-        Ok(conn.last_insert_rowid())
+        let id = tx.last_insert_rowid();
+        let keep_rows = i64::try_from(r.max_rows.max(1)).unwrap_or(i64::MAX);
+        // Ids grow by one and only the oldest are deleted, so the newest `keep_rows` are the
+        // ids above `id - keep_rows` (with gaps, fewer are kept, never more).
+        tx.execute(
+            "DELETE FROM query_log WHERE id <= ?1",
+            params![id.saturating_sub(keep_rows)],
+        )
+        .map_err(StoreError::sqlite("query log retention (rows)"))?;
+        if r.check_bytes(id, query.len() + rec.len()) {
+            // octet_length reads the length from the record header, not the text itself.
+            tx.execute(
+                "DELETE FROM query_log WHERE id < COALESCE((SELECT MIN(id) FROM \
+                 (SELECT id, SUM(octet_length(query) + octet_length(record)) \
+                  OVER (ORDER BY id DESC) AS total FROM query_log) WHERE total <= ?1), ?2)",
+                params![i64::try_from(r.max_bytes).unwrap_or(i64::MAX), id],
+            )
+            .map_err(StoreError::sqlite("query log retention (bytes)"))?;
+        }
+        tx.commit().map_err(StoreError::sqlite("commit"))?;
+        Ok(id)
+    }
+
+    fn set_query_log_retention(&self, retention: QueryLogRetention) {
+        *self.retention.lock().unwrap_or_else(|p| p.into_inner()) = retention;
+    }
+
+    fn query_log_retention(&self) -> QueryLogRetention {
+        *self.retention.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn recent_queries(&self, limit: usize) -> Result<Vec<QueryLogEntry>, StoreError> {
@@ -1291,6 +1323,42 @@ impl Store for SqliteStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The query log at its default bound (10,000 rows) on disk: the oldest go, and what one
+    /// insert with retention costs (`cargo test -p bib-store --release query_log_at_bound --
+    /// --ignored --nocapture`).
+    #[test]
+    #[ignore]
+    fn query_log_at_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = SqliteStore::open(dir.path().join("kb.sqlite")).unwrap();
+        let entry = |i: i64| QueryLogEntry {
+            id: 0,
+            at_ms: i,
+            query: format!("how are packages restored from the local cache {i}"),
+            mode: "hybrid".into(),
+            chunk_ids: (0..5).collect(),
+            scores: vec![0.5; 5],
+            tokens_before: 900,
+            tokens_in_context: 300,
+            extra: serde_json::json!({"top_k": 5, "timings": {"total_ms": 12.5}}),
+        };
+        for i in 0..10_000 {
+            s.log_query(&entry(i)).unwrap();
+        }
+        let t = std::time::Instant::now();
+        for i in 10_000..11_000 {
+            s.log_query(&entry(i)).unwrap();
+        }
+        let per = t.elapsed().as_secs_f64() * 1000.0 / 1000.0;
+        eprintln!("log_query at 10,000 rows: {per:.3} ms per insert");
+        let n: i64 = s
+            .conn()
+            .query_row("SELECT COUNT(*) FROM query_log", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(n, 10_000);
+        assert_eq!(s.recent_queries(1).unwrap()[0].at_ms, 10_999);
+    }
 
     #[test]
     fn conformance_in_memory() {

@@ -315,6 +315,75 @@ pub struct RunRow {
     pub record: Value,
 }
 
+/// How much of the query log a store keeps. Every [`crate::Store::log_query`] applies it in
+/// the insert's own transaction: the query text is cut to `max_query_bytes`, the oldest
+/// entries beyond `max_rows` are deleted, and — on every [`QueryLogRetention::BYTES_EVERY`]th
+/// insert, or when the entry itself is large — the oldest entries beyond `max_bytes` (query
+/// text + record, newest first; the newest entry always stays). The byte bound therefore holds
+/// within `BYTES_EVERY` small entries, and the log never grows without bound, whatever callers
+/// send; the row bound costs one index range per insert, not a scan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueryLogRetention {
+    /// Entries kept (at least 1).
+    pub max_rows: u64,
+    /// Bytes of query text plus record kept.
+    pub max_bytes: u64,
+    /// Longest query text stored; a longer one is cut at a character boundary and the
+    /// entry's `extra.query_truncated_from` holds its original length in bytes.
+    pub max_query_bytes: usize,
+}
+
+impl Default for QueryLogRetention {
+    fn default() -> Self {
+        Self {
+            max_rows: 10_000,
+            max_bytes: 64 * 1024 * 1024,
+            max_query_bytes: 4096,
+        }
+    }
+}
+
+impl QueryLogRetention {
+    /// The byte bound (a scan of the log) is enforced on every this-many-th insert.
+    pub const BYTES_EVERY: i64 = 64;
+
+    /// Whether the insert `id` of an entry of `entry_bytes` enforces the byte bound.
+    pub fn check_bytes(&self, id: i64, entry_bytes: usize) -> bool {
+        id % Self::BYTES_EVERY == 0
+            || entry_bytes as u64 >= self.max_bytes / (2 * Self::BYTES_EVERY as u64)
+    }
+
+    /// The stored query text and the JSON record of `entry` under this retention.
+    pub fn prepare(&self, entry: &QueryLogEntry) -> Result<(String, String), crate::StoreError> {
+        let mut e = entry.clone();
+        if e.query.len() > self.max_query_bytes {
+            let mut cut = self.max_query_bytes;
+            while !e.query.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            let original = e.query.len();
+            e.query.truncate(cut);
+            match &mut e.extra {
+                Value::Object(m) => {
+                    m.insert("query_truncated_from".into(), Value::from(original));
+                }
+                other => {
+                    let old = std::mem::take(other);
+                    let mut m = serde_json::Map::new();
+                    if !old.is_null() {
+                        m.insert("extra".into(), old);
+                    }
+                    m.insert("query_truncated_from".into(), Value::from(original));
+                    *other = Value::Object(m);
+                }
+            }
+        }
+        let rec = serde_json::to_string(&e)
+            .map_err(|err| crate::StoreError::Invalid(format!("query log entry: {err}")))?;
+        Ok((e.query, rec))
+    }
+}
+
 /// One logged query (what `bib ask` records and the harness replays).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct QueryLogEntry {

@@ -32,7 +32,8 @@ pub struct Args {
     /// Requests handled at once (more wait for a slot within the timeout).
     #[arg(long, default_value_t = 64)]
     pub max_in_flight: usize,
-    /// Extra Host header value accepted by /mcp (DNS-rebinding guard); repeatable.
+    /// Extra Host header value accepted on every route (DNS-rebinding guard; localhost,
+    /// 127.0.0.1 and [::1] always are): `name` for any port or `name:port`; repeatable.
     #[arg(long = "allowed-host")]
     pub allowed_hosts: Vec<String>,
 }
@@ -121,6 +122,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         timeout: Duration::from_secs_f64(a.timeout_secs),
         max_in_flight: a.max_in_flight,
         allowed_hosts: a.allowed_hosts.clone(),
+        // Loopback: every route checks Host (DNS rebinding). Public binds need the token on
+        // every request instead (and /mcp keeps its own Host check).
+        check_host: !public,
     };
     bib_server::http::serve_blocking(service, a.addr, opts, |addr| {
         use std::io::Write;
