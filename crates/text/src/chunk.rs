@@ -317,8 +317,8 @@ fn fence_like_cut(body: &str, c: usize) -> bool {
     if c <= ls {
         return false;
     }
-    // The same prefix rule as `fence_open` (any Unicode whitespace, `>`), or a cut after a form
-    // feed could expose a fence marker that the fence check then sees.
+    // The same prefix rule as `fence_open`, or a cut could expose a fence marker that the
+    // fence check then sees.
     let fence_like = |s: &str| {
         let s = strip_container_prefix(s);
         s.starts_with("```") || s.starts_with("~~~")
@@ -624,6 +624,30 @@ mod tests {
                 min_words: 0,
             };
             for c in chunk_markdown("fuzz", body, 0, &opts) {
+                assert!(
+                    !crate::markdown::has_unclosed_fence(&c.content),
+                    "max {max}: {:?}",
+                    c.content
+                );
+            }
+        }
+    }
+
+    /// The second fuzz finding: vertical tabs before ```` ``` ```` lines. A fence marker behind
+    /// anything but spaces and tabs is text for CommonMark and for the line-based fence rules.
+    #[test]
+    fn fuzz_vertical_tab_fence() {
+        let data: &[u8] = b"\x00\x00\x00\t\x00\x00\x00\n---\n}5\x00\x00\n---\n}5\x00\t\n\x0b```\x00\n---\n}5\x00-\n}5\x00\x00\n---\n}5\x00\t\n\x0b`\x0b```\x0c\t\n\x0b```\x0c";
+        let text = std::str::from_utf8(&data[1..]).unwrap();
+        let Ok(doc) = crate::frontmatter::parse_document(text, "fuzz") else {
+            return;
+        };
+        for max in 1..8 {
+            let opts = ChunkOptions {
+                max_words: max,
+                min_words: 0,
+            };
+            for c in chunk_markdown(&doc.title, doc.body, doc.body_offset, &opts) {
                 assert!(
                     !crate::markdown::has_unclosed_fence(&c.content),
                     "max {max}: {:?}",

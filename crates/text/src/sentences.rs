@@ -188,11 +188,14 @@ pub(crate) struct Fence {
 }
 
 /// Strip indentation and blockquote markers (`>`), which may precede a fence.
-/// A line without its leading whitespace and blockquote markers: where a fence marker would be.
+/// A line without its leading indentation and blockquote markers: where a fence marker would
+/// be. Indentation is spaces and tabs only, as in CommonMark: a form feed or vertical tab
+/// before ```` ``` ```` makes the line text, not a fence (pulldown-cmark agrees; fuzz findings).
 pub(crate) fn strip_container_prefix(line: &str) -> &str {
-    let mut s = line.trim_start();
+    const INDENT: [char; 2] = [' ', '\t'];
+    let mut s = line.trim_start_matches(INDENT);
     while let Some(rest) = s.strip_prefix('>') {
-        s = rest.trim_start();
+        s = rest.trim_start_matches(INDENT);
     }
     s
 }
