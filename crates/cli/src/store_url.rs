@@ -39,6 +39,19 @@ pub fn open(spec: &str) -> anyhow::Result<Box<dyn Store>> {
     }
 }
 
+/// Resolve the store from `--store` (else BIB_STORE, `store` in bib.toml, the default) and open
+/// it, refusing to create one: commands that read a knowledge base (`runs`, `status`, `rm`) say
+/// how to make one instead of leaving an empty file behind.
+pub fn open_existing(flag: Option<&str>) -> anyhow::Result<Box<dyn Store>> {
+    let spec = resolve(flag, None)?;
+    if !exists(&spec) {
+        anyhow::bail!(
+            "no knowledge base at {spec} (run `bib ingest <dir>` first, or pass --store)"
+        );
+    }
+    open(&spec)
+}
+
 /// Open a PostgreSQL store (for operations beyond the `Store` trait, such as `bib migrate`).
 pub fn open_postgres(spec: &str) -> anyhow::Result<PgStore> {
     PgStore::connect(spec).with_context(|| format!("opening {}", bib_store_pg::url::redact(spec)))

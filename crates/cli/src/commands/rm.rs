@@ -19,17 +19,14 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let spec = crate::store_url::resolve(args.store.as_deref(), None)?;
-    if !crate::store_url::exists(&spec) {
-        bail!("no knowledge base at {spec} (run `bib ingest <dir>` first, or pass --store)");
-    }
-    let store = crate::store_url::open(&spec)?;
+    let store = crate::store_url::open_existing(args.store.as_deref())?;
     let known = store.collections()?;
     if !known.iter().any(|c| c.name == args.collection) {
         let names: Vec<&str> = known.iter().map(|c| c.name.as_str()).collect();
         bail!(
-            "no collection `{}` in {spec} (collections: {})",
+            "no collection `{}` in {} (collections: {})",
             args.collection,
+            store.location(),
             if names.is_empty() {
                 "none".to_string()
             } else {

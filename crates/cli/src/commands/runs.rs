@@ -38,13 +38,7 @@ pub fn iso_utc(ms: i64) -> String {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let spec = crate::store_url::resolve(args.store.as_deref(), None)?;
-    if !crate::store_url::exists(&spec) {
-        anyhow::bail!(
-            "no knowledge base at {spec} (run `bib ingest <dir>` first, or pass --store)"
-        );
-    }
-    let store = crate::store_url::open(&spec)?;
+    let store = crate::store_url::open_existing(args.store.as_deref())?;
     let runs = store.runs(args.limit)?;
     if args.json {
         let arr: Vec<serde_json::Value> = runs
@@ -63,10 +57,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         return Ok(());
     }
     if runs.is_empty() {
-        println!(
-            "no ingest runs recorded in {}",
-            bib_store_pg::url::redact(&spec)
-        );
+        println!("no ingest runs recorded in {}", store.location());
         return Ok(());
     }
     println!(

@@ -1,7 +1,6 @@
 //! `bib status [--json]` — where the knowledge base is, its collections with document and
 //! chunk counts, the embedding model, and the last ingest run with its result.
 
-use anyhow::bail;
 use serde_json::json;
 
 #[derive(Debug, clap::Args)]
@@ -16,11 +15,7 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let spec = crate::store_url::resolve(args.store.as_deref(), None)?;
-    if !crate::store_url::exists(&spec) {
-        bail!("no knowledge base at {spec} (run `bib ingest <dir>` first, or pass --store)");
-    }
-    let store = crate::store_url::open(&spec)?;
+    let store = crate::store_url::open_existing(args.store.as_deref())?;
     let collections = store.collections()?;
     let model = store
         .chunk_states()?
