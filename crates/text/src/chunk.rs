@@ -618,12 +618,17 @@ mod tests {
         let data: &[u8] = b"\x00\x0c\x0c\x0c\x0c\x0c\x0c\x0c\x0c\x0c\x0c\x0c``````\x00\x00\x00\x00\x00\x00\x00\x00\t``! !\t\x00\x0c\x0c\x0c!";
         let body = std::str::from_utf8(&data[1..]).unwrap();
         assert!(!crate::markdown::has_unclosed_fence(body));
-        for max in 1..4 {
+        assert_no_chunk_opens_a_fence("fuzz", body, 0);
+    }
+
+    /// At every small size limit, no chunk of `body` ends inside a fence.
+    fn assert_no_chunk_opens_a_fence(title: &str, body: &str, offset: usize) {
+        for max in 1..8 {
             let opts = ChunkOptions {
                 max_words: max,
                 min_words: 0,
             };
-            for c in chunk_markdown("fuzz", body, 0, &opts) {
+            for c in chunk_markdown(title, body, offset, &opts) {
                 assert!(
                     !crate::markdown::has_unclosed_fence(&c.content),
                     "max {max}: {:?}",
@@ -639,22 +644,8 @@ mod tests {
     fn fuzz_vertical_tab_fence() {
         let data: &[u8] = b"\x00\x00\x00\t\x00\x00\x00\n---\n}5\x00\x00\n---\n}5\x00\t\n\x0b```\x00\n---\n}5\x00-\n}5\x00\x00\n---\n}5\x00\t\n\x0b`\x0b```\x0c\t\n\x0b```\x0c";
         let text = std::str::from_utf8(&data[1..]).unwrap();
-        let Ok(doc) = crate::frontmatter::parse_document(text, "fuzz") else {
-            return;
-        };
-        for max in 1..8 {
-            let opts = ChunkOptions {
-                max_words: max,
-                min_words: 0,
-            };
-            for c in chunk_markdown(&doc.title, doc.body, doc.body_offset, &opts) {
-                assert!(
-                    !crate::markdown::has_unclosed_fence(&c.content),
-                    "max {max}: {:?}",
-                    c.content
-                );
-            }
-        }
+        let doc = crate::frontmatter::parse_document(text, "fuzz").unwrap();
+        assert_no_chunk_opens_a_fence(&doc.title, doc.body, doc.body_offset);
     }
 
     /// Issue 14: inputs that aborted `bib chunk`/`bib ingest` with a stack overflow, or chunked
