@@ -96,11 +96,9 @@ pub trait ChunkIndex: Send + Sync {
     fn vectors(&self, ids: &[ChunkId]) -> Result<Vec<(ChunkId, Vec<f32>)>, RetrieveError>;
 }
 
-/// The terms of `text` with repetitions (term frequency matters to BM25). Whitespace always
-/// ends a token in [`terms`], so applying it word by word yields the same terms, uncollapsed.
-pub fn term_sequence(text: &str) -> Vec<String> {
-    text.split_whitespace().flat_map(terms).collect()
-}
+/// The terms of `text` with repetitions, as every BM25 counts them (the store's postings
+/// included): [`bib_text::terms::term_sequence`].
+pub use bib_text::terms::term_sequence;
 
 /// Sort hits best first (ties by id, for determinism) and keep `limit`.
 pub(crate) fn top_hits(mut hits: Vec<Hit>, limit: usize) -> Vec<Hit> {
@@ -379,6 +377,13 @@ mod tests {
 
     #[test]
     fn term_sequence_keeps_repetitions() {
+        // Issue 13: a whitespace split gave `foo,foo` one `foo` here and two in the store.
+        let t = term_sequence("foo,foo");
+        assert_eq!(t, ["foo", "foo"]);
+        assert_eq!(
+            bib_store::lexical::term_counts("foo,foo"),
+            [("foo".to_string(), 2)]
+        );
         let s = term_sequence("push push src/a.js");
         assert_eq!(s.iter().filter(|t| *t == "push").count(), 2);
         assert!(s.contains(&"src/a.js".to_string()) && s.contains(&"src".to_string()));

@@ -10,7 +10,7 @@ use bib_text::bm25::{Bm25Index, Bm25Params};
 use bib_text::terms::terms;
 use serde_json::{json, Value};
 
-use crate::lexical::expanded_terms;
+use crate::lexical::term_sequence;
 use crate::{ChunkWrite, DocumentChange, Filter, QueryLogEntry, QueryLogRetention, Store};
 
 /// Builds a fresh, empty store.
@@ -353,7 +353,7 @@ fn reference(s: &dyn Store, query: &str) -> Vec<(i64, f64)> {
     let ids: Vec<i64> = hits.iter().map(|h| h.chunk_id).collect();
     let chunks = s.get_chunks(&ids).unwrap();
     let ix = Bm25Index::new(
-        chunks.iter().map(|c| expanded_terms(&c.text())),
+        chunks.iter().map(|c| term_sequence(&c.text())),
         Bm25Params::default(),
     );
     let q = terms(query);

@@ -1,63 +1,13 @@
-//! Term frequencies for the lexical index.
-//!
-//! BM25 needs how often each term occurs in a chunk, while `bib_text::terms::terms` returns
-//! each term once. [`term_counts`] splits the text into the same tokens `terms` sees and runs
-//! `terms` on each token, so the set of terms is exactly `terms(text)` (property-tested) and the
-//! count of a term is the number of tokens that produce it. A chunk's BM25 length is the sum of
-//! its counts.
+//! Term frequencies for the lexical index: the one term function with counts,
+//! [`bib_text::terms::term_counts`], re-exported where the stores use it. A chunk's BM25
+//! length is the sum of its counts.
 
-use std::borrow::Cow;
-use std::collections::HashMap;
-use std::sync::OnceLock;
-
-use bib_text::terms::terms;
-use regex::Regex;
-use unicode_normalization::{is_nfc_quick, IsNormalized, UnicodeNormalization};
-
-fn token_re() -> &'static Regex {
-    static RE: OnceLock<Regex> = OnceLock::new();
-    RE.get_or_init(|| Regex::new(r"[\p{L}\p{N}_][\p{L}\p{N}_./-]*").expect("valid regex"))
-}
-
-/// Distinct terms of `text` with their occurrence counts, in first-seen order.
-pub fn term_counts(text: &str) -> Vec<(String, u32)> {
-    let lower: Cow<'_, str> = if text.is_ascii() {
-        Cow::Owned(text.to_ascii_lowercase())
-    } else {
-        let nfc: Cow<'_, str> = match is_nfc_quick(text.chars()) {
-            IsNormalized::Yes => Cow::Borrowed(text),
-            _ => Cow::Owned(text.nfc().collect()),
-        };
-        Cow::Owned(nfc.to_lowercase())
-    };
-    let mut order: Vec<(String, u32)> = Vec::new();
-    let mut pos: HashMap<String, usize> = HashMap::new();
-    for m in token_re().find_iter(&lower) {
-        for t in terms(m.as_str()) {
-            match pos.get(&t) {
-                Some(&i) => order[i].1 += 1,
-                None => {
-                    pos.insert(t.clone(), order.len());
-                    order.push((t, 1));
-                }
-            }
-        }
-    }
-    order
-}
-
-/// The term list with repetitions (`term` repeated `count` times), as
-/// `bib_text::bm25::Bm25Index::new` expects a document.
-pub fn expanded_terms(text: &str) -> Vec<String> {
-    term_counts(text)
-        .into_iter()
-        .flat_map(|(t, n)| std::iter::repeat_n(t, n as usize))
-        .collect()
-}
+pub use bib_text::terms::{term_counts, term_sequence};
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bib_text::terms::terms;
     use proptest::prelude::*;
 
     #[test]

@@ -43,6 +43,46 @@ pub fn terms(text: &str) -> Vec<String> {
     terms_with(text, TermOptions::default())
 }
 
+/// Distinct terms of `text` with their occurrence counts, in first-seen order: what every
+/// BM25 in the system counts (the store's postings, the in-memory index, the trimmer). The
+/// text is cut into the tokens [`terms`] sees and [`terms`] runs on each, so the set of terms
+/// is exactly `terms(text)` and a term's count is the number of tokens that produce it
+/// (`"foo,foo"` counts `foo` twice). A document's BM25 length is the sum of the counts.
+pub fn term_counts(text: &str) -> Vec<(String, u32)> {
+    let lower: Cow<'_, str> = if text.is_ascii() {
+        Cow::Owned(text.to_ascii_lowercase())
+    } else {
+        let nfc: Cow<'_, str> = match is_nfc_quick(text.chars()) {
+            IsNormalized::Yes => Cow::Borrowed(text),
+            _ => Cow::Owned(text.nfc().collect()),
+        };
+        Cow::Owned(nfc.to_lowercase())
+    };
+    let mut order: Vec<(String, u32)> = Vec::new();
+    let mut pos: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    for m in unicode_word_re().find_iter(&lower) {
+        for t in terms(m.as_str()) {
+            match pos.get(&t) {
+                Some(&i) => order[i].1 += 1,
+                None => {
+                    pos.insert(t.clone(), order.len());
+                    order.push((t, 1));
+                }
+            }
+        }
+    }
+    order
+}
+
+/// [`term_counts`] as a list with repetitions (each term `count` times), the document shape
+/// `crate::bm25::Bm25Index::new` takes.
+pub fn term_sequence(text: &str) -> Vec<String> {
+    term_counts(text)
+        .into_iter()
+        .flat_map(|(t, n)| std::iter::repeat_n(t, n as usize))
+        .collect()
+}
+
 fn unicode_word_re() -> &'static Regex {
     static RE: OnceLock<Regex> = OnceLock::new();
     RE.get_or_init(|| Regex::new(r"[\p{L}\p{N}_][\p{L}\p{N}_./-]*").expect("valid regex"))
