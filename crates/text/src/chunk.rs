@@ -664,6 +664,18 @@ mod tests {
         assert_no_chunk_opens_a_fence(&doc.title, doc.body, doc.body_offset);
     }
 
+    /// The fourth fuzz finding (open): runs of two to four backticks among vertical tabs and
+    /// control characters; with one word per chunk a chunk reads `` ```\n````\n``` `` and ends
+    /// inside a fence. Kept with its exact input until the fence rules handle it.
+    #[test]
+    #[ignore = "open fuzz finding: a chunk ends inside a fence (BENCHMARKS.md, Reliability)"]
+    fn fuzz_backtick_runs_open_finding() {
+        let data: &[u8] = b"\x00\x00\n. @\n\x00``@\n``\n``!\x1a``\n`\n`e\n\n``\x0b\x13\n`e\n``\n``@\n\x00``@\n``\n``!\x1a``\n`\n`e\n\n``\x0b\x13\n`e\n``e\n``\n`\n\n``\x0b\x13\n`e\n```\n``e\n``\n`\n\n`\x0b\x13\n`e\n````\x0b\n``e";
+        let text = std::str::from_utf8(&data[1..]).unwrap();
+        let doc = crate::frontmatter::parse_document(text, "fuzz").unwrap();
+        assert_no_chunk_opens_a_fence(&doc.title, doc.body, doc.body_offset);
+    }
+
     /// Issue 14: inputs that aborted `bib chunk`/`bib ingest` with a stack overflow, or chunked
     /// in super-linear time. All of the text must still land in the chunks, once.
     #[test]
