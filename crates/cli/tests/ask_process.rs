@@ -7,66 +7,14 @@
 //! Set `BIB_SKIP_MODEL_TESTS=1` where the default model cannot be installed.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Output, Stdio};
 
 use bib_store::{SqliteStore, Store};
 use serde_json::Value;
 
-const ENV_CLEARED: [&str; 11] = [
-    "RETRIEVAL_TRIM",
-    "RETRIEVAL_TRIM_THRESHOLD",
-    "RETRIEVAL_TRIM_WINDOW",
-    "BIB_STORE",
-    "BIB_CONFIG",
-    "BIB_LLM_BASE_URL",
-    "BIB_LLM_MODEL",
-    "BIB_LLM_API_KEY",
-    "BIB_QUERY_LOG",
-    "NO_COLOR",
-    "RUST_BACKTRACE",
-];
+mod ask_support;
 
-fn cmd(cwd: &Path, args: &[&str], env: &[(&str, &str)]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_bib"));
-    c.current_dir(cwd).args(args);
-    for k in ENV_CLEARED {
-        c.env_remove(k);
-    }
-    for (k, v) in env {
-        c.env(k, v);
-    }
-    c
-}
-
-fn bib(cwd: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
-    cmd(cwd, args, env).output().expect("bib runs")
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
-fn model_available(cwd: &Path) -> bool {
-    let o = bib(cwd, &["model", "list"], &[]);
-    if String::from_utf8_lossy(&o.stdout).contains("use-m3") {
-        return true;
-    }
-    if std::env::var("BIB_SKIP_MODEL_TESTS").as_deref() == Ok("1") {
-        eprintln!("skipping: default model not installed and BIB_SKIP_MODEL_TESTS=1");
-        return false;
-    }
-    panic!("the default embedding model is not installed: run `bib model install` (or set BIB_SKIP_MODEL_TESTS=1)");
-}
-
-fn write(root: &Path, rel: &str, body: &str) {
-    let p = root.join(rel);
-    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-    std::fs::write(p, body).unwrap();
-}
+use ask_support::*;
 
 /// A two-page wiki ingested (with the real default model) into `<tmp>/kb/kb.sqlite`.
 fn setup() -> Option<(tempfile::TempDir, PathBuf)> {
