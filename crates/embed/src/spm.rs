@@ -622,19 +622,10 @@ mod tests {
 
     /// Hand-built model: pieces as (text, score) entries, no charsmap.
     fn model(pieces: &[(&str, f32)]) -> SentencePiece {
-        let mut bytes = Vec::new();
-        for (text, score) in pieces {
-            let mut entry = vec![0x0a, text.len() as u8];
-            entry.extend_from_slice(text.as_bytes());
-            entry.push(0x15);
-            entry.extend_from_slice(&score.to_le_bytes());
-            bytes.push(0x0a);
-            bytes.push(entry.len() as u8);
-            bytes.extend_from_slice(&entry);
-        }
-        SentencePiece::from_bytes(&bytes, "test").unwrap()
+        SentencePiece::from_bytes(&model_bytes(pieces), "test").unwrap()
     }
 
+    /// The serialized model [`model`] parses.
     fn model_bytes(pieces: &[(&str, f32)]) -> Vec<u8> {
         let mut bytes = Vec::new();
         for (text, score) in pieces {
