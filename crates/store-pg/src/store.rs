@@ -824,6 +824,15 @@ impl Store for PgStore {
         })
     }
 
+    fn embedding_model(&self) -> Result<Option<String>, StoreError> {
+        self.block(async {
+            sqlx::query_scalar("SELECT model_id FROM chunks WHERE model_id <> '' LIMIT 1")
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(pg("embedding model"))
+        })
+    }
+
     fn chunk_states(&self) -> Result<Vec<ChunkState>, StoreError> {
         self.block(async {
             let rows = sqlx::query(

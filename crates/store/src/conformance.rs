@@ -122,6 +122,7 @@ fn assert_coherent(s: &dyn Store, when: &str) {
 fn empty_store(s: &dyn Store) {
     assert!(s.documents().unwrap().is_empty());
     assert!(s.chunk_states().unwrap().is_empty());
+    assert_eq!(s.embedding_model().unwrap(), None);
     assert!(s
         .bm25_search("anything", 10, &Filter::none())
         .unwrap()
@@ -163,6 +164,7 @@ fn apply_and_read_back(s: &dyn Store) {
         assert_eq!(st.content_hash, ch.upserts[i].content_hash);
         assert_eq!(st.model_id, "fake-16");
     }
+    assert_eq!(s.embedding_model().unwrap().as_deref(), Some("fake-16"));
     let hits = s.bm25_search("packages", 10, &Filter::none()).unwrap();
     assert_eq!(hits.len(), 1);
     assert_eq!((hits[0].chunk_index, hits[0].rank), (0, 1));

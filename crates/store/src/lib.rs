@@ -41,6 +41,16 @@ pub trait Store: Send + Sync {
     /// The state of every stored chunk (no text, no vector), ordered by (path, chunk_index).
     /// Ingest diffs against it to decide what to skip.
     fn chunk_states(&self) -> Result<Vec<ChunkState>, StoreError>;
+    /// The embedding model the stored chunks were embedded with (the first non-empty model id
+    /// found), `None` for a store without embedded chunks. An ask needs only this before it
+    /// can load the model, so backends answer it without reading every chunk row.
+    fn embedding_model(&self) -> Result<Option<String>, StoreError> {
+        Ok(self
+            .chunk_states()?
+            .into_iter()
+            .map(|s| s.model_id)
+            .find(|m| !m.is_empty()))
+    }
     /// Atomically create or replace one document: upsert its row (keyed by path), upsert the
     /// given chunks by (document, chunk_index), and delete its chunks with
     /// `chunk_index >= change.chunk_count`. Chunks not in `upserts` but below `chunk_count`

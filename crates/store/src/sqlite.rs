@@ -374,7 +374,14 @@ impl SqliteStore {
             }
             Some(v) => {
                 let found = v.parse::<i64>().unwrap_or(-1);
-                if found == 1 {
+                if found == 1 && !writable {
+                    // The upgrade writes; a read-only open can only say it is needed.
+                    return Err(StoreError::Schema {
+                        path: location,
+                        found,
+                        expected: SCHEMA_VERSION,
+                    });
+                } else if found == 1 {
                     migrate_v1(&conn).map_err(|e| StoreError::Open {
                         path: location.clone(),
                         reason: format!("migrating the schema from version 1: {e}"),
@@ -804,6 +811,17 @@ impl Store for SqliteStore {
             });
         }
         Ok(out)
+    }
+
+    fn embedding_model(&self) -> Result<Option<String>, StoreError> {
+        self.conn()
+            .query_row(
+                "SELECT model_id FROM chunks WHERE model_id <> '' LIMIT 1",
+                [],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(StoreError::sqlite("embedding model"))
     }
 
     fn chunk_states(&self) -> Result<Vec<ChunkState>, StoreError> {
@@ -1419,6 +1437,13 @@ mod tests {
                      UPDATE meta SET value = '1' WHERE key = 'schema_version';",
                 )
                 .unwrap();
+        }
+        // A read-only open cannot upgrade: it says what it found instead of failing to write.
+        match SqliteStore::open_read_only(&p) {
+            Err(StoreError::Schema {
+                found: 1, expected, ..
+            }) => assert_eq!(expected, SCHEMA_VERSION),
+            other => panic!("expected a schema error, got {other:?}"),
         }
         let s = SqliteStore::open(&p).unwrap();
         let docs = s.documents().unwrap();

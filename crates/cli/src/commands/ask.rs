@@ -193,10 +193,7 @@ fn try_load(model_id: &str) -> Result<Box<dyn Embedder>, ModelUnavailable> {
 /// The model the knowledge base's chunks were embedded with (the default when none is recorded).
 fn store_model(store: &dyn Store) -> anyhow::Result<String> {
     Ok(store
-        .chunk_states()?
-        .into_iter()
-        .map(|s| s.model_id)
-        .find(|m| !m.is_empty())
+        .embedding_model()?
         .unwrap_or_else(|| bib_embed::DEFAULT_MODEL.to_string()))
 }
 
@@ -231,8 +228,17 @@ fn open_store(spec: &str, log: bool) -> anyhow::Result<Opened> {
         });
     }
     let read_only = || -> anyhow::Result<Arc<dyn Store>> {
-        let s = bib_store::SqliteStore::open_read_only(spec)
-            .with_context(|| format!("opening the knowledge base {spec}"))?;
+        let opened = match bib_store::SqliteStore::open_read_only(spec) {
+            // A store of an older schema upgrades on its first writable open: do that once,
+            // when the file may be written, instead of refusing a read.
+            Err(bib_store::StoreError::Schema {
+                found, expected, ..
+            }) if found < expected && !marked_read_only(Path::new(spec)) => {
+                bib_store::SqliteStore::open(spec)
+            }
+            other => other,
+        };
+        let s = opened.with_context(|| format!("opening the knowledge base {spec}"))?;
         Ok(Arc::new(s))
     };
     let notice = |why: &str| {

@@ -196,10 +196,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         let store =
             SqliteStore::open(&path).with_context(|| format!("opening {}", path.display()))?;
         let model_id = store
-            .chunk_states()?
-            .into_iter()
-            .map(|s| s.model_id)
-            .find(|m| !m.is_empty())
+            .embedding_model()?
             .unwrap_or_else(|| bib_embed::DEFAULT_MODEL.to_string());
         let embedder = match load_model(&model_id) {
             Ok(e) => Some(e),

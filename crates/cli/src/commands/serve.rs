@@ -89,10 +89,7 @@ pub fn build_service(common: &CommonArgs, tokens: TokenCheck) -> anyhow::Result<
     let store = SqliteStore::open(&store_path)
         .with_context(|| format!("opening {}", store_path.display()))?;
     let model_id = store
-        .chunk_states()?
-        .into_iter()
-        .map(|s| s.model_id)
-        .find(|m| !m.is_empty())
+        .embedding_model()?
         .unwrap_or_else(|| bib_embed::DEFAULT_MODEL.to_string());
     let embedder: Result<Arc<dyn bib_embed::Embedder>, String> = if common.no_model {
         Err("started with --no-model".to_string())

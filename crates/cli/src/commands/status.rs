@@ -17,11 +17,7 @@ pub struct Args {
 pub fn run(args: Args) -> anyhow::Result<()> {
     let store = crate::store_url::open_existing(args.store.as_deref())?;
     let collections = store.collections()?;
-    let model = store
-        .chunk_states()?
-        .into_iter()
-        .map(|s| s.model_id)
-        .find(|m| !m.is_empty());
+    let model = store.embedding_model()?;
     let last = store.runs(1)?.into_iter().next();
     if args.json {
         let v = json!({
