@@ -144,6 +144,7 @@ impl EvalArgs {
             window: self.trim_window,
             scorer,
             lexical_top: self.trim_lexical_top,
+            structure: bib_retrieve::trim::ASK_PROFILE.structure,
             ..TrimOptions::default()
         }
     }

@@ -344,6 +344,7 @@ impl AskSettings {
             scorer: l.trim_scorer.unwrap_or(ASK_PROFILE.scorer),
             rrf_k: l.rrf_k.unwrap_or(d.rrf_k),
             lexical_top: l.trim_lexical_top.unwrap_or(ASK_PROFILE.lexical_top),
+            structure: ASK_PROFILE.structure,
         });
         if let Some(t) = &trim {
             t.validate()?;

@@ -237,6 +237,41 @@ enum LineKind {
     Prose,
 }
 
+/// The Markdown structure a sentence (as [`split_sentences`] cuts it) stands in: trimming keeps
+/// a table's header with a kept row and a list's lead-in with a kept item, and asks this.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Structure {
+    /// An ATX heading line (`## Install`).
+    Heading,
+    /// A list item (`- x`, `1. x`, `•`), continuation lines included.
+    ListItem,
+    /// A blockquote line.
+    Quote,
+    /// A table row (header or body).
+    TableRow,
+    /// A GFM table delimiter row (`|---|:--:|`).
+    TableDelimiter,
+    /// Another one-line structure: HTML, a rule, a directive.
+    OtherLine,
+    /// A sentence of a prose paragraph.
+    Prose,
+}
+
+/// The structure of one sentence, read from its first line.
+pub fn structure_of(sentence: &str) -> Structure {
+    let first = sentence.lines().next().unwrap_or("");
+    let s = first.trim_start();
+    match classify_line(first) {
+        LineKind::TableDelimiter => Structure::TableDelimiter,
+        LineKind::Item if s.starts_with('>') => Structure::Quote,
+        LineKind::Item => Structure::ListItem,
+        LineKind::Line if s.starts_with('#') => Structure::Heading,
+        LineKind::Line if s.starts_with('|') => Structure::TableRow,
+        LineKind::Line => Structure::OtherLine,
+        LineKind::Blank | LineKind::Prose => Structure::Prose,
+    }
+}
+
 fn is_table_delimiter(s: &str) -> bool {
     let s = s.trim();
     if !s.contains('-') || !s.contains('|') && !s.contains(':') {
@@ -992,6 +1027,25 @@ fn is_sentence_starter(w: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn structure_of_reads_the_first_line() {
+        use Structure::*;
+        for (text, want) in [
+            ("## Install", Heading),
+            ("- item\n  continued", ListItem),
+            ("12. step", ListItem),
+            ("• bullet", ListItem),
+            ("> quoted", Quote),
+            ("| a | b |", TableRow),
+            ("|---|:-:|", TableDelimiter),
+            ("<div>", OtherLine),
+            ("A sentence. With | a pipe.", Prose),
+            ("#hashtag is prose", Prose),
+        ] {
+            assert_eq!(structure_of(text), want, "{text:?}");
+        }
+    }
 
     fn texts(src: &str, spans: &[Sentence]) -> Vec<String> {
         spans.iter().map(|s| s.text(src).to_string()).collect()

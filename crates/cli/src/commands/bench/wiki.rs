@@ -74,6 +74,10 @@ pub struct Args {
     /// is calibrated for use-m3).
     #[arg(long)]
     trim_threshold: Option<f32>,
+    /// Trim without keeping structure (table headers, list lead-ins, sub-headings of kept
+    /// sentences) in the "after trimming" columns, to measure what keeping it is worth.
+    #[arg(long)]
+    no_trim_structure: bool,
     /// Skip the per-setting table (modes, fusions, trim settings at --top-k).
     #[arg(long)]
     no_settings: bool,
@@ -195,19 +199,21 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     );
     let trim = TrimOptions {
         threshold: a.trim_threshold.unwrap_or(ASK_PROFILE.threshold),
+        structure: !a.no_trim_structure,
         ..ASK_PROFILE
     };
     let cmd = command_line();
     println!("command: {cmd}");
     println!(
-        "model {} · mode {} · fusion {} (α {alpha:.2}) · trim: threshold {:.2}, lexical top {}, window {}, min {}",
+        "model {} · mode {} · fusion {} (α {alpha:.2}) · trim: threshold {:.2}, lexical top {}, window {}, min {}, structure {}",
         a.model,
         mode,
         fusion.as_str(),
         trim.threshold,
         trim.lexical_top,
         trim.window,
-        trim.min_sentences
+        trim.min_sentences,
+        if trim.structure { "kept" } else { "off" }
     );
     let thresholds = if a.thresholds.is_empty() {
         vec![0.2, 0.3, USE_M3_THRESHOLD]

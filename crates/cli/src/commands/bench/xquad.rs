@@ -310,6 +310,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                     scorer: *s,
                     rrf_k: 60.0,
                     lexical_top: *lx,
+                    structure: bib_retrieve::trim::ASK_PROFILE.structure,
                 };
                 col.push(evaluate(&cases, &opts));
             }
