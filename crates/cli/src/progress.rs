@@ -49,6 +49,8 @@ impl Bars {
             );
         }
         b.set_prefix(step.to_string());
+        // Redraw twice a second, so elapsed time and ETA move while a batch is embedded.
+        b.enable_steady_tick(Duration::from_millis(500));
         if let Some(old) = self.slot().replace(b) {
             old.finish_and_clear();
         }
