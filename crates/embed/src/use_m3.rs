@@ -795,16 +795,9 @@ impl Embedder for UseM3 {
     }
 
     fn embed(&self, texts: &[&str], _kind: EmbedKind) -> Result<Vec<Vec<f32>>, EmbedError> {
-        let tokenized: Vec<(Vec<u32>, bool)> =
-            texts.par_iter().map(|t| self.input_ids(t)).collect();
-        let truncated = tokenized.iter().filter(|(_, t)| *t).count();
-        if truncated > 0 {
-            eprintln!(
-                "warning: {truncated} text(s) longer than {MAX_INPUT_TOKENS} tokens were truncated \
-                 for {MODEL_ID}"
-            );
-        }
-        let seqs: Vec<Vec<u32>> = tokenized.into_iter().map(|(ids, _)| ids).collect();
+        // Texts over MAX_INPUT_TOKENS are cut; saying so is the caller's (ingest names the
+        // file and chunk), since a library printing to stderr breaks through progress bars.
+        let seqs: Vec<Vec<u32>> = texts.par_iter().map(|t| self.input_ids(t).0).collect();
         self.embed_ids(&seqs)
     }
 }

@@ -13,7 +13,9 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 use crate::scan::{scan_with, FoundFile};
-use crate::{FileIssue, IngestError, IngestOptions, PhaseA, PhaseB, PhaseC, Progress, RunReport};
+use crate::{
+    FileIssue, IngestError, IngestOptions, PhaseA, PhaseB, PhaseC, Progress, RunReport, Unit,
+};
 
 /// A registered document (Phase A output).
 #[derive(Debug, Clone, PartialEq)]
@@ -222,6 +224,7 @@ struct Ctx<'a> {
     docs: &'a [ParsedDoc],
     b: PhaseB,
     issues: Vec<FileIssue>,
+    warnings: Vec<FileIssue>,
     /// Paths written successfully, with the chunk count written.
     written: HashMap<String, u32>,
     /// The collection the run writes into.
@@ -271,8 +274,24 @@ impl Ctx<'_> {
         let tokenizer = self.embedder.tokenizer();
         let cap = self.embedder.max_input_tokens().max(1);
         for &(d, c) in &need {
+            let doc_idx = window[d].doc_idx;
             let pc = &mut window[d].chunks[c];
             pc.tokens_model = tokenizer.count_tokens(&pc.text) as u32;
+            if pc.tokens_model as usize > cap {
+                let issue = FileIssue {
+                    path: self.docs[doc_idx].path.clone(),
+                    phase: "B".into(),
+                    reason: format!(
+                        "chunk {} has {} tokens; {} reads the first {cap}, so the rest of it \
+                         is found by keywords only",
+                        pc.index,
+                        pc.tokens_model,
+                        self.embedder.model_id()
+                    ),
+                };
+                self.progress.warn(&issue);
+                self.warnings.push(issue);
+            }
         }
         let padded: Vec<usize> = need
             .iter()
@@ -345,7 +364,7 @@ impl Ctx<'_> {
                 self.b.documents_unchanged += 1;
                 self.written
                     .insert(doc.path.clone(), plan.chunks.len() as u32);
-                self.progress.advance(1);
+                self.progress.advance(doc.text.len() as u64);
                 continue;
             }
             let to_write = plan.chunks.iter().filter(|c| c.write).count() as u64;
@@ -356,7 +375,7 @@ impl Ctx<'_> {
                     phase: "B".into(),
                     reason,
                 });
-                self.progress.advance(1);
+                self.progress.advance(doc.text.len() as u64);
                 continue;
             }
             let mut upserts = Vec::new();
@@ -408,7 +427,7 @@ impl Ctx<'_> {
                     });
                 }
             }
-            self.progress.advance(1);
+            self.progress.advance(doc.text.len() as u64);
         }
         // 4. Sentence vectors for trimming, after the chunks are safely written.
         self.embed_sentences(&sentence_sources);
@@ -565,7 +584,7 @@ pub fn ingest(
     })?;
     let mut issues = scanned.issues;
     let scan_issues = issues.len();
-    progress.start("register", scanned.files.len() as u64);
+    progress.start("register", scanned.files.len() as u64, Unit::Files);
     let mut docs: Vec<ParsedDoc> = Vec::new();
     let mut seen: HashSet<String> = HashSet::new();
     let found: HashSet<String> = scanned.files.iter().map(|f| f.path.clone()).collect();
@@ -643,11 +662,19 @@ pub fn ingest(
         .filter(|d| !found.contains(&d.path))
         .map(|d| d.path.clone())
         .collect();
-    let failure = if candidates == 0 && !own.is_empty() {
+    let failure = if candidates == 0 {
+        // An empty folder is almost always the wrong path: say so, and never prune on it.
+        let kept = if own.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; the {} stored documents of collection `{collection}` are kept",
+                own.len()
+            )
+        };
         Some(format!(
-            "no Markdown files found under {root_shown}; refusing to prune the {} stored \
-             documents of collection `{collection}`",
-            own.len()
+            "no Markdown files (*.md) found under {root_shown} (hidden entries, .gitignore, \
+             .bibignore and --exclude patterns are skipped); nothing was changed{kept}"
         ))
     } else if !opts.allow_prune
         && vanished.len() > crate::PRUNE_GUARD_MIN
@@ -694,10 +721,15 @@ pub fn ingest(
         docs: &docs,
         b: PhaseB::default(),
         issues: Vec::new(),
+        warnings: Vec::new(),
         written: HashMap::new(),
         collection: collection.clone(),
     };
-    progress.start("index", docs.len() as u64);
+    progress.start(
+        "index",
+        docs.iter().map(|d| d.text.len() as u64).sum(),
+        Unit::Bytes,
+    );
     let mut window: Vec<DocPlan> = Vec::new();
     let mut pending = 0usize;
     for (i, doc) in docs.iter().enumerate() {
@@ -774,6 +806,7 @@ pub fn ingest(
     let mut b = ctx.b;
     let written = ctx.written;
     issues.extend(ctx.issues);
+    report.warnings = ctx.warnings;
     let ok = b.chunks_created + b.chunks_updated + b.chunks_skipped;
     report.coverage.chunks = if b.chunks_total == 0 {
         1.0

@@ -19,7 +19,6 @@
 //!    the answer; [`log::log_entry`] is what every ask records.
 
 pub mod cache;
-pub mod config;
 pub mod error;
 pub mod filter;
 pub mod fusion;

@@ -15,14 +15,24 @@ use crate::trim::{trim_texts, TrimOptions};
 
 /// Which lists feed the result.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
-    /// BM25 and vector lists fused by RRF.
+    /// Keywords (BM25) and vectors, combined (see `Fusion`).
     #[default]
+    #[cfg_attr(
+        feature = "clap",
+        value(help = "keywords (BM25) and vectors, combined")
+    )]
     Hybrid,
-    /// BM25 only.
+    /// Keywords (BM25) only; needs no embedding model.
+    #[cfg_attr(
+        feature = "clap",
+        value(help = "keywords only; loads no embedding model")
+    )]
     Bm25,
-    /// Vector (cosine) only.
+    /// Vectors (cosine similarity) only.
+    #[cfg_attr(feature = "clap", value(help = "vectors (similarity) only"))]
     Vector,
 }
 
@@ -60,16 +70,22 @@ impl std::str::FromStr for Mode {
 
 /// How hybrid mode combines the BM25 and vector lists.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum Fusion {
     /// Reciprocal rank fusion (`Σ w / (k + rank)`): ranks only, robust when both lists are
-    /// of comparable quality (spec 003).
+    /// of comparable quality.
+    #[cfg_attr(feature = "clap", value(help = "reciprocal rank fusion: ranks only"))]
     Rrf,
     /// Convex combination of normalised scores: `α · bm25 / max bm25 + (1 − α) · cosine`
     /// min-max scaled over the candidates. Keeps *how much* better a hit is, not only its
     /// place, so a weaker list nudges instead of reshuffling; on SciFact with the default
     /// model it is the only fusion above BM25 alone (BENCHMARKS.md, "Ask").
     #[default]
+    #[cfg_attr(
+        feature = "clap",
+        value(help = "weighted sum of normalised scores (best measured with the default model)")
+    )]
     Convex,
 }
 

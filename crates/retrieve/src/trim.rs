@@ -60,12 +60,18 @@ pub const ASK_PROFILE: TrimOptions = TrimOptions {
 
 /// How sentences are ranked for selection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum TrimScorer {
-    /// Cosine of sentence and query embeddings (the spec).
+    /// Cosine similarity of sentence and question.
     #[default]
+    #[cfg_attr(feature = "clap", value(help = "similarity of sentence and question"))]
     Cosine,
-    /// RRF of the cosine rank and the sentence-level BM25 rank.
+    /// Keyword (BM25) rank of the sentence fused with its similarity rank.
+    #[cfg_attr(
+        feature = "clap",
+        value(help = "keyword rank of the sentence fused with its similarity rank")
+    )]
     Hybrid,
 }
 

@@ -145,6 +145,19 @@ impl From<bib_retrieve::RetrieveError> for ServiceError {
     }
 }
 
+impl From<bib_app::ConfigError> for ServiceError {
+    /// A value out of range names its field as the request spells it (`trim_threshold`).
+    fn from(e: bib_app::ConfigError) -> Self {
+        match e {
+            bib_app::ConfigError::Invalid { key, reason } => {
+                let field = key.rsplit('.').next().unwrap_or(&key).to_string();
+                ServiceError::invalid(field, reason)
+            }
+            other => ServiceError::internal(other.to_string()),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,10 +6,10 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
+use bib_app::Settings;
 use bib_embed::{EmbedKind, Embedder};
-use bib_retrieve::config::{AskSettings, Layer};
 use bib_retrieve::synth::SynthConfig;
-use bib_retrieve::{log_entry, EmbeddingCache, Filter, Mode, Retriever, StoreIndex};
+use bib_retrieve::{log_entry, EmbeddingCache, Mode, Retriever, StoreIndex};
 use bib_store::{ChunkWrite, DocRecord, DocumentChange, Store};
 use bib_text::chunk::{chunk_hash, chunk_markdown, doc_prefix, ChunkOptions};
 use bib_text::tokens::estimate_tokens;
@@ -42,8 +42,9 @@ pub struct Service {
     /// Why there is no embedder (shown by `health` and in `not_available` errors).
     model_error: Option<String>,
     cache: EmbeddingCache,
-    /// Ask defaults: environment over `bib.toml`.
-    base: Layer,
+    /// Ask defaults: environment over `bib.toml` over the defaults; a request's own
+    /// arguments go over them.
+    settings: Settings,
     tokens: TokenCheck,
     /// Serialises the read-diff-write of registrations and indexing (each write is already
     /// atomic in the store; this keeps two writers from diffing against the same old state).
@@ -298,7 +299,7 @@ impl Service {
     pub fn new(
         store: Arc<dyn Store>,
         embedder: Result<Arc<dyn Embedder>, String>,
-        base: Layer,
+        settings: Settings,
         tokens: TokenCheck,
     ) -> Self {
         let (embedder, model_error) = match embedder {
@@ -310,7 +311,7 @@ impl Service {
             embedder,
             model_error,
             cache: EmbeddingCache::default(),
-            base,
+            settings,
             tokens,
             write_lock: Mutex::new(()),
         }
@@ -374,24 +375,20 @@ impl Service {
                 return Err(ServiceError::invalid("filters", format!("bad key `{k}`")));
             }
         }
-        let flags = Layer {
-            top_k: a.top_k,
-            mode: a.mode.map(Mode::from),
-            trim: a.trim,
-            trim_threshold: a.trim_threshold,
-            trim_window: a.trim_window,
-            filters,
-            ..Layer::default()
-        };
-        let settings = AskSettings::resolve(
-            flags,
-            Layer::default(),
-            self.base.clone(),
-            bib_store::DEFAULT_STORE_PATH,
-        )?;
-        let mut filter = Filter::parse(&settings.filters)?;
+        // The request's arguments over the process's settings.
+        let mut ask = self.settings.ask.clone();
+        ask.top_k = a.top_k.unwrap_or(ask.top_k);
+        ask.mode = a.mode.map_or(ask.mode, Mode::from);
+        ask.trim = a.trim.unwrap_or(ask.trim);
+        ask.trim_threshold = a.trim_threshold.unwrap_or(ask.trim_threshold);
+        ask.trim_window = a.trim_window.unwrap_or(ask.trim_window);
+        if let Some(f) = filters {
+            ask.filters = f;
+        }
+        ask.validate()?;
+        let mut filter = ask.filter()?;
         filter.collections = a.collections.clone().unwrap_or_default();
-        let opts = &settings.options;
+        let opts = &ask.retrieve_options();
         if opts.mode == Mode::Vector {
             self.need_embedder("mode `vector`")?;
         }
@@ -446,7 +443,7 @@ impl Service {
             trim: opts.trim.is_some(),
             trim_threshold: opts.trim.map(|t| t.threshold),
             trim_window: opts.trim.map(|t| t.window),
-            filters: settings.filters.clone(),
+            filters: ask.filters.clone(),
             tokens_before: r.tokens_before,
             tokens_in_context: r.tokens_in_context,
             exact_tokens_before: r.exact_tokens_before,
@@ -496,16 +493,11 @@ impl Service {
         }
         let synth = if a.synthesize.unwrap_or(false) {
             e.synthesize = true;
-            let s = AskSettings::resolve(
-                Layer::default(),
-                Layer::default(),
-                self.base.clone(),
-                bib_store::DEFAULT_STORE_PATH,
-            )?;
+            let llm = self.settings.llm.clone();
             Some(SynthConfig::from_parts(
-                s.llm_base_url,
-                s.llm_model,
-                s.llm_api_key,
+                llm.base_url,
+                llm.model,
+                llm.api_key,
             )?)
         } else {
             None
@@ -520,6 +512,7 @@ impl Service {
             &self.cache,
             synth.as_ref(),
             &e,
+            &bib_eval::NoProgress,
         );
         work.check()?;
         let report = report.map_err(|err| match err {

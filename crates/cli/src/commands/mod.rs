@@ -3,6 +3,7 @@
 pub mod ask;
 pub mod bench;
 pub mod chunk;
+pub mod config;
 pub mod eval;
 pub mod ingest;
 pub mod mcp;

@@ -10,6 +10,10 @@ use anyhow::Context;
 use bib_pack::{parse_history, PackOptions, Packer};
 
 #[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Examples:
+  bib pack --budget 2000 < history.json
+  bib pack --budget 800 --hybrid --stats --input session.json > packed.json")]
 pub struct Args {
     /// Token budget (packer's own estimate, +4 per message).
     #[arg(long)]
@@ -24,9 +28,10 @@ pub struct Args {
     /// annotate relative dates. Without it such messages are not annotated.
     #[arg(long)]
     now: Option<String>,
-    /// Count tokens the way the spec's reference packer does, for side-by-side comparisons with
-    /// it. The output can then exceed the budget, most at small budgets (measured: +35 % at 20
-    /// tokens, +22 % at 100, +5 % at 400). Without this flag the output never exceeds it.
+    /// Count tokens like the JavaScript packer bib's packer was ported from, to compare the
+    /// two side by side. The output can then exceed the budget, most at small budgets
+    /// (measured: +35 % at 20 tokens, +22 % at 100, +5 % at 400). Without this flag the
+    /// output never exceeds it.
     #[arg(long)]
     reference_budget: bool,
     /// Add the tally card (files read/edited, commands, errors).

@@ -1,15 +1,17 @@
 //! `bib runs` — list past ingest runs (the audit record), newest first.
 
 #[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Examples:
+  bib runs
+  bib runs --limit 1 --json")]
 pub struct Args {
-    /// Knowledge base: a SQLite file or a postgres:// URL (else BIB_STORE, else `store` in
-    /// bib.toml, else .bib/kb.sqlite).
-    #[arg(long)]
-    pub store: Option<String>,
-    /// Print the run records as a JSON array.
+    #[command(flatten)]
+    pub settings: crate::settings::SettingsArgs,
+    /// Print the run records as a JSON array
     #[arg(long)]
     pub json: bool,
-    /// How many runs to list.
+    /// How many runs to list
     #[arg(long, default_value_t = 20)]
     pub limit: usize,
 }
@@ -38,7 +40,7 @@ pub fn iso_utc(ms: i64) -> String {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let store = crate::store_url::open_existing(args.store.as_deref())?;
+    let store = args.settings.resolve(|_| ())?.store.open_existing()?;
     let runs = store.runs(args.limit)?;
     if args.json {
         let arr: Vec<serde_json::Value> = runs

@@ -4,18 +4,20 @@
 use serde_json::json;
 
 #[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Examples:
+  bib status
+  bib status --json --store postgres://bib@127.0.0.1/bib?schema=kb")]
 pub struct Args {
-    /// Knowledge base: a SQLite file or a postgres:// URL (else BIB_STORE, else `store` in
-    /// bib.toml, else .bib/kb.sqlite).
-    #[arg(long)]
-    pub store: Option<String>,
+    #[command(flatten)]
+    pub settings: crate::settings::SettingsArgs,
     /// Print `{store, backend, model, collections: [{name, documents, chunks}], last_run}`.
     #[arg(long)]
     pub json: bool,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let store = crate::store_url::open_existing(args.store.as_deref())?;
+    let store = args.settings.resolve(|_| ())?.store.open_existing()?;
     let collections = store.collections()?;
     let model = store.embedding_model()?;
     let last = store.runs(1)?.into_iter().next();

@@ -42,13 +42,13 @@ const STYLES: [&str; 3] = ["direct", "paraphrase", "exact"];
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Benchmark data folder (holds wiki/). Default: ../shared/bench/data.
+    /// Benchmark data folder (holds wiki/) [default: ../shared/bench/data]
     #[arg(long)]
     data: Option<PathBuf>,
     /// Folder of the repository's development sets (dev_en.jsonl, dev_es.jsonl).
     #[arg(long, default_value = "bench/wiki")]
     dev_dir: PathBuf,
-    /// Sets to run, comma-separated: golden_en, golden_es_dev, dev_en, dev_es (default: all).
+    /// Sets to run, comma-separated: golden_en, golden_es_dev, dev_en, dev_es [default: all].
     #[arg(long, value_delimiter = ',')]
     sets: Vec<String>,
     /// Where the ingested wiki stores are kept between runs.
@@ -64,7 +64,7 @@ pub struct Args {
     /// Fusion of the top-k table in hybrid mode: convex (default) or rrf.
     #[arg(long, default_value = "convex")]
     fusion: String,
-    /// BM25 weight α of convex fusion (default: the product default).
+    /// BM25 weight α of convex fusion [default: the product default].
     #[arg(long)]
     fusion_alpha: Option<f64>,
     /// Cut-offs of the top-k table.

@@ -28,7 +28,7 @@ use super::ask_common::{data_dir, embed_corpus_cached, read_jsonl};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Benchmark data folder (holds xquad/). Default: ../shared/bench/data.
+    /// Benchmark data folder (holds xquad/) [default: ../shared/bench/data]
     #[arg(long)]
     data: Option<PathBuf>,
     /// Where passage embeddings are cached between runs.
