@@ -379,6 +379,77 @@ mod tests {
         assert!(ask.output_schema.is_some());
     }
 
+    /// A client's `notifications/cancelled` stops the call's work: rmcp only cancels the
+    /// request's token (it does not drop the handler), so the tool must pass it on to the
+    /// `Work`. Over stdio, where there is no deadline, this is the only way to stop a call.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_cancelled_call_stops_and_writes_nothing() {
+        use crate::testing::{service, FakeEmbedder, TOKEN};
+        use bib_store::Store;
+        use std::time::Duration;
+        use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+
+        let slow = FakeEmbedder::new(Duration::from_millis(400));
+        let (svc, store) = service(Some(slow.clone()));
+        let (client, server) = tokio::io::duplex(1 << 16);
+        let (server_r, server_w) = tokio::io::split(server);
+        let serving = tokio::spawn(serve_lines(svc, server_r, server_w));
+        let (client_r, mut client_w) = tokio::io::split(client);
+        let mut lines = tokio::io::BufReader::new(client_r).lines();
+        let line = |v: serde_json::Value| format!("{v}\n");
+        let init = serde_json::json!({
+            "jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "mcp-tests", "version": "0"}
+            }
+        });
+        let next = |l: Option<String>| -> serde_json::Value {
+            serde_json::from_str(&l.expect("an answer")).unwrap()
+        };
+        for v in [
+            init,
+            serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        ] {
+            client_w.write_all(line(v).as_bytes()).await.unwrap();
+        }
+        assert_eq!(next(lines.next_line().await.unwrap())["id"], 1);
+        let call = serde_json::json!({
+            "jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            "params": {"name": "bib_register_doc", "arguments": {
+                "path": "cancelled.md",
+                "content": "# Cancelled\n\nThe client gives up on this one.\n",
+                "index": true,
+                "token": TOKEN,
+            }}
+        });
+        client_w.write_all(line(call).as_bytes()).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let cancel = serde_json::json!({
+            "jsonrpc": "2.0", "method": "notifications/cancelled",
+            "params": {"requestId": 2, "reason": "test"}
+        });
+        client_w.write_all(line(cancel).as_bytes()).await.unwrap();
+        // Well past the embedding call: not written, and no second batch.
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+        let paths: Vec<String> = store
+            .documents()
+            .unwrap()
+            .into_iter()
+            .map(|d| d.path)
+            .collect();
+        assert!(!paths.contains(&"cancelled.md".to_string()), "{paths:?}");
+        assert_eq!(slow.calls(), 1, "no embedding after the cancel");
+        // Still serving; the cancelled call gets no answer (the next line is the ping's).
+        let ping = serde_json::json!({"jsonrpc": "2.0", "id": 3, "method": "ping"});
+        client_w.write_all(line(ping).as_bytes()).await.unwrap();
+        assert_eq!(next(lines.next_line().await.unwrap())["id"], 3);
+        drop(client_w);
+        drop(lines);
+        let _ = tokio::time::timeout(Duration::from_secs(5), serving).await;
+    }
+
     #[test]
     fn invalid_argument_becomes_invalid_params_with_field() {
         let e = to_error_data(&ServiceError::invalid("top_k", "must be a number"));
