@@ -19,6 +19,7 @@ use rmcp::{tool, tool_handler, tool_router, ErrorData, RoleServer, ServerHandler
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use tokio_util::sync::CancellationToken;
 
 use crate::args::{AskArgs, EvalRetrievalArgs, IndexChunksArgs, PackArgs, RegisterDocArgs};
 use crate::error::{ErrorCode, ServiceError};
@@ -67,12 +68,52 @@ fn work_of(ctx: &RequestContext<RoleServer>) -> Arc<Work> {
 }
 
 /// Run a service call on the blocking pool and shape its answer as a tool result.
-async fn run_tool<T, F>(work: Arc<Work>, f: F) -> Result<CallToolResult, ErrorData>
+///
+/// The call is cancelled, like a REST request past its timeout ([`crate::work`]), when the
+/// HTTP request's deadline passes or the client cancels the request (`notifications/cancelled`,
+/// which sets `ct`): its [`Work`] is cancelled, so it stops at its next check and writes
+/// nothing, and the answer is a `timeout` tool error. When the call already
+/// started its write, the cancel is refused and its real result is the answer.
+async fn run_tool<T, F>(
+    work: Arc<Work>,
+    ct: CancellationToken,
+    f: F,
+) -> Result<CallToolResult, ErrorData>
 where
     T: Serialize + Send + 'static,
     F: FnOnce(&Work) -> Result<T, ServiceError> + Send + 'static,
 {
-    let r = match tokio::task::spawn_blocking(move || f(&work)).await {
+    let job = work.clone();
+    let mut task = tokio::task::spawn_blocking(move || f(&job));
+    let deadline = async {
+        match work.deadline() {
+            Some(d) => tokio::time::sleep_until(tokio::time::Instant::from_std(d)).await,
+            None => std::future::pending().await,
+        }
+    };
+    let joined = tokio::select! {
+        r = &mut task => r,
+        stop = async {
+            tokio::select! {
+                () = deadline => work.timeout_error(),
+                // rmcp sends no response to a cancelled request (nor after its session
+                // closed), so this error only reaches the log.
+                () = ct.cancelled() => ServiceError::new(
+                    ErrorCode::Timeout,
+                    "the request was cancelled; its work was stopped and nothing was written",
+                ),
+            }
+        } => {
+            if work.cancel() {
+                tracing::warn!(code = stop.code.as_str(), "tool call stopped: {}", stop.message);
+                Ok(Err(stop))
+            } else {
+                // The call is writing: its result is the truth, wait for it.
+                task.await
+            }
+        }
+    };
+    let r = match joined {
         Ok(r) => r,
         Err(e) => Err(ServiceError::internal(format!("the operation failed: {e}"))),
     };
@@ -143,7 +184,7 @@ impl BibMcp {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
         let s = self.service.clone();
-        run_tool(work_of(&ctx), move |w| s.ask(a, w)).await
+        run_tool(work_of(&ctx), ctx.ct.clone(), move |w| s.ask(a, w)).await
     }
 
     /// A/B evaluation of retrieval: whole chunks (baseline) against sentence trimming and other
@@ -159,7 +200,7 @@ impl BibMcp {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
         let s = self.service.clone();
-        run_tool(work_of(&ctx), move |w| s.eval(a, w)).await
+        run_tool(work_of(&ctx), ctx.ct.clone(), move |w| s.eval(a, w)).await
     }
 
     /// Create or update one document (path + Markdown, or front-matter + body). Returns its
@@ -176,7 +217,7 @@ impl BibMcp {
     ) -> Result<CallToolResult, ErrorData> {
         let s = self.service.clone();
         let bearer = http_bearer(&ctx);
-        run_tool(work_of(&ctx), move |w| {
+        run_tool(work_of(&ctx), ctx.ct.clone(), move |w| {
             s.register_doc(a, bearer.as_deref(), w)
         })
         .await
@@ -197,7 +238,7 @@ impl BibMcp {
     ) -> Result<CallToolResult, ErrorData> {
         let s = self.service.clone();
         let bearer = http_bearer(&ctx);
-        run_tool(work_of(&ctx), move |w| {
+        run_tool(work_of(&ctx), ctx.ct.clone(), move |w| {
             s.index_chunks(a, bearer.as_deref(), w)
         })
         .await
@@ -216,7 +257,7 @@ impl BibMcp {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
         let s = self.service.clone();
-        run_tool(work_of(&ctx), move |w| s.pack(a, w)).await
+        run_tool(work_of(&ctx), ctx.ct.clone(), move |w| s.pack(a, w)).await
     }
 }
 
@@ -336,6 +377,77 @@ mod tests {
             assert!(props.get(k).is_some(), "bib_ask lacks {k}");
         }
         assert!(ask.output_schema.is_some());
+    }
+
+    /// A client's `notifications/cancelled` stops the call's work: rmcp only cancels the
+    /// request's token (it does not drop the handler), so the tool must pass it on to the
+    /// `Work`. Over stdio, where there is no deadline, this is the only way to stop a call.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_cancelled_call_stops_and_writes_nothing() {
+        use crate::testing::{service, FakeEmbedder, TOKEN};
+        use bib_store::Store;
+        use std::time::Duration;
+        use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+
+        let slow = FakeEmbedder::new(Duration::from_millis(400));
+        let (svc, store) = service(Some(slow.clone()));
+        let (client, server) = tokio::io::duplex(1 << 16);
+        let (server_r, server_w) = tokio::io::split(server);
+        let serving = tokio::spawn(serve_lines(svc, server_r, server_w));
+        let (client_r, mut client_w) = tokio::io::split(client);
+        let mut lines = tokio::io::BufReader::new(client_r).lines();
+        let line = |v: serde_json::Value| format!("{v}\n");
+        let init = serde_json::json!({
+            "jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "mcp-tests", "version": "0"}
+            }
+        });
+        let next = |l: Option<String>| -> serde_json::Value {
+            serde_json::from_str(&l.expect("an answer")).unwrap()
+        };
+        for v in [
+            init,
+            serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        ] {
+            client_w.write_all(line(v).as_bytes()).await.unwrap();
+        }
+        assert_eq!(next(lines.next_line().await.unwrap())["id"], 1);
+        let call = serde_json::json!({
+            "jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            "params": {"name": "bib_register_doc", "arguments": {
+                "path": "cancelled.md",
+                "content": "# Cancelled\n\nThe client gives up on this one.\n",
+                "index": true,
+                "token": TOKEN,
+            }}
+        });
+        client_w.write_all(line(call).as_bytes()).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let cancel = serde_json::json!({
+            "jsonrpc": "2.0", "method": "notifications/cancelled",
+            "params": {"requestId": 2, "reason": "test"}
+        });
+        client_w.write_all(line(cancel).as_bytes()).await.unwrap();
+        // Well past the embedding call: not written, and no second batch.
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+        let paths: Vec<String> = store
+            .documents()
+            .unwrap()
+            .into_iter()
+            .map(|d| d.path)
+            .collect();
+        assert!(!paths.contains(&"cancelled.md".to_string()), "{paths:?}");
+        assert_eq!(slow.calls(), 1, "no embedding after the cancel");
+        // Still serving; the cancelled call gets no answer (the next line is the ping's).
+        let ping = serde_json::json!({"jsonrpc": "2.0", "id": 3, "method": "ping"});
+        client_w.write_all(line(ping).as_bytes()).await.unwrap();
+        assert_eq!(next(lines.next_line().await.unwrap())["id"], 3);
+        drop(client_w);
+        drop(lines);
+        let _ = tokio::time::timeout(Duration::from_secs(5), serving).await;
     }
 
     #[test]

@@ -218,11 +218,18 @@ pub(crate) fn fence_open(line: &str) -> Option<Fence> {
     Some(Fence { ch, len })
 }
 
-/// Does `line` close the fence `f`?
+/// Does `line` close the fence `f`? `line` may still carry its line ending (`\n`, `\r\n` or
+/// `\r`: callers split differently). After the marker run only spaces may follow, as in
+/// pulldown-cmark, which the chunker's blocks come from: a tab, vertical tab, form feed or
+/// other Unicode whitespace there leaves the fence open (CommonMark 0.31 also allows tabs;
+/// pulldown-cmark 0.13 does not, and the line rules must agree with the parser). `trim()`
+/// here once closed fences on ```` ````\x0b ```` that pulldown-cmark kept open (a fuzz finding).
 pub(crate) fn fence_close(line: &str, f: Fence) -> bool {
     let s = strip_container_prefix(line);
+    let s = s.strip_suffix('\n').unwrap_or(s);
+    let s = s.strip_suffix('\r').unwrap_or(s);
     let len = s.bytes().take_while(|&b| b == f.ch).count();
-    len >= f.len && s[len..].trim().is_empty()
+    len >= f.len && s.bytes().skip(len).all(|b| b == b' ')
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
