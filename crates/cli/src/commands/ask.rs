@@ -209,9 +209,10 @@ fn open_store(spec: &StoreSpec, log: bool) -> anyhow::Result<Opened> {
             // A store of an older schema upgrades on its first writable open: do that once,
             // when the file may be written, instead of refusing a read.
             Some(Err(bib_app::store::OpenError::Open {
-                source: bib_store::StoreError::Schema {
-                    found, expected, ..
-                },
+                source:
+                    bib_store::StoreError::Schema {
+                        found, expected, ..
+                    },
                 ..
             })) if found < expected && !marked_read_only(path) => Ok(Arc::from(spec.open()?)),
             Some(s) => Ok(Arc::from(s?)),
