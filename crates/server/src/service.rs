@@ -686,6 +686,7 @@ impl Service {
             content_hash,
             chunk_count,
             upserts,
+            source: Some(text.clone()),
         };
         // The point of no return: after this a timeout waits for the write instead of
         // answering 504 (see `crate::work`).
@@ -935,6 +936,8 @@ impl Service {
                 content_hash: doc.content_hash.clone(),
                 chunk_count,
                 upserts,
+                // Same content hash: the stored source, if any, stays true.
+                source: None,
             };
             // A deadline that passes before the first write stops everything; once a write
             // started, the rest of the call runs to its end (see `crate::work`).
