@@ -108,6 +108,16 @@ pub struct AskOutput {
     pub exact_tokens_before: Option<usize>,
     pub exact_tokens_in_context: Option<usize>,
     pub took_ms: f64,
+    /// Nothing in the knowledge base is close to the question: `best_cosine` is below the
+    /// model's `relevance_floor` (or there is no result). The results are still listed.
+    pub no_good_match: bool,
+    /// The model's cosine between the question and the closest chunk (none in bm25 mode).
+    pub best_cosine: Option<f64>,
+    /// The model's calibrated floor for `best_cosine` (none when the model has no floor).
+    pub relevance_floor: Option<f64>,
+    /// Results dropped because trimming kept none of their sentences (their slots went to
+    /// the next results).
+    pub trim_dropped: usize,
     pub results: Vec<AskHit>,
 }
 
@@ -452,6 +462,10 @@ impl Service {
             exact_tokens_before: r.exact_tokens_before,
             exact_tokens_in_context: r.exact_tokens_in_context,
             took_ms: r.timings.total_ms,
+            no_good_match: r.relevance.no_good_match,
+            best_cosine: r.relevance.best_cosine,
+            relevance_floor: r.relevance.floor,
+            trim_dropped: r.trim_dropped,
             results,
         })
     }

@@ -8,6 +8,7 @@ mod embed;
 mod ingest;
 mod latency;
 mod locomo;
+mod relevance;
 mod sbd;
 mod scifact;
 mod serve;
@@ -33,6 +34,9 @@ enum Bench {
     Latency(latency::Args),
     /// History packer evidence recall on LoCoMo, side by side with the JS reference.
     Locomo(locomo::Args),
+    /// Calibrate the relevance floor: "no good match" on off-topic vs answerable NuGet wiki
+    /// questions, over a sweep of floors.
+    Relevance(relevance::Args),
     /// Sentence-boundary accuracy on the SBD golden sets (exact match per case).
     Sbd(sbd::Args),
     /// Ask retrieval quality on SciFact: nDCG@10 / Recall@100 for bm25, vector, hybrid.
@@ -57,6 +61,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Bench::Ingest(a) => ingest::run(a),
         Bench::Latency(a) => latency::run(a),
         Bench::Locomo(a) => locomo::run(a),
+        Bench::Relevance(a) => relevance::run(a),
         Bench::Sbd(a) => sbd::run(a),
         Bench::Scifact(a) => scifact::run(a),
         Bench::Serve(a) => serve::run(a),
