@@ -122,6 +122,29 @@ pub struct AskArgs {
     pub collections: Option<Vec<String>>,
 }
 
+/// `bib_get` / `GET /docs/{path}?from=&to=&collection=`: a document's text or some of its lines.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GetArgs {
+    /// The document's path, as results give it (`guides/restore.md`).
+    pub path: String,
+    /// First line (1-based, inclusive; default 1). A result citing `path:12-30` has
+    /// `line_start` 12 and `line_end` 30.
+    #[serde(default)]
+    pub from: Option<u32>,
+    /// Last line (inclusive; default the last line of the document).
+    #[serde(default)]
+    pub to: Option<u32>,
+    /// Only look in this collection.
+    #[serde(default)]
+    pub collection: Option<String>,
+}
+
+/// `bib_status`: no arguments.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StatusArgs {}
+
 /// `bib_eval_retrieval` / `POST /eval`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]

@@ -10,6 +10,7 @@ use bib_embed::{EmbedKind, Embedder};
 use bib_retrieve::config::{AskSettings, Layer};
 use bib_retrieve::synth::SynthConfig;
 use bib_retrieve::{log_entry, EmbeddingCache, Filter, Mode, Retriever, StoreIndex};
+use bib_store::read::{Excerpt, KbStatus, LineRange};
 use bib_store::{ChunkWrite, DocRecord, DocumentChange, Store};
 use bib_text::chunk::{chunk_hash, chunk_markdown, doc_prefix, ChunkOptions};
 use bib_text::tokens::estimate_tokens;
@@ -18,7 +19,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
-use crate::args::{AskArgs, EvalRetrievalArgs, IndexChunksArgs, PackArgs, RegisterDocArgs};
+use crate::args::{
+    AskArgs, EvalRetrievalArgs, GetArgs, IndexChunksArgs, PackArgs, RegisterDocArgs,
+};
 use crate::auth::TokenCheck;
 use crate::error::ServiceError;
 use crate::work::{CancelEmbedder, Work};
@@ -1073,6 +1076,40 @@ impl Service {
         Ok(v)
     }
 
+    /// A document's text, or lines `from..=to` of it, as ingested (`bib_get`,
+    /// `GET /docs/{path}`; the same lookup as `bib get`).
+    pub fn get_lines(&self, a: GetArgs) -> Result<Excerpt, ServiceError> {
+        if a.path.len() > MAX_PATH_BYTES {
+            return Err(ServiceError::invalid(
+                "path",
+                format!("{} bytes, over the limit of {MAX_PATH_BYTES}", a.path.len()),
+            ));
+        }
+        if a.path.trim().is_empty() {
+            return Err(ServiceError::invalid("path", "is empty"));
+        }
+        let collection = match a.collection.as_deref().map(str::trim) {
+            Some("") => return Err(ServiceError::invalid("collection", "is empty")),
+            c => c,
+        };
+        let range = LineRange {
+            from: a.from,
+            to: a.to,
+        };
+        Ok(bib_store::read::get_lines(
+            self.store.as_ref(),
+            &a.path,
+            collection,
+            range,
+        )?)
+    }
+
+    /// Where the knowledge base is, its collections, model and last run (`bib_status`; the
+    /// same report as `bib status --json`).
+    pub fn status(&self) -> Result<KbStatus, ServiceError> {
+        Ok(bib_store::read::status(self.store.as_ref())?)
+    }
+
     /// The last `limit` ingest runs, newest first.
     pub fn runs(&self, limit: usize) -> Result<Value, ServiceError> {
         if limit == 0 || limit > 1000 {
@@ -1155,6 +1192,52 @@ mod tests {
             .register_doc(reg("Guides/New.MD", "# New\n", false), Some(TOKEN), &w)
             .unwrap();
         assert_eq!(ok.path, "Guides/New.MD");
+    }
+
+    /// Issue 18: `bib_get` serves the registered text with the line numbers its chunks cite;
+    /// `bib_status` is `bib_store::read::status`.
+    #[test]
+    fn get_lines_serves_the_registered_text_and_status_the_store() {
+        let (svc, store) = service(Some(FakeEmbedder::new(Duration::ZERO)));
+        let w = Work::unbounded();
+        let text = "---\ntitle: Cache\n---\n# Cache\n\nThe cache lives in the profile.\n";
+        svc.register_doc(reg("c.md", text, true), Some(TOKEN), &w)
+            .unwrap();
+        let chunk = store.document_chunks("c.md").unwrap().remove(0);
+        let got = svc
+            .get_lines(GetArgs {
+                path: "c.md".into(),
+                from: Some(chunk.line_start),
+                to: Some(chunk.line_end),
+                collection: Some("api".into()),
+            })
+            .unwrap();
+        let expect: String = text
+            .split_inclusive('\n')
+            .skip(chunk.line_start as usize - 1)
+            .take((chunk.line_end - chunk.line_start + 1) as usize)
+            .collect();
+        assert_eq!(got.content, expect);
+        assert!(got.content.contains("The cache lives"), "{got:?}");
+        let e = svc
+            .get_lines(GetArgs {
+                path: "c.md".into(),
+                to: Some(99),
+                ..GetArgs::default()
+            })
+            .unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("to"));
+        let e = svc
+            .get_lines(GetArgs {
+                path: "cc.md".into(),
+                ..GetArgs::default()
+            })
+            .unwrap_err();
+        assert_eq!(e.code, crate::error::ErrorCode::NotFound);
+        assert!(e.message.contains("c.md"), "{e:?}");
+        let st = svc.status().unwrap();
+        assert_eq!(st, bib_store::read::status(store.as_ref()).unwrap());
+        assert!(st.collections.iter().any(|c| c.name == "api"));
     }
 
     /// Issue 14: registering without `index` left the old chunks under the new hash, so the

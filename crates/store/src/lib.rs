@@ -19,6 +19,7 @@ pub mod conformance;
 mod error;
 pub mod filter;
 pub mod lexical;
+pub mod read;
 mod sqlite;
 mod types;
 

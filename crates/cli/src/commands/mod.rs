@@ -4,6 +4,7 @@ pub mod ask;
 pub mod bench;
 pub mod chunk;
 pub mod eval;
+pub mod get;
 pub mod ingest;
 pub mod mcp;
 pub mod migrate;
