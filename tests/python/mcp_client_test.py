@@ -239,6 +239,15 @@ async def run(args: argparse.Namespace) -> dict:
         check(packed["stats"]["output_tokens"] <= 120, f"bib_pack over budget: {packed['stats']}")
         check(any("note 7" in m["content"] for m in packed["messages"]), "bib_pack dropped the live question")
         summary["pack"] = packed["stats"]["output_tokens"]
+        # The input format of `bib pack`: `ts` in epoch ms or RFC 3339; seconds are refused.
+        timed = [{"role": "user", "content": "deploy on friday", "ts": "2026-08-07T12:00:00Z"},
+                 {"role": "assistant", "content": "ok", "timestamp": 1786104060000},
+                 {"role": "user", "content": "when do we deploy?"}]
+        structured(await s.call_tool("bib_pack", {"messages": timed, "budget": 200}), "bib_pack timed")
+        await expect_invalid_params(
+            s, "bib_pack", {"messages": [{"role": "user", "content": "x", "ts": 1786104000}], "budget": 50},
+            "messages[0]",
+        )
 
         # bib_eval_retrieval on explicit questions (retrieval only).
         ev = await s.call_tool(

@@ -992,21 +992,14 @@ impl Service {
         if a.budget == 0 {
             return Err(ServiceError::invalid("budget", "must be at least 1"));
         }
-        if let Some(i) = a.messages.iter().position(|m| m.role.trim().is_empty()) {
-            return Err(ServiceError::invalid(
-                format!("messages[{i}].role"),
-                "is empty",
-            ));
-        }
-        let history: Vec<bib_pack::Message> = a
-            .messages
-            .into_iter()
-            .map(|m| bib_pack::Message {
-                role: m.role,
-                content: m.content,
-                ts: m.ts,
-            })
-            .collect();
+        let history = bib_pack::input::history_from_value(&Value::Array(a.messages)).map_err(
+            |e| match e {
+                bib_pack::InputError::Message { index, reason } => {
+                    ServiceError::invalid(format!("messages[{index}]"), reason)
+                }
+                other => ServiceError::invalid("messages", other),
+            },
+        )?;
         let opts = bib_pack::PackOptions::default();
         let packed = if a.hybrid.unwrap_or(false) {
             match self.embedder.as_deref() {
