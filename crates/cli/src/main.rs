@@ -45,6 +45,8 @@ enum Command {
     Rm(commands::rm::Args),
     /// Show the knowledge base: location, collections, model, last run.
     Status(commands::status::Args),
+    /// Print a document, or a line range of it (`path:12-30`, as results cite it).
+    Get(commands::get::Args),
     /// Ask the knowledge base a question.
     Ask(commands::ask::Args),
     /// Run a benchmark and print a report.
@@ -53,7 +55,7 @@ enum Command {
     Eval(commands::eval::Args),
     /// Copy a knowledge base to another store (e.g. SQLite to postgres://).
     Migrate(commands::migrate::Args),
-    /// Serve MCP over stdio (tools bib_ask, bib_pack, bib_eval_retrieval, bib_register_doc, bib_index_chunks).
+    /// Serve MCP over stdio (tools bib_ask, bib_get, bib_status, bib_pack, bib_eval_retrieval, bib_register_doc, bib_index_chunks).
     Mcp(commands::mcp::Args),
     /// Serve the HTTP API and MCP over streamable HTTP (/mcp).
     Serve(commands::serve::Args),
@@ -63,7 +65,7 @@ enum Command {
 
 /// The subcommands that read settings (`--config`, and help notes on their settings flags).
 const SETTINGS_COMMANDS: &[&str] = &[
-    "ask", "eval", "ingest", "runs", "rm", "status", "serve", "mcp", "migrate", "config",
+    "ask", "get", "eval", "ingest", "runs", "rm", "status", "serve", "mcp", "migrate", "config",
 ];
 
 /// Parse the command line, with each settings flag's default, variable and key in `--help`.
@@ -87,6 +89,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Command::Runs(a) => commands::runs::run(a),
         Command::Rm(a) => commands::rm::run(a),
         Command::Status(a) => commands::status::run(a),
+        Command::Get(a) => commands::get::run(a),
         Command::Ask(a) => commands::ask::run(a),
         Command::Bench(a) => commands::bench::run(a),
         Command::Eval(a) => commands::eval::run(a),

@@ -10,8 +10,9 @@ use bib_app::Settings;
 
 /// Each command that reads settings, with the fewest arguments that make it run.
 fn settings_commands(dir: &str) -> Vec<Vec<String>> {
-    let cmds: [&[&str]; 10] = [
+    let cmds: [&[&str]; 11] = [
         &["ask", "how", "do", "I", "sign", "--mode", "bm25"],
+        &["get", "notes/a.md"],
         &["eval"],
         &["ingest", dir],
         &["runs"],

@@ -23,8 +23,12 @@ pub struct ParsedDoc {
     pub path: String,
     pub title: String,
     pub metadata: Value,
-    /// The whole source text (front-matter included).
+    /// The text the chunker reads: the file with its `[!INCLUDE]`s expanded (front-matter
+    /// included).
     pub text: String,
+    /// The file as written (BOM dropped): what `content_hash` hashes, what citations count
+    /// lines in, and what the store keeps for `bib get`.
+    pub source: String,
     /// Byte offset of the body within `text`.
     pub body_offset: usize,
     /// SHA-256 of the source text.
@@ -74,6 +78,7 @@ pub fn read_document(root: &Path, file: &FoundFile, max_bytes: u64) -> Result<Pa
     // The hash is of the file as written, so an edit to an included file alone is not seen as a
     // change of this document (the chunk hashes still are).
     let content_hash = sha256_hex(&text);
+    let source = text.clone();
     let text = resolve_includes(root, file, text, body_offset, max_bytes)?;
     Ok(ParsedDoc {
         path: file.path.clone(),
@@ -82,6 +87,7 @@ pub fn read_document(root: &Path, file: &FoundFile, max_bytes: u64) -> Result<Pa
         content_hash,
         body_offset,
         text,
+        source,
     })
 }
 
@@ -409,6 +415,7 @@ impl Ctx<'_> {
                 content_hash: doc.content_hash.clone(),
                 chunk_count: plan.chunks.len() as u32,
                 upserts,
+                source: Some(doc.source.clone()),
             };
             match self.store.apply_document(&change) {
                 Ok(out) => {
@@ -595,11 +602,6 @@ pub fn ingest(
         .filter(|d| d.collection != collection)
         .map(|d| (d.path.as_str(), d.collection.as_str()))
         .collect();
-    let abs_of: HashMap<&str, &Path> = scanned
-        .files
-        .iter()
-        .map(|f| (f.path.as_str(), f.abs.as_path()))
-        .collect();
     for f in &scanned.files {
         if let Some(other) = foreign.get(f.path.as_str()) {
             issues.push(FileIssue {
@@ -736,21 +738,8 @@ pub fn ingest(
         let body = &doc.text[doc.body_offset..];
         let chunks = chunk_markdown(&doc.title, body, doc.body_offset, &opts.chunk);
         // Spans of a document with includes refer to the expanded text; cite the file's lines
-        // (crate::lines). The stored hash is of the file as written, so equal hashes mean no
-        // include was expanded.
-        let raw: Option<String> = if sha256_hex(&doc.text) == doc.content_hash {
-            None
-        } else {
-            abs_of
-                .get(doc.path.as_str())
-                .and_then(|p| std::fs::read_to_string(p).ok())
-                .map(|t| t.strip_prefix('\u{feff}').map(str::to_string).unwrap_or(t))
-        };
-        let line_map = crate::lines::LineMap::new(
-            raw.as_deref().unwrap_or(&doc.text),
-            &doc.text,
-            doc.body_offset,
-        );
+        // (crate::lines).
+        let line_map = crate::lines::LineMap::new(&doc.source, &doc.text, doc.body_offset);
         let old: HashMap<u32, &ChunkState> = by_path
             .get(&doc.path)
             .map(|v| v.iter().map(|s| (s.chunk_index, s)).collect())
@@ -788,6 +777,7 @@ pub fn ingest(
                 && d.metadata == doc.metadata
                 && d.content_hash == doc.content_hash
                 && d.chunk_count as usize == planned.len()
+                && d.has_source
         });
         let write = !row_same || planned.iter().any(|c| c.write) || old.len() != planned.len();
         window.push(DocPlan {

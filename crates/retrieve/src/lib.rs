@@ -15,6 +15,8 @@
 //!    content-keyed [`cache::EmbeddingCache`].
 //! 4. [`retrieve::Retriever`] chains them and accounts for tokens before and after trimming
 //!    (the spec's estimate and the model tokenizer's exact count).
+//!    Trimmed results that keep no sentence give their slot to the next result, and
+//!    [`relevance`] says whether anything is close to the question at all (the floor).
 //! 5. [`synth`] optionally sends the context to an OpenAI-compatible chat endpoint and streams
 //!    the answer; [`log::log_entry`] is what every ask records.
 
@@ -24,6 +26,7 @@ pub mod filter;
 pub mod fusion;
 pub mod index;
 pub mod log;
+pub mod relevance;
 pub mod retrieve;
 pub mod store_index;
 pub mod synth;
@@ -35,6 +38,7 @@ pub use filter::Filter;
 pub use fusion::{rrf_fuse, rrf_fuse_weighted, FusedHit, ListHit, DEFAULT_RRF_K};
 pub use index::{ChunkId, ChunkIndex, ChunkRecord, Hit, MemoryIndex};
 pub use log::{log_entry, QueryLogEntry};
+pub use relevance::Relevance;
 pub use retrieve::{Fusion, Mode, RetrievalResult, RetrieveOptions, Retriever, ScoredChunk};
 pub use store_index::StoreIndex;
 pub use trim::{TrimOptions, TrimScorer};

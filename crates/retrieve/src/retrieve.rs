@@ -11,6 +11,7 @@ use crate::error::RetrieveError;
 use crate::filter::Filter;
 use crate::fusion::{rrf_fuse, ListHit, DEFAULT_RRF_K};
 use crate::index::{ChunkIndex, ChunkRecord, Hit};
+use crate::relevance::{floor_for, term_coverage, Relevance};
 use crate::trim::{trim_texts, TrimOptions};
 
 /// Which lists feed the result.
@@ -195,7 +196,8 @@ pub struct RetrievalResult {
     pub mode: Mode,
     /// Best first.
     pub chunks: Vec<ScoredChunk>,
-    /// Spec estimate (words × 1.3) of the chunks as retrieved.
+    /// Spec estimate (words × 1.3) of the top-k chunks as retrieved, untrimmed: what the
+    /// answer would be without trimming (results trimming dropped included).
     pub tokens_before: usize,
     /// Spec estimate of the chunks after trimming (equal to `tokens_before` without trimming).
     pub tokens_in_context: usize,
@@ -203,6 +205,11 @@ pub struct RetrievalResult {
     pub exact_tokens_before: Option<usize>,
     pub exact_tokens_in_context: Option<usize>,
     pub timings: Timings,
+    /// Whether anything is close to the question at all ([`crate::relevance`]).
+    pub relevance: Relevance,
+    /// Results dropped because trimming kept none of their sentences; each slot went to the
+    /// next result.
+    pub trim_dropped: usize,
 }
 
 /// Hybrid retrieval over a [`ChunkIndex`].
@@ -248,8 +255,8 @@ impl<'a> Retriever<'a> {
         Ok(v.first().map(|v| v.to_vec()).unwrap_or_default())
     }
 
-    /// Ranked hits without fetching or trimming: `(fused hits, mode used)`. The query vector is
-    /// computed when needed and returned for reuse.
+    /// Ranked hits without fetching or trimming. The query vector is computed when needed
+    /// (pass it when known).
     pub fn search(
         &self,
         query: &str,
@@ -257,6 +264,18 @@ impl<'a> Retriever<'a> {
         filter: &Filter,
         query_vec: Option<&[f32]>,
     ) -> Result<Vec<ScoredHit>, RetrieveError> {
+        Ok(self.search_lists(query, opts, filter, query_vec)?.0)
+    }
+
+    /// [`Retriever::search`] plus the cosine of the vector list's first hit (the chunk closest
+    /// to the question; `None` when no vector list ran): the relevance signal.
+    fn search_lists(
+        &self,
+        query: &str,
+        opts: &RetrieveOptions,
+        filter: &Filter,
+        query_vec: Option<&[f32]>,
+    ) -> Result<(Vec<ScoredHit>, Option<f64>), RetrieveError> {
         let mode = self.effective_mode(opts.mode);
         let n = opts.candidates.max(opts.top_k);
         let bm25 = if mode != Mode::Vector {
@@ -276,7 +295,8 @@ impl<'a> Retriever<'a> {
         } else {
             Vec::new()
         };
-        match (mode, opts.fusion, qv) {
+        let best_cosine = qv.as_ref().and_then(|_| vector.first()).map(|h| h.score);
+        let fused = match (mode, opts.fusion, qv) {
             (Mode::Hybrid, Fusion::Convex, Some(qv)) => {
                 // The BM25-only candidates need their cosine too.
                 let in_vec: std::collections::HashSet<_> = vector.iter().map(|h| h.id).collect();
@@ -294,16 +314,82 @@ impl<'a> Retriever<'a> {
                         score: f64::from(bib_embed::cosine(&v, &qv)),
                     })
                     .collect();
-                Ok(convex_fuse(
-                    &bm25,
-                    &vector,
-                    &extra,
-                    opts.convex_alpha,
-                    opts.top_k,
-                ))
+                convex_fuse(&bm25, &vector, &extra, opts.convex_alpha, opts.top_k)
             }
-            _ => Ok(rank(mode, &bm25, &vector, opts.rrf_k, opts.top_k)),
+            _ => rank(mode, &bm25, &vector, opts.rrf_k, opts.top_k),
+        };
+        Ok((fused, best_cosine))
+    }
+
+    /// The chunks of `hits`, in order (hits whose chunk vanished are skipped).
+    fn fetch(&self, hits: &[ScoredHit]) -> Result<Vec<ScoredChunk>, RetrieveError> {
+        let ids: Vec<_> = hits.iter().map(|h| h.id).collect();
+        let records = self.index.chunks(&ids)?;
+        Ok(hits
+            .iter()
+            .filter_map(|h| {
+                let rec = records.iter().find(|r| r.id == h.id)?.clone();
+                Some(ScoredChunk {
+                    chunk: rec,
+                    score: h.score,
+                    bm25: h.bm25,
+                    vector: h.vector,
+                    trim: None,
+                })
+            })
+            .collect())
+    }
+
+    /// Trim the ranked `hits` into at most `top_k` results. A result whose trimming keeps no
+    /// sentence is dropped and its slot goes to the next hit, which is trimmed in the pool of
+    /// the answer it joins (trimming's lexical top is over the whole answer), so the first
+    /// round is exactly the untouched top-k trim.
+    fn trim_filling(
+        &self,
+        embedder: &dyn Embedder,
+        query: &str,
+        query_vec: &[f32],
+        topts: &TrimOptions,
+        hits: &[ScoredHit],
+        top_k: usize,
+    ) -> Result<Filled, RetrieveError> {
+        let mut answer: Vec<ScoredChunk> = Vec::new();
+        let mut originals: Vec<String> = Vec::new();
+        let mut baseline: Vec<String> = Vec::new();
+        let (mut dropped, mut next) = (0, 0);
+        while answer.len() < top_k && next < hits.len() {
+            let end = (next + top_k - answer.len()).min(hits.len());
+            let batch = self.fetch(&hits[next..end])?;
+            if next == 0 {
+                baseline = batch.iter().map(|c| c.chunk.content.clone()).collect();
+            }
+            next = end;
+            let texts: Vec<&str> = originals
+                .iter()
+                .map(String::as_str)
+                .chain(batch.iter().map(|c| c.chunk.content.as_str()))
+                .collect();
+            let trimmed = trim_texts(embedder, self.cache, query, query_vec, &texts, topts)?;
+            let skip = answer.len();
+            for (mut c, tr) in batch.into_iter().zip(trimmed.into_iter().skip(skip)) {
+                if tr.kept.is_empty() && tr.total > 0 {
+                    dropped += 1;
+                    continue;
+                }
+                originals.push(std::mem::replace(&mut c.chunk.content, tr.content));
+                c.trim = Some(TrimInfo {
+                    sentences_total: tr.total,
+                    sentences_kept: tr.kept,
+                });
+                answer.push(c);
+            }
         }
+        Ok(Filled {
+            answer,
+            originals,
+            baseline,
+            dropped,
+        })
     }
 
     fn effective_mode(&self, asked: Mode) -> Mode {
@@ -355,51 +441,56 @@ impl<'a> Retriever<'a> {
             None
         };
         let t = Instant::now();
-        let hits = self.search(query, opts, filter, qv.as_deref())?;
-        let ids: Vec<_> = hits.iter().map(|h| h.id).collect();
-        let records = self.index.chunks(&ids)?;
-        let mut chunks: Vec<ScoredChunk> = hits
-            .iter()
-            .filter_map(|h| {
-                let rec = records.iter().find(|r| r.id == h.id)?.clone();
-                Some(ScoredChunk {
-                    chunk: rec,
-                    score: h.score,
-                    bm25: h.bm25,
-                    vector: h.vector,
-                    trim: None,
-                })
-            })
-            .collect();
-        timings.search_ms = ms(t);
-
-        let tokenizer = self.embedder.map(|e| e.tokenizer());
-        let tokens_before = chunks
-            .iter()
-            .map(|c| estimate_tokens(&c.chunk.content))
-            .sum();
-        let exact_tokens_before = tokenizer.map(|tk| {
-            chunks
-                .iter()
-                .map(|c| tk.count_tokens(&c.chunk.content))
-                .sum()
-        });
-
-        if let (Some(topts), Some(qv), Some(e)) = (&opts.trim, &qv, self.embedder) {
-            if !chunks.is_empty() {
-                let t = Instant::now();
-                let texts: Vec<&str> = chunks.iter().map(|c| c.chunk.content.as_str()).collect();
-                let trimmed = trim_texts(e, self.cache, query, qv, &texts, topts)?;
-                for (c, tr) in chunks.iter_mut().zip(trimmed) {
-                    c.chunk.content = tr.content;
-                    c.trim = Some(TrimInfo {
-                        sentences_total: tr.total,
-                        sentences_kept: tr.kept,
-                    });
+        let trimming = match (&opts.trim, &qv, self.embedder) {
+            (Some(topts), Some(qv), Some(e)) => Some((topts, qv, e)),
+            _ => None,
+        };
+        // Trimming may drop results: rank some more, whose chunks are fetched only if needed.
+        let ranked = RetrieveOptions {
+            top_k: if trimming.is_some() {
+                (opts.top_k * 3).min(opts.candidates.max(opts.top_k))
+            } else {
+                opts.top_k
+            },
+            ..opts.clone()
+        };
+        let (hits, best_cosine) = self.search_lists(query, &ranked, filter, qv.as_deref())?;
+        let filled = match trimming {
+            None => {
+                let answer = self.fetch(&hits)?;
+                let originals: Vec<String> =
+                    answer.iter().map(|c| c.chunk.content.clone()).collect();
+                timings.search_ms = ms(t);
+                Filled {
+                    answer,
+                    baseline: originals.clone(),
+                    originals,
+                    dropped: 0,
                 }
-                timings.trim_ms = ms(t);
             }
-        }
+            Some((topts, qv, e)) => {
+                timings.search_ms = ms(t);
+                let t = Instant::now();
+                let filled = self.trim_filling(e, query, qv, topts, &hits, opts.top_k)?;
+                timings.trim_ms = ms(t);
+                filled
+            }
+        };
+        let Filled {
+            answer: chunks,
+            originals,
+            baseline,
+            dropped: trim_dropped,
+        } = filled;
+        let tokenizer = self.embedder.map(|e| e.tokenizer());
+        // Before = the untrimmed top-k, what the answer would be without trimming.
+        let tokens_before = baseline.iter().map(|c| estimate_tokens(c)).sum();
+        let exact_tokens_before =
+            tokenizer.map(|tk| baseline.iter().map(|c| tk.count_tokens(c)).sum());
+        let floor = self.embedder.and_then(|e| floor_for(e.model_id()));
+        let texts: Vec<&str> = originals.iter().map(String::as_str).collect();
+        let coverage = term_coverage(query, &texts);
+        let relevance = Relevance::judge(best_cosine, floor, coverage, chunks.len());
         let tokens_in_context = chunks
             .iter()
             .map(|c| estimate_tokens(&c.chunk.content))
@@ -420,8 +511,23 @@ impl<'a> Retriever<'a> {
             exact_tokens_before,
             exact_tokens_in_context,
             timings,
+            relevance,
+            trim_dropped,
         })
     }
+}
+
+/// What [`Retriever::retrieve`] answers before token accounting.
+struct Filled {
+    /// The results, trimmed when trimming ran.
+    answer: Vec<ScoredChunk>,
+    /// The untrimmed text of each result.
+    originals: Vec<String>,
+    /// The untrimmed text of the plain top-k (what the answer would be without trimming):
+    /// `tokens_before` counts it.
+    baseline: Vec<String>,
+    /// Results dropped because trimming kept nothing of them.
+    dropped: usize,
 }
 
 /// A ranked hit before fetching: id, ranking score and its place in each list.
@@ -717,6 +823,88 @@ mod tests {
             ..Default::default()
         };
         assert!(r.retrieve("cat", &bad, &Filter::default()).is_err());
+    }
+
+    /// A result whose trimming keeps nothing gives its slot to the next result, which joins
+    /// the answer trimmed; the relevance of the answer is the vector list's best cosine.
+    #[test]
+    fn empty_trims_give_their_slot_to_the_next_result() {
+        let e = FakeEmbedder::default();
+        let mut ix = index(&e);
+        // A chunk whose vector is far from "cat" (it ranks below a.md and b.md), but one short
+        // sentence of it is all about cats.
+        let c = "[Doc: E]\nWeather reports mention rain. My cat.";
+        let (q, w) = (FakeEmbedder::vector("cat"), FakeEmbedder::vector("zebra"));
+        let mixed: Vec<f32> = q.iter().zip(&w).map(|(q, w)| 0.2 * q + w).collect();
+        let n = mixed.iter().map(|x| x * x).sum::<f32>().sqrt();
+        let v: Vec<f32> = mixed.iter().map(|x| x / n).collect();
+        let rec = ChunkRecord {
+            id: 5,
+            path: "e.md".into(),
+            chunk_index: 0,
+            title: "e.md".into(),
+            heading_path: vec![],
+            content: c.into(),
+            metadata: json!({}),
+            citation: Default::default(),
+        };
+        ix.add(rec, Some(v)).unwrap();
+        let cache = EmbeddingCache::default();
+        let r = Retriever::new(&ix, Some(&e), &cache);
+        let vector = |top_k, trim| RetrieveOptions {
+            top_k,
+            mode: Mode::Vector,
+            trim,
+            ..Default::default()
+        };
+        let order: Vec<String> = r
+            .retrieve("cat", &vector(5, None), &Filter::default())
+            .unwrap()
+            .chunks
+            .iter()
+            .map(|c| c.chunk.path.clone())
+            .collect();
+        let e_at = order.iter().position(|p| p == "e.md").unwrap();
+        assert!(e_at >= 2, "e.md must rank below the first two: {order:?}");
+        // Only sentences at cosine ≥ 0.55 survive: "A cat naps." (c.md) and "My cat." (e.md).
+        let strict = TrimOptions {
+            threshold: 0.55,
+            min_sentences: 0,
+            lexical_top: 0,
+            ..TrimOptions::default()
+        };
+        let res = r
+            .retrieve("cat", &vector(2, Some(strict)), &Filter::default())
+            .unwrap();
+        let paths: Vec<&str> = res.chunks.iter().map(|c| c.chunk.path.as_str()).collect();
+        assert_eq!(paths, ["c.md", "e.md"], "ranked {order:?}");
+        assert_eq!(
+            res.trim_dropped,
+            e_at - 1,
+            "everything between c.md and e.md"
+        );
+        assert!(res.chunks.iter().all(|c| c
+            .trim
+            .as_ref()
+            .is_some_and(|t| !t.sentences_kept.is_empty())));
+        assert!(
+            res.chunks[1].chunk.content.ends_with("My cat."),
+            "trimmed in"
+        );
+        // Tokens before count the untrimmed top-k (c.md and a.md), what trimming is
+        // measured against.
+        let plain = r
+            .retrieve("cat", &vector(2, None), &Filter::default())
+            .unwrap();
+        assert_eq!(res.tokens_before, plain.tokens_in_context);
+        let best = res.relevance.best_cosine.unwrap();
+        let top = r
+            .retrieve("cat", &vector(1, None), &Filter::default())
+            .unwrap();
+        assert_eq!(Some(best), top.chunks[0].vector.map(|h| h.score));
+        // The fake model has no calibrated floor: nothing is judged "no good match".
+        assert_eq!(res.relevance.floor, None);
+        assert!(!res.relevance.no_good_match);
     }
 
     #[test]

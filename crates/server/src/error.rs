@@ -126,6 +126,18 @@ impl From<bib_store::StoreError> for ServiceError {
     }
 }
 
+impl From<bib_store::read::GetError> for ServiceError {
+    fn from(e: bib_store::read::GetError) -> Self {
+        use bib_store::read::GetError as G;
+        match e {
+            G::UnknownPath { .. } => ServiceError::not_found(e.to_string()),
+            G::BadRange { field, reason } => ServiceError::invalid(field, reason),
+            G::NoSource(_) => ServiceError::not_available(e.to_string()),
+            G::Store(s) => s.into(),
+        }
+    }
+}
+
 impl From<bib_retrieve::RetrieveError> for ServiceError {
     fn from(e: bib_retrieve::RetrieveError) -> Self {
         use bib_retrieve::RetrieveError as R;

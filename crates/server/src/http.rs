@@ -2,7 +2,8 @@
 //!
 //! Routes (all JSON; described at `GET /openapi.json`):
 //! `POST /ask`, `POST /pack`, `POST /eval`, `POST /docs` (register, token), `POST /chunks`
-//! (index, token), `GET /docs/{node_id}`, `GET /runs?limit=N`, `GET /healthz`, and MCP at
+//! (index, token), `GET /docs/{node_id}`, `GET /docs/{path}?from=&to=&collection=` (a
+//! document's lines), `GET /runs?limit=N`, `GET /healthz`, and MCP at
 //! `/mcp`. Errors are `{"error": {"code", "message", "field"?}}` ([`crate::error`]).
 //!
 //! Protections, applied to every route: a request-body size limit, a per-request timeout (the
@@ -293,12 +294,43 @@ async fn index_chunks(
     blocking(work, move |w| s.index_chunks(a, bearer.as_deref(), w)).await
 }
 
-async fn get_doc(State(app): State<App>, Path(id): Path<String>) -> ApiResult {
-    let id: i64 = id
-        .parse()
-        .map_err(|_| ServiceError::invalid("node_id", format!("`{id}` is not an integer")))?;
+#[derive(Debug, Deserialize)]
+struct LinesQuery {
+    from: Option<String>,
+    to: Option<String>,
+    collection: Option<String>,
+}
+
+/// `GET /docs/{node_id}`: the document record with its chunks. `GET /docs/{path}` (a path ends
+/// in `.md`, so it is never a number) with optional `from`, `to`, `collection`: its text or
+/// those lines, as `bib get` and MCP `bib_get` give them.
+async fn get_doc(
+    State(app): State<App>,
+    Path(rest): Path<String>,
+    Query(q): Query<LinesQuery>,
+) -> ApiResult {
     let s = app.service.clone();
-    blocking(None, move |_| s.get_doc(id)).await
+    let numeric = !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_digit());
+    if numeric && q.from.is_none() && q.to.is_none() {
+        let id: i64 = rest
+            .parse()
+            .map_err(|_| ServiceError::invalid("node_id", format!("`{rest}` is too large")))?;
+        return blocking(None, move |_| s.get_doc(id)).await;
+    }
+    let line = |field: &str, v: Option<String>| -> Result<Option<u32>, ServiceError> {
+        v.map(|v| {
+            v.parse::<u32>()
+                .map_err(|_| ServiceError::invalid(field, format!("`{v}` is not a line number")))
+        })
+        .transpose()
+    };
+    let args = crate::args::GetArgs {
+        path: rest,
+        from: line("from", q.from)?,
+        to: line("to", q.to)?,
+        collection: q.collection,
+    };
+    blocking(None, move |_| s.get_lines(args)).await
 }
 
 #[derive(Debug, Deserialize)]
@@ -415,7 +447,7 @@ pub fn router(service: Arc<Service>, opts: &HttpOptions, shutdown: CancellationT
         .route("/pack", post(pack))
         .route("/eval", post(eval))
         .route("/docs", post(register))
-        .route("/docs/{node_id}", get(get_doc))
+        .route("/docs/{*path}", get(get_doc))
         .route("/chunks", post(index_chunks))
         .route("/runs", get(runs))
         .nest_service("/mcp", mcp_service)
@@ -618,6 +650,7 @@ mod tests {
             ("GET", "/healthz"),
             ("GET", "/runs"),
             ("GET", "/docs/1"),
+            ("GET", "/docs/guides/restore.md?from=1&to=2"),
             ("GET", "/openapi.json"),
             ("POST", "/docs"),
             ("POST", "/mcp"),

@@ -1,19 +1,22 @@
-//! The MCP server (official Rust SDK, `rmcp`): five tools over the [`Service`], served over
+//! The MCP server (official Rust SDK, `rmcp`): seven tools over the [`Service`], served over
 //! stdio (`bib mcp`) or streamable HTTP at `/mcp` (`bib serve`, see [`crate::http`]).
 //!
 //! Arguments are typed structs ([`crate::args`]) whose JSON Schemas are the tools'
 //! `inputSchema`. They are decoded by this module's [`Parameters`] extractor, which — unlike the
 //! SDK's own — names the offending field (`invalid_params: invalid argument `top_k`: invalid
 //! type: string "five", expected usize`) and puts `{code, message, field}` in the error's
-//! `data`. Results carry the same JSON both as text and as structured content; failures other
-//! than bad arguments are tool results with `isError: true` and `{"error": {code, message}}`.
+//! `data`. Results carry their JSON as structured content; the text content is that JSON too,
+//! except where an agent reads the text: `bib_ask` answers compact Markdown (per result its
+//! citation `path:lines › heading` and the kept text, no scores — those stay in the structured
+//! content) and `bib_get` the lines themselves under their citation. Failures other than bad
+//! arguments are tool results with `isError: true` and `{"error": {code, message}}`.
 
 use std::sync::Arc;
 
 use rmcp::handler::server::common::FromContextPart;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::tool::{schema_for_output, ToolCallContext};
-use rmcp::model::{CallToolResult, Implementation, ServerCapabilities, ServerConfig};
+use rmcp::model::{CallToolResult, ContentBlock, Implementation, ServerCapabilities, ServerConfig};
 use rmcp::service::RequestContext;
 use rmcp::{tool, tool_handler, tool_router, ErrorData, RoleServer, ServerHandler, ServiceExt};
 use schemars::JsonSchema;
@@ -21,7 +24,9 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 
-use crate::args::{AskArgs, EvalRetrievalArgs, IndexChunksArgs, PackArgs, RegisterDocArgs};
+use crate::args::{
+    AskArgs, EvalRetrievalArgs, GetArgs, IndexChunksArgs, PackArgs, RegisterDocArgs, StatusArgs,
+};
 use crate::error::{ErrorCode, ServiceError};
 use crate::service::{AskOutput, IndexOutput, PackOutput, RegisterOutput, Service};
 use crate::work::Work;
@@ -67,17 +72,32 @@ fn work_of(ctx: &RequestContext<RoleServer>) -> Arc<Work> {
         .unwrap_or_else(|| Arc::new(Work::unbounded()))
 }
 
-/// Run a service call on the blocking pool and shape its answer as a tool result.
+/// Run a service call on the blocking pool and shape its answer as a tool result (the JSON as
+/// structured and as text content).
+async fn run_tool<T, F>(
+    work: Arc<Work>,
+    ct: CancellationToken,
+    f: F,
+) -> Result<CallToolResult, ErrorData>
+where
+    T: Serialize + Send + 'static,
+    F: FnOnce(&Work) -> Result<T, ServiceError> + Send + 'static,
+{
+    run_tool_text(work, ct, f, None).await
+}
+
+/// [`run_tool`] whose text content is `text(&answer)` instead of the JSON.
 ///
 /// The call is cancelled, like a REST request past its timeout ([`crate::work`]), when the
 /// HTTP request's deadline passes or the client cancels the request (`notifications/cancelled`,
 /// which sets `ct`): its [`Work`] is cancelled, so it stops at its next check and writes
 /// nothing, and the answer is a `timeout` tool error. When the call already
 /// started its write, the cancel is refused and its real result is the answer.
-async fn run_tool<T, F>(
+async fn run_tool_text<T, F>(
     work: Arc<Work>,
     ct: CancellationToken,
     f: F,
+    text: Option<fn(&T) -> String>,
 ) -> Result<CallToolResult, ErrorData>
 where
     T: Serialize + Send + 'static,
@@ -118,12 +138,21 @@ where
         Err(e) => Err(ServiceError::internal(format!("the operation failed: {e}"))),
     };
     match r {
-        Ok(v) => match serde_json::to_value(v) {
-            Ok(v) => Ok(CallToolResult::structured(v)),
-            Err(e) => Ok(CallToolResult::structured_error(
-                ServiceError::internal(e.to_string()).to_json(),
-            )),
-        },
+        Ok(v) => {
+            let shown = text.map(|t| t(&v));
+            match serde_json::to_value(v) {
+                Ok(v) => {
+                    let mut result = CallToolResult::structured(v);
+                    if let Some(t) = shown {
+                        result.content = vec![ContentBlock::text(t)];
+                    }
+                    Ok(result)
+                }
+                Err(e) => Ok(CallToolResult::structured_error(
+                    ServiceError::internal(e.to_string()).to_json(),
+                )),
+            }
+        }
         Err(e) if e.code == ErrorCode::InvalidArgument => Err(to_error_data(&e)),
         Err(e) => {
             tracing::info!(
@@ -172,7 +201,10 @@ impl BibMcp {
     }
 
     /// Ask the knowledge base: hybrid (BM25 + vector) retrieval of the best chunks, optionally
-    /// trimmed to the sentences relevant to the question, with token counts before and after.
+    /// trimmed to the sentences relevant to the question (trim: true). The text answer is
+    /// compact Markdown, per result its citation `path:lines › heading` and its text; open
+    /// more of a document with bib_get. `no_good_match` says that nothing in the knowledge base
+    /// is close to the question. Scores, ranks and token counts are in the structured content.
     #[tool(
         name = "bib_ask",
         output_schema = schema_for_output::<AskOutput>(),
@@ -184,7 +216,50 @@ impl BibMcp {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
         let s = self.service.clone();
-        run_tool(work_of(&ctx), ctx.ct.clone(), move |w| s.ask(a, w)).await
+        run_tool_text(
+            work_of(&ctx),
+            ctx.ct.clone(),
+            move |w| s.ask(a, w),
+            Some(ask_markdown),
+        )
+        .await
+    }
+
+    /// Read a document of the knowledge base, or lines from..to of it (1-based, inclusive),
+    /// exactly as ingested: a bib_ask result citing `path:12-30` is path with from 12, to 30.
+    /// An unknown path names the closest stored paths.
+    #[tool(
+        name = "bib_get",
+        annotations(read_only_hint = true, open_world_hint = false)
+    )]
+    async fn bib_get(
+        &self,
+        Parameters(a): Parameters<GetArgs>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let s = self.service.clone();
+        run_tool_text(
+            work_of(&ctx),
+            ctx.ct.clone(),
+            move |_| s.get_lines(a),
+            Some(excerpt_text),
+        )
+        .await
+    }
+
+    /// The knowledge base: where it is stored, its collections with document and chunk
+    /// counts, the embedding model, and the last ingest run with its result.
+    #[tool(
+        name = "bib_status",
+        annotations(read_only_hint = true, open_world_hint = false)
+    )]
+    async fn bib_status(
+        &self,
+        Parameters(_): Parameters<StatusArgs>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let s = self.service.clone();
+        run_tool(work_of(&ctx), ctx.ct.clone(), move |_| s.status()).await
     }
 
     /// A/B evaluation of retrieval: whole chunks (baseline) against sentence trimming and other
@@ -261,6 +336,52 @@ impl BibMcp {
     }
 }
 
+/// The text content of `bib_ask`: per result its citation and text (the `[Doc: …]` prefix
+/// dropped: the citation names the document), nothing else an agent would pay tokens for.
+pub fn ask_markdown(a: &AskOutput) -> String {
+    let mut out = String::new();
+    if a.no_good_match {
+        out.push_str(
+            "No good match: nothing in the knowledge base is close to this question. \
+             The nearest passages follow; they are probably not relevant.\n\n",
+        );
+    }
+    if a.results.is_empty() {
+        out.push_str("No results.\n");
+    }
+    for (i, r) in a.results.iter().enumerate() {
+        let mut cite = match (r.line_start, r.line_end) {
+            (0, _) => r.path.clone(),
+            (s, e) if e <= s => format!("{}:{s}", r.path),
+            (s, e) => format!("{}:{s}-{e}", r.path),
+        };
+        for h in &r.heading_path {
+            cite.push_str(" › ");
+            cite.push_str(h);
+        }
+        let (_, body) = bib_text::sentences::split_chunk_prefix(&r.content);
+        out.push_str(&format!("[{}] {cite}\n{}\n\n", i + 1, body.trim()));
+    }
+    out.truncate(out.trim_end().len());
+    out.push('\n');
+    out
+}
+
+/// The text content of `bib_get`: the citation of the lines, then the lines.
+fn excerpt_text(e: &bib_store::read::Excerpt) -> String {
+    format!(
+        "{} ({} of {} lines)\n\n{}",
+        e.citation(),
+        if e.line_start <= 1 && e.line_end == e.total_lines {
+            "all".to_string()
+        } else {
+            format!("lines {}-{}", e.line_start, e.line_end)
+        },
+        e.total_lines,
+        e.content
+    )
+}
+
 #[tool_handler(router = self.tool_router)]
 impl ServerHandler for BibMcp {
     fn get_info(&self) -> ServerConfig {
@@ -273,9 +394,10 @@ impl ServerHandler for BibMcp {
             .with_instructions(
                 "bibliotecario answers questions from a Markdown knowledge base. Use bib_ask to \
                  retrieve the most relevant passages (trim: true keeps only relevant sentences), \
-                 bib_pack to fit a long history into a token budget, bib_eval_retrieval to compare \
-                 retrieval settings. bib_register_doc and bib_index_chunks write and need the \
-                 server's token.",
+                 each cited as path:lines; bib_get to read more of a cited document; bib_status \
+                 to see what the knowledge base holds; bib_pack to fit a long history into a \
+                 token budget; bib_eval_retrieval to compare retrieval settings. \
+                 bib_register_doc and bib_index_chunks write and need the server's token.",
             )
     }
 }
@@ -339,7 +461,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn five_tools_with_object_schemas() {
+    fn seven_tools_with_object_schemas() {
         let tools = BibMcp::tool_router().list_all();
         let mut names: Vec<_> = tools.iter().map(|t| t.name.to_string()).collect();
         names.sort();
@@ -348,9 +470,11 @@ mod tests {
             [
                 "bib_ask",
                 "bib_eval_retrieval",
+                "bib_get",
                 "bib_index_chunks",
                 "bib_pack",
-                "bib_register_doc"
+                "bib_register_doc",
+                "bib_status"
             ]
         );
         for t in &tools {

@@ -546,6 +546,19 @@ impl PgStore {
             document_created: get(&row, 1, "upsert document")?,
             ..ApplyOutcome::default()
         };
+        if let Some(source) = &change.source {
+            sqlx::query(
+                "INSERT INTO doc_sources (node_id, content_hash, source) VALUES ($1, $2, $3) \
+                 ON CONFLICT (node_id) DO UPDATE SET content_hash = EXCLUDED.content_hash, \
+                 source = EXCLUDED.source",
+            )
+            .bind(node_id)
+            .bind(&change.content_hash)
+            .bind(source)
+            .execute(&mut *tx)
+            .await
+            .map_err(pg("store document source"))?;
+        }
 
         if !change.upserts.is_empty() {
             let n = change.upserts.len();
@@ -782,6 +795,7 @@ fn doc_from_row(r: &PgRow) -> Result<DocRecord, StoreError> {
         content_hash: get(r, 5, op)?,
         chunk_count: to_u32(get(r, 6, op)?),
         collection: get(r, 7, op)?,
+        has_source: get(r, 8, op)?,
     })
 }
 
@@ -827,7 +841,9 @@ impl Store for PgStore {
             // COLLATE "C": byte order, the order SQLite gives, whatever the database locale.
             let rows = sqlx::query(
                 "SELECT node_id, qualified_name, path, title, metadata, content_hash, \
-                 chunk_count, collection FROM documents ORDER BY path COLLATE \"C\"",
+                 chunk_count, collection, EXISTS (SELECT 1 FROM doc_sources s \
+                 WHERE s.node_id = d.node_id AND s.content_hash = d.content_hash) \
+                 FROM documents d ORDER BY path COLLATE \"C\"",
             )
             .fetch_all(&self.pool)
             .await
@@ -914,6 +930,11 @@ impl Store for PgStore {
                 .await
                 .map_err(pg("delete chunks"))?
                 .rows_affected();
+            sqlx::query("DELETE FROM doc_sources WHERE node_id = ANY($1)")
+                .bind(&ids)
+                .execute(&mut *tx)
+                .await
+                .map_err(pg("delete document sources"))?;
             sqlx::query("DELETE FROM documents WHERE node_id = ANY($1)")
                 .bind(&ids)
                 .execute(&mut *tx)
@@ -921,6 +942,19 @@ impl Store for PgStore {
                 .map_err(pg("delete documents"))?;
             tx.commit().await.map_err(pg("commit"))?;
             Ok(removed)
+        })
+    }
+
+    fn document_source(&self, path: &str) -> Result<Option<String>, StoreError> {
+        self.block(async {
+            sqlx::query_scalar(
+                "SELECT s.source FROM doc_sources s JOIN documents d ON d.node_id = s.node_id \
+                 WHERE d.path = $1 AND s.content_hash = d.content_hash",
+            )
+            .bind(path)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(pg("document source"))
         })
     }
 

@@ -19,6 +19,7 @@ pub mod conformance;
 mod error;
 pub mod filter;
 pub mod lexical;
+pub mod read;
 mod sqlite;
 mod types;
 
@@ -86,6 +87,11 @@ pub trait Store: Send + Sync {
         }
         Ok(by.into_values().collect())
     }
+    /// The source text of the document at `path` as it was written to the store (front-matter
+    /// included; the text `line_start`/`line_end` of its chunks count in). `None` when there is
+    /// no such document or no text is stored for its current content (documents stored before
+    /// schema version 3 until their next ingest, or written without a source).
+    fn document_source(&self, path: &str) -> Result<Option<String>, StoreError>;
     /// Fetch chunks by id, in the order asked; unknown ids are skipped.
     fn get_chunks(&self, ids: &[ChunkId]) -> Result<Vec<ChunkRecord>, StoreError>;
     /// Ids of every stored chunk, ascending (for exports, migrations and corpus-wide scans).

@@ -6,8 +6,9 @@
 //! `{query, mode, top_k, trim, tokens_before, tokens_in_context, exact_tokens_before,
 //!   exact_tokens_in_context, timings, results: [{rank, chunk_id, node_id, path, collection,
 //!   line_start, line_end, chunk_index, title, heading_path, content, score, bm25, vector,
-//!   sentences_total, sentences_kept}], answer?}`. `line_start`/`line_end` are 1-based lines of
-//!   the file at `path` (see `bib_ingest::lines`).
+//!   sentences_total, sentences_kept}], no_good_match, best_cosine, relevance_floor,
+//!   trim_dropped, answer?}`. `line_start`/`line_end` are 1-based lines of the file at `path`
+//!   (see `bib_ingest::lines`); `no_good_match` is `bib_retrieve::relevance`'s verdict.
 
 use std::io::{IsTerminal, Write};
 use std::path::Path;
@@ -404,6 +405,10 @@ fn result_json(r: &RetrievalResult, s: &Settings, o: &RetrieveOptions) -> serde_
         "exact_tokens_before": r.exact_tokens_before,
         "exact_tokens_in_context": r.exact_tokens_in_context,
         "timings": r.timings,
+        "no_good_match": r.relevance.no_good_match,
+        "best_cosine": r.relevance.best_cosine,
+        "relevance_floor": r.relevance.floor,
+        "trim_dropped": r.trim_dropped,
         "results": results,
     })
 }
@@ -422,6 +427,15 @@ fn print_human(
     };
     if r.chunks.is_empty() {
         writeln!(out, "no results for {:?}", r.query)?;
+    } else if r.relevance.no_good_match {
+        writeln!(
+            out,
+            "{b}no good match{z} for {:?}: nothing in the knowledge base is close to it \
+             (best cosine {:.2} < floor {:.2}); the nearest results follow\n",
+            r.query,
+            r.relevance.best_cosine.unwrap_or(0.0),
+            r.relevance.floor.unwrap_or(0.0)
+        )?;
     }
     for (i, c) in r.chunks.iter().enumerate() {
         let mut scores = format!("score {:.4}", c.score);

@@ -139,6 +139,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             content_hash: doc.content_hash.clone(),
             chunk_count: doc.chunk_count,
             upserts,
+            source: src.document_source(&doc.path)?,
         };
         dst.apply_document(&change)
             .with_context(|| format!("copying {}", doc.path))?;

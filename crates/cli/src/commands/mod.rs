@@ -5,6 +5,7 @@ pub mod bench;
 pub mod chunk;
 pub mod config;
 pub mod eval;
+pub mod get;
 pub mod ingest;
 pub mod mcp;
 pub mod migrate;

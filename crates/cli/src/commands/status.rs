@@ -1,7 +1,6 @@
 //! `bib status [--json]` — where the knowledge base is, its collections with document and
-//! chunk counts, the embedding model, and the last ingest run with its result.
-
-use serde_json::json;
+//! chunk counts, the embedding model, and the last ingest run with its result. The report is
+//! `bib_store::read::status`, the same one MCP `bib_status` returns.
 
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
@@ -18,56 +17,36 @@ pub struct Args {
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let store = args.settings.resolve(|_| ())?.store.open_existing()?;
-    let collections = store.collections()?;
-    let model = store.embedding_model()?;
-    let last = store.runs(1)?.into_iter().next();
+    let st = bib_store::read::status(store.as_ref())?;
     if args.json {
-        let v = json!({
-            "store": store.location(),
-            "backend": store.backend(),
-            "model": model,
-            "collections": collections,
-            "last_run": last.as_ref().map(|r| json!({
-                "id": r.id,
-                "status": r.status,
-                "started_at": crate::commands::runs::iso_utc(r.started_at_ms),
-                "collection": r.record.get("collection"),
-                "root": r.record.get("root"),
-                "failure": r.record.get("failure"),
-            })),
-        });
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        println!("{}", serde_json::to_string_pretty(&st)?);
         return Ok(());
     }
-    println!("store: {} ({})", store.location(), store.backend());
+    println!("store: {} ({})", st.store, st.backend);
     println!(
         "model: {}",
-        model.as_deref().unwrap_or("none (no chunks yet)")
+        st.model.as_deref().unwrap_or("none (no chunks yet)")
     );
-    if collections.is_empty() {
+    if st.collections.is_empty() {
         println!("collections: none");
     }
-    for c in &collections {
+    for c in &st.collections {
         println!(
             "collection {}: {} documents, {} chunks",
             c.name, c.documents, c.chunks
         );
     }
-    match &last {
+    match &st.last_run {
         None => println!("last run: none"),
         Some(r) => {
-            let what = r
-                .record
-                .get("collection")
-                .and_then(|c| c.as_str())
-                .unwrap_or("?");
             println!(
-                "last run: #{} {} at {} (collection {what})",
+                "last run: #{} {} at {} (collection {})",
                 r.id,
                 r.status,
-                crate::commands::runs::iso_utc(r.started_at_ms)
+                r.started_at,
+                r.collection.as_deref().unwrap_or("?")
             );
-            if let Some(f) = r.record.get("failure").and_then(|f| f.as_str()) {
+            if let Some(f) = &r.failure {
                 println!("  failure: {f}");
             }
         }

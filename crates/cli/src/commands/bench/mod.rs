@@ -8,6 +8,7 @@ mod embed;
 mod ingest;
 mod latency;
 mod locomo;
+mod relevance;
 mod sbd;
 mod scifact;
 mod serve;
@@ -52,6 +53,12 @@ enum Bench {
         after_help = "Examples:\n  bib bench locomo\n\nData is read from ../shared/bench/data; see BENCHMARKS.md for the full commands."
     )]
     Locomo(locomo::Args),
+    /// Calibrate the relevance floor: "no good match" on off-topic vs answerable NuGet wiki
+    /// questions, over a sweep of floors.
+    #[command(
+        after_help = "Examples:\n  bib bench relevance\n  bib bench relevance --sweep 0.16:0.30:0.01 --json target/relevance.json\n\nData is read from ../shared/bench/data; see BENCHMARKS.md for the full commands."
+    )]
+    Relevance(relevance::Args),
     /// Sentence-boundary accuracy on the SBD golden sets (exact match per case).
     #[command(
         after_help = "Examples:\n  bib bench sbd\n\nData is read from ../shared/bench/data; see BENCHMARKS.md for the full commands."
@@ -97,6 +104,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Bench::Ingest(a) => ingest::run(a),
         Bench::Latency(a) => latency::run(a),
         Bench::Locomo(a) => locomo::run(a),
+        Bench::Relevance(a) => relevance::run(a),
         Bench::Sbd(a) => sbd::run(a),
         Bench::Scifact(a) => scifact::run(a),
         Bench::Serve(a) => serve::run(a),

@@ -189,6 +189,7 @@ fn synthetic(n: usize, dims: usize, nq: usize) -> Dataset {
             content_hash: format!("{d:x}"),
             chunk_count: count as u32,
             upserts,
+            source: None,
         });
         made += count;
         d += 1;

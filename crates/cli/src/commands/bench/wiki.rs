@@ -147,7 +147,7 @@ struct QuestionHits {
 }
 
 /// The command line that reproduces this run, as a user would type it.
-fn command_line() -> String {
+pub(super) fn command_line() -> String {
     let mut parts = vec!["bib".to_string()];
     for a in std::env::args().skip(1) {
         if a.is_empty() || a.contains(|c: char| c.is_whitespace() || "'\"$`\\".contains(c)) {
@@ -343,7 +343,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
 
 /// Open (and bring up to date) the cached store of one wiki for the embedder's model. The
 /// default model keeps the historical file name, so earlier caches stay valid.
-fn open_ingested(
+pub(super) fn open_ingested(
     cache_dir: &Path,
     root: &Path,
     wiki: &str,
