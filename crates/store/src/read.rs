@@ -364,11 +364,7 @@ pub struct KbStatus {
 
 /// The status of `store`.
 pub fn status(store: &dyn Store) -> Result<KbStatus, StoreError> {
-    let model = store
-        .chunk_states()?
-        .into_iter()
-        .map(|s| s.model_id)
-        .find(|m| !m.is_empty());
+    let model = store.embedding_model()?;
     let text = |r: &serde_json::Value, k: &str| r.get(k).and_then(|v| v.as_str()).map(String::from);
     let last_run = store.runs(1)?.into_iter().next().map(|r| LastRun {
         id: r.id,
