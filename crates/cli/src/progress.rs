@@ -25,6 +25,11 @@ impl Bars {
         }
     }
 
+    /// Whether bars are drawn (and warnings printed as they happen).
+    pub fn enabled(&self) -> bool {
+        self.enabled
+    }
+
     fn slot(&self) -> std::sync::MutexGuard<'_, Option<ProgressBar>> {
         self.bar.lock().unwrap_or_else(|p| p.into_inner())
     }

@@ -4,6 +4,7 @@
 //! `watch`), draws progress bars when stderr is a terminal, and prints a summary or, with
 //! `--json`, the run record. Exits non-zero when the run failed.
 
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
@@ -79,8 +80,9 @@ fn apply_flags(a: &Args, s: &mut Settings) {
     }
 }
 
-/// One-paragraph human summary of a run.
-pub fn summary(r: &RunReport) -> String {
+/// One-paragraph human summary of a run. `warnings_shown`: each warning was already printed
+/// on this terminal as it happened, so the summary counts them instead of listing them again.
+pub fn summary(r: &RunReport, warnings_shown: bool) -> String {
     let mut s = format!(
         "ingest #{} (collection {}) {} in {:.2} s: {}/{} documents registered",
         r.id,
@@ -140,7 +142,12 @@ pub fn summary(r: &RunReport) -> String {
     if let Some(g) = &r.git_commit {
         s.push_str(&format!("\n  wiki commit {g}"));
     }
-    if !r.warnings.is_empty() {
+    if !r.warnings.is_empty() && warnings_shown {
+        s.push_str(&format!(
+            "\n  {} warnings (printed above)",
+            r.warnings.len()
+        ));
+    } else if !r.warnings.is_empty() {
         s.push_str(&format!("\n  {} warnings:", r.warnings.len()));
         for w in &r.warnings {
             s.push_str(&format!("\n    {}: {}", w.path, w.reason));
@@ -158,11 +165,14 @@ pub fn summary(r: &RunReport) -> String {
     s
 }
 
-fn print(r: &RunReport, json: bool) -> anyhow::Result<()> {
+fn print(r: &RunReport, json: bool, bars: &Bars) -> anyhow::Result<()> {
     if json {
         println!("{}", serde_json::to_string(r)?);
     } else {
-        println!("{}", summary(r));
+        // Warnings went to stderr as they happened; list them again only when the summary is
+        // read somewhere else (stdout redirected to a file or a pipe).
+        let shown = bars.enabled() && std::io::stdout().is_terminal();
+        println!("{}", summary(r, shown));
     }
     Ok(())
 }
@@ -186,7 +196,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if args.watch {
         let stop = AtomicBool::new(false);
         let mut on_run = |r: &RunReport| {
-            if let Err(e) = print(r, args.json) {
+            if let Err(e) = print(r, args.json, &bars) {
                 eprintln!("bib ingest --watch: {e}");
             }
         };
@@ -209,7 +219,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         return Ok(());
     }
     let report = bib_ingest::ingest(&args.dir, store, &embedder, &opts, progress)?;
-    print(&report, args.json)?;
+    print(&report, args.json, &bars)?;
     if report.status != "completed" {
         anyhow::bail!(
             "ingest failed: {}",
@@ -217,4 +227,30 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bib_ingest::FileIssue;
+
+    #[test]
+    fn warnings_are_listed_unless_the_terminal_already_showed_them() {
+        let r = RunReport {
+            warnings: vec![FileIssue {
+                path: "guides/long.md".into(),
+                phase: "B".into(),
+                reason: "chunk 3 has 1200 tokens".into(),
+            }],
+            ..RunReport::default()
+        };
+        let listed = summary(&r, false);
+        assert!(
+            listed.contains("1 warnings:\n    guides/long.md: chunk 3 has 1200 tokens"),
+            "{listed}"
+        );
+        let counted = summary(&r, true);
+        assert!(counted.contains("1 warnings (printed above)"), "{counted}");
+        assert!(!counted.contains("guides/long.md"), "{counted}");
+    }
 }
