@@ -404,6 +404,74 @@ fn mcp_http_tool_calls_stop_at_their_timeout() {
     );
 }
 
+/// An MCP tool call over HTTP holds one of `--max-in-flight` slots while it runs, as a REST
+/// request does: with one slot, an ask sent while a long evaluation runs waits for it.
+#[test]
+fn mcp_http_tool_calls_take_an_in_flight_slot() {
+    if !model_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let wiki = dir.path().join("wiki");
+    tiny_wiki(&wiki);
+    let store = dir.path().join("kb.sqlite");
+    ingest(&wiki, &store);
+    let s = serve(
+        &store,
+        Some(TOKEN),
+        &["--timeout-secs", "2", "--max-in-flight", "1"],
+    );
+    let addr = s.addr;
+    let init = json!({
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "server_hostile", "version": "0"}
+        }
+    });
+    let (_, sid, _) = mcp_http(addr, None, &init);
+    let sid = sid.expect("a session id");
+    mcp_http(
+        addr,
+        Some(&sid),
+        &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    );
+    let questions: Vec<String> = (0..200)
+        .map(|i| format!("how are packages restored from the local cache, case {i}"))
+        .collect();
+    let eval = std::thread::spawn({
+        let sid = sid.clone();
+        move || {
+            mcp_http_tool(
+                addr,
+                &sid,
+                2,
+                "bib_eval_retrieval",
+                json!({"questions": questions}),
+            )
+        }
+    });
+    // Let the evaluation take the one slot, then ask over REST.
+    std::thread::sleep(Duration::from_millis(500));
+    let t = Instant::now();
+    let (st, body) = post(
+        addr,
+        "/ask",
+        &json!({"query": QUESTION, "mode": "bm25"}),
+        &[],
+    );
+    let ask_took = t.elapsed();
+    let (r, eval_took) = eval.join().unwrap();
+    eprintln!("eval answered in {eval_took:?}; the ask sent 0.5 s later took {ask_took:?}");
+    assert_eq!(r["structuredContent"]["error"]["code"], "timeout", "{r}");
+    assert_eq!(st, 200, "{body}");
+    assert!(
+        ask_took >= Duration::from_millis(1000),
+        "the ask did not wait for the tool call's slot: {ask_took:?}"
+    );
+}
+
 /// Outcome counts of a stress run.
 #[derive(Default)]
 struct Tally {

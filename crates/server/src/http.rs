@@ -81,6 +81,12 @@ impl Default for HttpOptions {
     }
 }
 
+/// The server's in-flight slots, handed to `/mcp` tool calls through the request's
+/// extensions: an MCP request's HTTP exchange ends before its tool call does (the answer comes
+/// on a stream), so the tool call takes the slot itself ([`crate::mcp`]).
+#[derive(Clone)]
+pub(crate) struct InFlight(pub Arc<Semaphore>);
+
 #[derive(Clone)]
 struct App {
     service: Arc<Service>,
@@ -366,7 +372,8 @@ async fn not_found(req: Request) -> ApiError {
     )))
 }
 
-/// Host allow-list, token for public binds, a slot among the in-flight requests, and the
+/// Host allow-list, token for public binds, a slot among the in-flight requests (an `/mcp`
+/// request hands the slots to its tool call, which takes one while it runs), and the
 /// timeout that cancels the request's [`Work`].
 async fn guard(State(app): State<App>, mut req: Request, next: Next) -> Response {
     if let Some(extra) = &app.hosts {
@@ -386,16 +393,23 @@ async fn guard(State(app): State<App>, mut req: Request, next: Next) -> Response
     }
     let ticket = Arc::new(Work::with_timeout(app.timeout));
     req.extensions_mut().insert(ticket.clone());
+    let mcp = path == "/mcp" || path.starts_with("/mcp/");
+    if mcp {
+        req.extensions_mut().insert(InFlight(app.slots.clone()));
+    }
     let work = async {
-        let _permit = match app.slots.clone().acquire_owned().await {
-            Ok(p) => p,
-            Err(_) => {
-                return ApiError(ServiceError::new(
-                    ErrorCode::Overloaded,
-                    "server is shutting down",
-                ))
-                .into_response()
-            }
+        let _permit = match (!mcp).then(|| app.slots.clone().acquire_owned()) {
+            None => None,
+            Some(wait) => match wait.await {
+                Ok(p) => Some(p),
+                Err(_) => {
+                    return ApiError(ServiceError::new(
+                        ErrorCode::Overloaded,
+                        "server is shutting down",
+                    ))
+                    .into_response()
+                }
+            },
         };
         next.run(req).await
     };

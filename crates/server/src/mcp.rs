@@ -22,6 +22,7 @@ use rmcp::{tool, tool_handler, tool_router, ErrorData, RoleServer, ServerHandler
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use crate::args::{
@@ -63,39 +64,111 @@ pub fn to_error_data(e: &ServiceError) -> ErrorData {
     }
 }
 
-/// The [`Work`] of the HTTP request carrying this tool call (streamable HTTP: the guard's, so
-/// its timeout cancels the call), else one without a deadline.
-fn work_of(ctx: &RequestContext<RoleServer>) -> Arc<Work> {
-    ctx.extensions
-        .get::<axum::http::request::Parts>()
-        .and_then(|p| p.extensions.get::<Arc<Work>>().cloned())
-        .unwrap_or_else(|| Arc::new(Work::unbounded()))
+/// What a tool call runs under: its [`Work`] (for streamable HTTP, the guard's, so the
+/// request's timeout cancels it; else one without a deadline), the client's cancellation, and
+/// for streamable HTTP the server's in-flight slots ([`crate::http::InFlight`]).
+struct ToolCall {
+    work: Arc<Work>,
+    ct: CancellationToken,
+    slots: Option<Arc<Semaphore>>,
+}
+
+impl ToolCall {
+    fn of(ctx: &RequestContext<RoleServer>) -> Self {
+        let parts = ctx.extensions.get::<axum::http::request::Parts>();
+        Self {
+            work: parts
+                .and_then(|p| p.extensions.get::<Arc<Work>>().cloned())
+                .unwrap_or_else(|| Arc::new(Work::unbounded())),
+            ct: ctx.ct.clone(),
+            slots: parts
+                .and_then(|p| p.extensions.get::<crate::http::InFlight>())
+                .map(|s| s.0.clone()),
+        }
+    }
 }
 
 /// Run a service call on the blocking pool and shape its answer as a tool result (the JSON as
 /// structured and as text content).
-async fn run_tool<T, F>(
-    work: Arc<Work>,
-    ct: CancellationToken,
-    f: F,
-) -> Result<CallToolResult, ErrorData>
+async fn run_tool<T, F>(call: ToolCall, f: F) -> Result<CallToolResult, ErrorData>
 where
     T: Serialize + Send + 'static,
     F: FnOnce(&Work) -> Result<T, ServiceError> + Send + 'static,
 {
-    run_tool_text(work, ct, f, None).await
+    run_tool_text(call, f, None).await
 }
 
-/// [`run_tool`] whose text content is `text(&answer)` instead of the JSON.
+/// Run `f` on the blocking pool once the call has an in-flight slot (streamable HTTP shares
+/// the REST routes' `--max-in-flight`; stdio has one client and no limit).
 ///
 /// The call is cancelled, like a REST request past its timeout ([`crate::work`]), when the
 /// HTTP request's deadline passes or the client cancels the request (`notifications/cancelled`,
-/// which sets `ct`): its [`Work`] is cancelled, so it stops at its next check and writes
-/// nothing, and the answer is a `timeout` tool error. When the call already
-/// started its write, the cancel is refused and its real result is the answer.
+/// which sets `ct`), also while it waits for a slot: its [`Work`] is cancelled, so it stops at
+/// its next check and writes nothing, and the answer is a `timeout` tool error. When the call
+/// already started its write, the cancel is refused and its real result is the answer.
+async fn call_blocking<T, F>(call: ToolCall, f: F) -> Result<T, ServiceError>
+where
+    T: Send + 'static,
+    F: FnOnce(&Work) -> Result<T, ServiceError> + Send + 'static,
+{
+    let ToolCall { work, ct, slots } = call;
+    let deadline = work.deadline();
+    let stop = async {
+        tokio::select! {
+            () = async {
+                match deadline {
+                    Some(d) => tokio::time::sleep_until(tokio::time::Instant::from_std(d)).await,
+                    None => std::future::pending().await,
+                }
+            } => work.timeout_error(),
+            // rmcp sends no response to a cancelled request (nor after its session closed),
+            // so this error only reaches the log.
+            () = ct.cancelled() => ServiceError::new(
+                ErrorCode::Timeout,
+                "the request was cancelled; its work was stopped and nothing was written",
+            ),
+        }
+    };
+    let mut stop = std::pin::pin!(stop);
+    let _permit = match slots {
+        None => None,
+        Some(slots) => tokio::select! {
+            p = slots.acquire_owned() => match p {
+                Ok(p) => Some(p),
+                Err(_) => {
+                    return Err(ServiceError::new(ErrorCode::Overloaded, "server is shutting down"))
+                }
+            },
+            e = &mut stop => {
+                work.cancel();
+                tracing::warn!(code = e.code.as_str(), "tool call stopped waiting for a slot: {}", e.message);
+                return Err(e);
+            }
+        },
+    };
+    let job = work.clone();
+    let mut task = tokio::task::spawn_blocking(move || f(&job));
+    let joined = tokio::select! {
+        r = &mut task => r,
+        e = &mut stop => {
+            if work.cancel() {
+                tracing::warn!(code = e.code.as_str(), "tool call stopped: {}", e.message);
+                Ok(Err(e))
+            } else {
+                // The call is writing: its result is the truth, wait for it.
+                task.await
+            }
+        }
+    };
+    match joined {
+        Ok(r) => r,
+        Err(e) => Err(ServiceError::internal(format!("the operation failed: {e}"))),
+    }
+}
+
+/// [`run_tool`] whose text content is `text(&answer)` instead of the JSON.
 async fn run_tool_text<T, F>(
-    work: Arc<Work>,
-    ct: CancellationToken,
+    call: ToolCall,
     f: F,
     text: Option<fn(&T) -> String>,
 ) -> Result<CallToolResult, ErrorData>
@@ -103,40 +176,7 @@ where
     T: Serialize + Send + 'static,
     F: FnOnce(&Work) -> Result<T, ServiceError> + Send + 'static,
 {
-    let job = work.clone();
-    let mut task = tokio::task::spawn_blocking(move || f(&job));
-    let deadline = async {
-        match work.deadline() {
-            Some(d) => tokio::time::sleep_until(tokio::time::Instant::from_std(d)).await,
-            None => std::future::pending().await,
-        }
-    };
-    let joined = tokio::select! {
-        r = &mut task => r,
-        stop = async {
-            tokio::select! {
-                () = deadline => work.timeout_error(),
-                // rmcp sends no response to a cancelled request (nor after its session
-                // closed), so this error only reaches the log.
-                () = ct.cancelled() => ServiceError::new(
-                    ErrorCode::Timeout,
-                    "the request was cancelled; its work was stopped and nothing was written",
-                ),
-            }
-        } => {
-            if work.cancel() {
-                tracing::warn!(code = stop.code.as_str(), "tool call stopped: {}", stop.message);
-                Ok(Err(stop))
-            } else {
-                // The call is writing: its result is the truth, wait for it.
-                task.await
-            }
-        }
-    };
-    let r = match joined {
-        Ok(r) => r,
-        Err(e) => Err(ServiceError::internal(format!("the operation failed: {e}"))),
-    };
+    let r = call_blocking(call, f).await;
     match r {
         Ok(v) => {
             let shown = text.map(|t| t(&v));
@@ -216,13 +256,7 @@ impl BibMcp {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
         let s = self.service.clone();
-        run_tool_text(
-            work_of(&ctx),
-            ctx.ct.clone(),
-            move |w| s.ask(a, w),
-            Some(ask_markdown),
-        )
-        .await
+        run_tool_text(ToolCall::of(&ctx), move |w| s.ask(a, w), Some(ask_markdown)).await
     }
 
     /// Read a document of the knowledge base, or lines from..to of it (1-based, inclusive),
@@ -239,8 +273,7 @@ impl BibMcp {
     ) -> Result<CallToolResult, ErrorData> {
         let s = self.service.clone();
         run_tool_text(
-            work_of(&ctx),
-            ctx.ct.clone(),
+            ToolCall::of(&ctx),
             move |_| s.get_lines(a),
             Some(excerpt_text),
         )
@@ -259,7 +292,7 @@ impl BibMcp {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
         let s = self.service.clone();
-        run_tool(work_of(&ctx), ctx.ct.clone(), move |_| s.status()).await
+        run_tool(ToolCall::of(&ctx), move |_| s.status()).await
     }
 
     /// A/B evaluation of retrieval: whole chunks (baseline) against sentence trimming and other
@@ -275,7 +308,7 @@ impl BibMcp {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
         let s = self.service.clone();
-        run_tool(work_of(&ctx), ctx.ct.clone(), move |w| s.eval(a, w)).await
+        run_tool(ToolCall::of(&ctx), move |w| s.eval(a, w)).await
     }
 
     /// Create or update one document (path + Markdown, or front-matter + body). Returns its
@@ -292,7 +325,7 @@ impl BibMcp {
     ) -> Result<CallToolResult, ErrorData> {
         let s = self.service.clone();
         let bearer = http_bearer(&ctx);
-        run_tool(work_of(&ctx), ctx.ct.clone(), move |w| {
+        run_tool(ToolCall::of(&ctx), move |w| {
             s.register_doc(a, bearer.as_deref(), w)
         })
         .await
@@ -313,7 +346,7 @@ impl BibMcp {
     ) -> Result<CallToolResult, ErrorData> {
         let s = self.service.clone();
         let bearer = http_bearer(&ctx);
-        run_tool(work_of(&ctx), ctx.ct.clone(), move |w| {
+        run_tool(ToolCall::of(&ctx), move |w| {
             s.index_chunks(a, bearer.as_deref(), w)
         })
         .await
@@ -332,7 +365,7 @@ impl BibMcp {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
         let s = self.service.clone();
-        run_tool(work_of(&ctx), ctx.ct.clone(), move |w| s.pack(a, w)).await
+        run_tool(ToolCall::of(&ctx), move |w| s.pack(a, w)).await
     }
 }
 

@@ -35,7 +35,8 @@ pub struct Args {
     /// Per-request timeout, in seconds
     #[arg(long, default_value_t = 60.0)]
     pub timeout_secs: f64,
-    /// Requests handled at once (more wait for a slot within the timeout)
+    /// Requests handled at once, MCP tool calls included (more wait for a slot within the
+    /// timeout)
     #[arg(long, default_value_t = 64)]
     pub max_in_flight: usize,
     /// Extra Host header value accepted on every route (DNS-rebinding guard; localhost,
