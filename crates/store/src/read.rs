@@ -164,12 +164,15 @@ fn distance(a: &str, b: &str, cap: usize) -> usize {
 
 /// Up to five stored paths close to `wanted` (case-insensitive): the same file name or a path
 /// ending like it first, then the nearest whole paths by edit distance, then paths whose file
-/// name is near (each at most a third of its length away).
+/// name is near (each at most a third of its length away), then file names that begin like the
+/// wanted one (`determinstic.md` finds `deterministic-packages.md`).
 pub fn suggest_paths<'a>(wanted: &str, paths: impl IntoIterator<Item = &'a str>) -> Vec<String> {
     let w = normalize(wanted).to_lowercase();
     let w_name = w.rsplit('/').next().unwrap_or(&w).to_string();
     let cap = (w.chars().count() / 3).max(2);
     let name_cap = (w_name.chars().count() / 3).max(2);
+    let w_stem = w_name.strip_suffix(".md").unwrap_or(&w_name);
+    let stem_cap = (w_stem.chars().count() / 4).max(1);
     let mut scored: Vec<(usize, usize, &str)> = Vec::new();
     for p in paths {
         let l = p.to_lowercase();
@@ -184,8 +187,13 @@ pub fn suggest_paths<'a>(wanted: &str, paths: impl IntoIterator<Item = &'a str>)
             let by_name = distance(&w_name, name, name_cap);
             if full <= cap {
                 Some((2, full))
+            } else if by_name <= name_cap {
+                Some((3, by_name))
             } else {
-                (by_name <= name_cap).then_some((3, by_name))
+                // The name's beginning, as long as the wanted stem, a little off.
+                let start: String = name.chars().take(w_stem.chars().count()).collect();
+                let by_start = distance(w_stem, &start, stem_cap);
+                (w_stem.chars().count() >= 4 && by_start <= stem_cap).then_some((4, by_start))
             }
         };
         if let Some((class, d)) = class_dist {
@@ -483,6 +491,11 @@ mod tests {
         assert!(e.to_string().contains("guides/restore.md"), "{e}");
         let e = get_lines(&s, "guides/publish.md", Some("kb"), LineRange::ALL).unwrap_err();
         assert!(e.to_string().contains("in collection `notes`"), "{e}");
+        let begins_like = suggest_paths(
+            "determinstic.md",
+            ["create/deterministic-packages.md", "create/signing.md"],
+        );
+        assert_eq!(begins_like, ["create/deterministic-packages.md"]);
         let e = get_lines(&s, "zzz/nothing-like-it.md", None, LineRange::ALL).unwrap_err();
         assert!(!e.to_string().contains("did you mean"), "{e}");
         for (range, field, says) in [
