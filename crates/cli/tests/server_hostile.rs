@@ -240,57 +240,6 @@ fn cpu_ticks(pid: u32) -> Option<u64> {
 
 /// One JSON-RPC message POSTed to `bib serve`'s `/mcp` (streamable HTTP): the status, the
 /// session id of the answer's headers and the JSON-RPC messages of its SSE stream.
-fn mcp_http(
-    addr: SocketAddr,
-    session: Option<&str>,
-    msg: &Value,
-) -> (u16, Option<String>, Vec<Value>) {
-    let auth = format!("Bearer {TOKEN}");
-    let mut h = vec![
-        ("Accept", "application/json, text/event-stream"),
-        ("Authorization", auth.as_str()),
-    ];
-    if let Some(id) = session {
-        h.push(("Mcp-Session-Id", id));
-    }
-    let (st, head, body) = http_raw(addr, "POST", "/mcp", &h, Some(msg.to_string().as_bytes()));
-    let sid = head.lines().find_map(|l| {
-        let (k, v) = l.split_once(':')?;
-        k.eq_ignore_ascii_case("mcp-session-id")
-            .then(|| v.trim().to_string())
-    });
-    let msgs = String::from_utf8_lossy(&body)
-        .lines()
-        .filter_map(|l| l.strip_prefix("data:"))
-        .filter_map(|d| serde_json::from_str(d.trim()).ok())
-        .collect();
-    (st, sid, msgs)
-}
-
-/// `tools/call` of `name` with `id` in session `sid`: its JSON-RPC result and how long the
-/// answer took.
-fn mcp_http_tool(
-    addr: SocketAddr,
-    sid: &str,
-    id: u64,
-    name: &str,
-    args: Value,
-) -> (Value, Duration) {
-    let call = json!({
-        "jsonrpc": "2.0", "id": id, "method": "tools/call",
-        "params": {"name": name, "arguments": args}
-    });
-    let t = Instant::now();
-    let (st, _, msgs) = mcp_http(addr, Some(sid), &call);
-    let took = t.elapsed();
-    assert_eq!(st, 200, "{name}: {msgs:?}");
-    let answer = msgs
-        .into_iter()
-        .find(|m| m["id"] == id)
-        .unwrap_or_else(|| panic!("{name}: no answer"));
-    (answer["result"].clone(), took)
-}
-
 /// Whether `pid` stays (nearly) idle: CPU ticks used over `window` after `settle`.
 fn cpu_used_after(pid: u32, settle: Duration, window: Duration) -> u64 {
     std::thread::sleep(settle);

@@ -22,11 +22,15 @@ pub mod lines;
 mod pipeline;
 pub mod scan;
 mod watch;
+mod writer;
 
 use serde::{Deserialize, Serialize};
 
-pub use pipeline::{embed_sentence_vectors, ingest, read_document, ParsedDoc, SentenceVectors};
+pub use pipeline::{
+    embed_sentence_vectors, ingest, parse_text, read_document, ParsedDoc, SentenceVectors,
+};
 pub use watch::watch;
+pub use writer::{DocumentWriter, WriteReport, Written};
 
 /// A file-level problem: reported with its path, counted in `errors`, never fatal to the run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -5,17 +5,14 @@ use std::path::Path;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use bib_embed::{store_key, EmbedKind, Embedder};
-use bib_store::{ChunkState, ChunkWrite, DocRecord, DocumentChange, Store};
-use bib_text::chunk::{chunk_markdown, Chunk};
+use bib_store::{DocRecord, Store};
 use bib_text::sentences::chunk_sentences;
-use bib_text::tokens::estimate_tokens;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 use crate::scan::{scan_with, FoundFile};
-use crate::{
-    FileIssue, IngestError, IngestOptions, PhaseA, PhaseB, PhaseC, Progress, RunReport, Unit,
-};
+use crate::writer::DocumentWriter;
+use crate::{FileIssue, IngestError, IngestOptions, PhaseA, PhaseC, Progress, RunReport, Unit};
 
 /// A registered document (Phase A output).
 #[derive(Debug, Clone, PartialEq)]
@@ -35,7 +32,7 @@ pub struct ParsedDoc {
     pub content_hash: String,
 }
 
-fn sha256_hex(s: &str) -> String {
+pub(crate) fn sha256_hex(s: &str) -> String {
     hex::encode(Sha256::digest(s.as_bytes()))
 }
 
@@ -46,7 +43,7 @@ fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
-fn ms(d: std::time::Duration) -> u64 {
+pub(crate) fn ms(d: std::time::Duration) -> u64 {
     d.as_millis() as u64
 }
 
@@ -64,8 +61,20 @@ pub fn read_document(root: &Path, file: &FoundFile, max_bytes: u64) -> Result<Pa
         ));
     }
     let bytes = std::fs::read(&file.abs).map_err(|e| format!("cannot read: {e}"))?;
-    let text = decode_markdown(bytes)?;
-    let stem = file.path.rsplit('/').next().unwrap_or(&file.path);
+    let mut doc = parse_text(&file.path, decode_markdown(bytes)?)?;
+    doc.text = resolve_includes(root, file, doc.text, doc.body_offset, max_bytes)?;
+    Ok(doc)
+}
+
+/// A document's text as a [`ParsedDoc`] stored under `path` (already normalized), however it
+/// arrived — read from a file or registered over MCP/HTTP — so both get the same title,
+/// metadata, hash and chunks. The title: front-matter `title`, else the first H1, else the
+/// file stem. The hash is of the text as written, so an edit to an included file alone is not
+/// seen as a change of the document (the chunk hashes still are). `[!INCLUDE]`s are not
+/// expanded here (only a file on disk has a folder to resolve them in). The error is a
+/// human-readable reason.
+pub fn parse_text(path: &str, text: String) -> Result<ParsedDoc, String> {
+    let stem = path.rsplit('/').next().unwrap_or(path);
     let stem = stem.rsplit_once('.').map_or(stem, |(s, _)| s);
     let doc = bib_text::frontmatter::parse_document(&text, stem)
         .map_err(|e| format!("broken front-matter: {e}"))?;
@@ -75,19 +84,14 @@ pub fn read_document(root: &Path, file: &FoundFile, max_bytes: u64) -> Result<Pa
         Value::Null
     };
     let (title, body_offset) = (doc.title, doc.body_offset);
-    // The hash is of the file as written, so an edit to an included file alone is not seen as a
-    // change of this document (the chunk hashes still are).
-    let content_hash = sha256_hex(&text);
-    let source = text.clone();
-    let text = resolve_includes(root, file, text, body_offset, max_bytes)?;
     Ok(ParsedDoc {
-        path: file.path.clone(),
+        path: path.to_string(),
         title,
         metadata,
-        content_hash,
+        content_hash: sha256_hex(&text),
         body_offset,
+        source: text.clone(),
         text,
-        source,
     })
 }
 
@@ -201,257 +205,6 @@ fn git_commit(root: &Path) -> Option<String> {
     }
     let s = String::from_utf8(out.stdout).ok()?.trim().to_string();
     (!s.is_empty()).then_some(s)
-}
-
-struct PlannedChunk {
-    index: u32,
-    chunk: Chunk,
-    text: String,
-    hash: String,
-    /// 1-based lines of the file the chunk cites.
-    lines: (u32, u32),
-    write: bool,
-    vector: Option<Vec<f32>>,
-    tokens_model: u32,
-}
-
-struct DocPlan {
-    doc_idx: usize,
-    chunks: Vec<PlannedChunk>,
-    write: bool,
-    failed: Option<String>,
-}
-
-struct Ctx<'a> {
-    store: &'a dyn Store,
-    embedder: &'a dyn Embedder,
-    opts: &'a IngestOptions,
-    progress: &'a dyn Progress,
-    docs: &'a [ParsedDoc],
-    b: PhaseB,
-    issues: Vec<FileIssue>,
-    warnings: Vec<FileIssue>,
-    /// Paths written successfully, with the chunk count written.
-    written: HashMap<String, u32>,
-    /// The collection the run writes into.
-    collection: String,
-}
-
-impl Ctx<'_> {
-    fn flush(&mut self, window: &mut Vec<DocPlan>) -> Result<(), IngestError> {
-        let model = self.embedder.model_id().to_string();
-        // 1. Reuse vectors already known for a hash.
-        let mut need: Vec<(usize, usize)> = Vec::new();
-        for (d, plan) in window.iter().enumerate() {
-            for (c, pc) in plan.chunks.iter().enumerate() {
-                if pc.write {
-                    need.push((d, c));
-                }
-            }
-        }
-        if !need.is_empty() {
-            let hashes: Vec<String> = need
-                .iter()
-                .map(|&(d, c)| window[d].chunks[c].hash.clone())
-                .collect::<HashSet<_>>()
-                .into_iter()
-                .collect();
-            let known: HashMap<String, Vec<f32>> = self
-                .store
-                .cached_vectors(&model, &hashes)?
-                .into_iter()
-                .collect();
-            need.retain(|&(d, c)| {
-                let pc = &mut window[d].chunks[c];
-                match known.get(&pc.hash) {
-                    Some(v)
-                        if v.len() == self.embedder.dimensions()
-                            || self.embedder.dimensions() == 0 =>
-                    {
-                        pc.vector = Some(v.clone());
-                        self.b.vectors_reused += 1;
-                        false
-                    }
-                    _ => true,
-                }
-            });
-        }
-        // 2. Embed the rest in padded-token batches (split_batches orders them shortest first).
-        let tokenizer = self.embedder.tokenizer();
-        let cap = self.embedder.max_input_tokens().max(1);
-        for &(d, c) in &need {
-            let doc_idx = window[d].doc_idx;
-            let pc = &mut window[d].chunks[c];
-            pc.tokens_model = tokenizer.count_tokens(&pc.text) as u32;
-            if pc.tokens_model as usize > cap {
-                let issue = FileIssue {
-                    path: self.docs[doc_idx].path.clone(),
-                    phase: "B".into(),
-                    reason: format!(
-                        "chunk {} has {} tokens; {} reads the first {cap}, so the rest of it \
-                         is found by keywords only",
-                        pc.index,
-                        pc.tokens_model,
-                        self.embedder.model_id()
-                    ),
-                };
-                self.progress.warn(&issue);
-                self.warnings.push(issue);
-            }
-        }
-        let padded: Vec<usize> = need
-            .iter()
-            .map(|&(d, c)| (window[d].chunks[c].tokens_model as usize).min(cap) + 2)
-            .collect();
-        let plan = bib_embed::split_batches(
-            &padded,
-            self.opts.batch_token_budget,
-            self.opts.batch_max_chunks,
-        );
-        for batch in &plan.batches {
-            let items: Vec<(usize, usize)> = batch.iter().map(|&i| need[i]).collect();
-            let items = &items[..];
-            if items.iter().all(|&(d, _)| window[d].failed.is_some()) {
-                continue;
-            }
-            let texts: Vec<&str> = items
-                .iter()
-                .map(|&(d, c)| window[d].chunks[c].text.as_str())
-                .collect();
-            let t = Instant::now();
-            let res = self.embedder.embed(&texts, EmbedKind::Passage);
-            self.b.embed_ms += ms(t.elapsed());
-            self.b.batches += 1;
-            let res = res.and_then(|v| {
-                if v.len() == texts.len() {
-                    Ok(v)
-                } else {
-                    Err(bib_embed::EmbedError::Other(format!(
-                        "model returned {} vectors for {} texts",
-                        v.len(),
-                        texts.len()
-                    )))
-                }
-            });
-            match res {
-                Ok(vectors) => {
-                    for (&(d, c), v) in items.iter().zip(vectors) {
-                        let pc = &mut window[d].chunks[c];
-                        self.b.chunks_embedded += 1;
-                        self.b.tokens_embedded += u64::from(pc.tokens_model);
-                        self.b.tokens_embedded_estimate += estimate_tokens(&pc.text) as u64;
-                        pc.vector = Some(v);
-                    }
-                }
-                Err(e) => {
-                    for &(d, _) in items {
-                        window[d]
-                            .failed
-                            .get_or_insert_with(|| format!("embedding failed: {e}"));
-                    }
-                }
-            }
-        }
-        // Texts whose sentences trimming will look up (as `ChunkWrite::text` builds them).
-        let sentence_sources: Vec<String> = if self.opts.sentence_vectors {
-            window
-                .iter()
-                .filter(|p| p.failed.is_none())
-                .flat_map(|p| &p.chunks)
-                .map(|pc| format!("{}\n{}", pc.chunk.prefix, pc.chunk.content))
-                .collect()
-        } else {
-            Vec::new()
-        };
-        // 3. One transaction per document.
-        for plan in window.drain(..) {
-            let doc = &self.docs[plan.doc_idx];
-            if !plan.write {
-                self.b.documents_unchanged += 1;
-                self.written
-                    .insert(doc.path.clone(), plan.chunks.len() as u32);
-                self.progress.advance(doc.text.len() as u64);
-                continue;
-            }
-            let to_write = plan.chunks.iter().filter(|c| c.write).count() as u64;
-            if let Some(reason) = plan.failed {
-                self.b.errors += to_write;
-                self.issues.push(FileIssue {
-                    path: doc.path.clone(),
-                    phase: "B".into(),
-                    reason,
-                });
-                self.progress.advance(doc.text.len() as u64);
-                continue;
-            }
-            let mut upserts = Vec::new();
-            for pc in plan.chunks.iter().filter(|c| c.write) {
-                let text_tokens = if pc.tokens_model == 0 {
-                    tokenizer.count_tokens(&pc.text) as u32
-                } else {
-                    pc.tokens_model
-                };
-                upserts.push(ChunkWrite {
-                    chunk_index: pc.index,
-                    prefix: pc.chunk.prefix.clone(),
-                    heading_path: pc.chunk.heading_path.clone(),
-                    content: pc.chunk.content.clone(),
-                    content_hash: pc.hash.clone(),
-                    tokens_estimate: estimate_tokens(&pc.text) as u32,
-                    tokens_model: text_tokens,
-                    span_start: pc.chunk.start as u64,
-                    span_end: pc.chunk.end as u64,
-                    line_start: pc.lines.0,
-                    line_end: pc.lines.1,
-                    model_id: model.clone(),
-                    embedding: pc.vector.clone().unwrap_or_default(),
-                });
-            }
-            let change = DocumentChange {
-                path: doc.path.clone(),
-                collection: self.collection.clone(),
-                title: doc.title.clone(),
-                metadata: doc.metadata.clone(),
-                content_hash: doc.content_hash.clone(),
-                chunk_count: plan.chunks.len() as u32,
-                upserts,
-                source: Some(doc.source.clone()),
-            };
-            match self.store.apply_document(&change) {
-                Ok(out) => {
-                    self.b.documents_written += 1;
-                    self.b.chunks_created += u64::from(out.created);
-                    self.b.chunks_updated += u64::from(out.updated);
-                    self.b.chunks_pruned += u64::from(out.pruned);
-                    self.written.insert(doc.path.clone(), change.chunk_count);
-                }
-                Err(e) => {
-                    self.b.errors += to_write;
-                    self.issues.push(FileIssue {
-                        path: doc.path.clone(),
-                        phase: "B".into(),
-                        reason: format!("store write failed: {e}"),
-                    });
-                }
-            }
-            self.progress.advance(doc.text.len() as u64);
-        }
-        // 4. Sentence vectors for trimming, after the chunks are safely written.
-        self.embed_sentences(&sentence_sources);
-        Ok(())
-    }
-
-    /// Sentence vectors for `texts` through [`embed_sentence_vectors`], counted in Phase B.
-    fn embed_sentences(&mut self, texts: &[String]) {
-        let s = embed_sentence_vectors(self.store, self.embedder, texts, self.opts);
-        self.b.sentences_embedded += s.embedded;
-        self.b.sentences_reused += s.reused;
-        self.b.sentence_embed_ms += s.embed_ms;
-        self.b.embed_ms += s.embed_ms;
-        if s.warning.is_some() {
-            self.b.sentence_warning = s.warning;
-        }
-    }
 }
 
 /// What [`embed_sentence_vectors`] did.
@@ -708,95 +461,22 @@ pub fn ingest(
 
     // ── Phase B ──────────────────────────────────────────────────────────────────────────
     let tb = Instant::now();
-    let mut by_path: HashMap<String, Vec<ChunkState>> = HashMap::new();
-    for s in store.chunk_states()? {
-        by_path.entry(s.path.clone()).or_default().push(s);
-    }
-    let stored: HashMap<&str, &DocRecord> =
-        stored_docs.iter().map(|d| (d.path.as_str(), d)).collect();
-    let model = embedder.model_id().to_string();
-    let mut ctx = Ctx {
-        store,
-        embedder,
-        opts,
-        progress,
-        docs: &docs,
-        b: PhaseB::default(),
-        issues: Vec::new(),
-        warnings: Vec::new(),
-        written: HashMap::new(),
-        collection: collection.clone(),
-    };
+    let mut writer = DocumentWriter::new(store, embedder, opts, progress, &collection)?;
     progress.start(
         "index",
         docs.iter().map(|d| d.text.len() as u64).sum(),
         Unit::Bytes,
     );
-    let mut window: Vec<DocPlan> = Vec::new();
-    let mut pending = 0usize;
-    for (i, doc) in docs.iter().enumerate() {
-        let body = &doc.text[doc.body_offset..];
-        let chunks = chunk_markdown(&doc.title, body, doc.body_offset, &opts.chunk);
-        // Spans of a document with includes refer to the expanded text; cite the file's lines
-        // (crate::lines).
-        let line_map = crate::lines::LineMap::new(&doc.source, &doc.text, doc.body_offset);
-        let old: HashMap<u32, &ChunkState> = by_path
-            .get(&doc.path)
-            .map(|v| v.iter().map(|s| (s.chunk_index, s)).collect())
-            .unwrap_or_default();
-        let mut planned = Vec::with_capacity(chunks.len());
-        for (idx, chunk) in chunks.into_iter().enumerate() {
-            let text = chunk.text();
-            let hash = sha256_hex(&text);
-            let index = idx as u32;
-            let lines = line_map.lines(chunk.start, chunk.end);
-            // A chunk that moved (same text, other lines) is rewritten so citations stay true;
-            // its vector comes from the cache.
-            let skip = old.get(&index).is_some_and(|s| {
-                s.content_hash == hash && s.model_id == model && (s.line_start, s.line_end) == lines
-            });
-            if skip {
-                ctx.b.chunks_skipped += 1;
-            } else {
-                pending += 1;
-            }
-            planned.push(PlannedChunk {
-                index,
-                chunk,
-                text,
-                hash,
-                lines,
-                write: !skip,
-                vector: None,
-                tokens_model: 0,
-            });
-        }
-        ctx.b.chunks_total += planned.len() as u64;
-        let row_same = stored.get(doc.path.as_str()).is_some_and(|d| {
-            d.title == doc.title
-                && d.metadata == doc.metadata
-                && d.content_hash == doc.content_hash
-                && d.chunk_count as usize == planned.len()
-                && d.has_source
-        });
-        let write = !row_same || planned.iter().any(|c| c.write) || old.len() != planned.len();
-        window.push(DocPlan {
-            doc_idx: i,
-            chunks: planned,
-            write,
-            failed: None,
-        });
-        if pending >= opts.window_chunks {
-            ctx.flush(&mut window)?;
-            pending = 0;
-        }
+    for doc in docs {
+        writer.add(doc)?;
     }
-    ctx.flush(&mut window)?;
+    let written = writer.finish()?;
     progress.finish();
-    let mut b = ctx.b;
-    let written = ctx.written;
-    issues.extend(ctx.issues);
-    report.warnings = ctx.warnings;
+    let docs = written.docs;
+    let mut b = written.phase_b;
+    let written_paths = written.written;
+    issues.extend(written.issues);
+    report.warnings = written.warnings;
     let ok = b.chunks_created + b.chunks_updated + b.chunks_skipped;
     report.coverage.chunks = if b.chunks_total == 0 {
         1.0
@@ -839,7 +519,7 @@ pub fn ingest(
         .collect();
     let mut mismatches = Vec::new();
     for doc in &docs {
-        let Some(&n) = written.get(&doc.path) else {
+        let Some(n) = written_paths.get(&doc.path).map(|w| w.chunk_count) else {
             continue;
         };
         match now.get(&doc.path) {

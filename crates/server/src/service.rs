@@ -12,12 +12,11 @@ use bib_retrieve::synth::SynthConfig;
 use bib_retrieve::{log_entry, EmbeddingCache, Mode, Retriever, StoreIndex};
 use bib_store::read::{Excerpt, KbStatus, LineRange};
 use bib_store::{ChunkWrite, DocRecord, DocumentChange, Store};
-use bib_text::chunk::{chunk_hash, chunk_markdown, doc_prefix, ChunkOptions};
+use bib_text::chunk::{chunk_hash, doc_prefix};
 use bib_text::tokens::estimate_tokens;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
 
 use crate::args::{
     AskArgs, EvalRetrievalArgs, GetArgs, IndexChunksArgs, PackArgs, RegisterDocArgs,
@@ -176,8 +175,15 @@ pub struct PackOutput {
     pub stats: Value,
 }
 
-fn sha256_hex(s: &str) -> String {
-    hex::encode(Sha256::digest(s.as_bytes()))
+/// A registered text must fit in [`MAX_DOC_BYTES`].
+fn check_size(field: &str, text: &str) -> Result<(), ServiceError> {
+    if text.len() > MAX_DOC_BYTES {
+        return Err(ServiceError::invalid(
+            field,
+            format!("{} bytes, over the limit of {MAX_DOC_BYTES}", text.len()),
+        ));
+    }
+    Ok(())
 }
 
 /// A question: not blank, at most [`MAX_QUERY_BYTES`].
@@ -276,24 +282,6 @@ pub fn normalize_path(raw: &str) -> Result<String, ServiceError> {
     Ok(path)
 }
 
-/// Title: front-matter `title`, else the first `# ` heading, else the file stem.
-fn title_of(path: &str, metadata: &Value, body: &str) -> String {
-    if let Some(t) = metadata.get("title").and_then(Value::as_str) {
-        if !t.trim().is_empty() {
-            return t.trim().to_string();
-        }
-    }
-    for line in body.lines() {
-        if let Some(h) = line.strip_prefix("# ") {
-            if !h.trim().is_empty() {
-                return h.trim().to_string();
-            }
-        }
-    }
-    let name = path.rsplit('/').next().unwrap_or(path);
-    name.rsplit_once('.').map_or(name, |(s, _)| s).to_string()
-}
-
 /// A chunk ready to be written once its vector is known.
 struct Pending {
     index: u32,
@@ -304,6 +292,14 @@ struct Pending {
     span: (u64, u64),
     /// 1-based lines of the document source the chunk cites (0 when unknown).
     lines: (u32, u32),
+}
+
+/// An ingest error as a service error (the store's own errors keep their code).
+fn ingest_error(e: bib_ingest::IngestError) -> ServiceError {
+    match e {
+        bib_ingest::IngestError::Store(s) => s.into(),
+        other => ServiceError::internal(other.to_string()),
+    }
 }
 
 impl Service {
@@ -561,7 +557,8 @@ impl Service {
             Some("") => return Err(ServiceError::invalid("collection", "is empty")),
             Some(c) => c.to_string(),
         };
-        let (metadata, text, body_offset) = match (a.content, a.front_matter, a.body) {
+        // The text as the file it stands for, and the field a parse error is about.
+        let (text, field) = match (a.content, a.front_matter, a.body) {
             (Some(_), Some(_), _) | (Some(_), _, Some(_)) => {
                 return Err(ServiceError::invalid(
                     "content",
@@ -570,24 +567,8 @@ impl Service {
             }
             (Some(content), None, None) => {
                 check_no_nul("content", &content)?;
-                if content.len() > MAX_DOC_BYTES {
-                    return Err(ServiceError::invalid(
-                        "content",
-                        format!("{} bytes, over the limit of {MAX_DOC_BYTES}", content.len()),
-                    ));
-                }
-                let (metadata, offset) = {
-                    let doc = bib_text::frontmatter::parse_document(&content, "").map_err(|e| {
-                        ServiceError::invalid("content", format!("broken front-matter: {e}"))
-                    })?;
-                    let meta = if doc.has_front_matter {
-                        Value::Object(doc.metadata)
-                    } else {
-                        Value::Null
-                    };
-                    (meta, doc.body_offset)
-                };
-                (metadata, content, offset)
+                check_size("content", &content)?;
+                (content, "content")
             }
             (None, fm, body) => {
                 if fm.is_none() && body.is_none() {
@@ -598,30 +579,26 @@ impl Service {
                 }
                 let body = body.unwrap_or_default();
                 check_no_nul("body", &body)?;
-                if body.len() > MAX_DOC_BYTES {
-                    return Err(ServiceError::invalid(
-                        "body",
-                        format!("{} bytes, over the limit of {MAX_DOC_BYTES}", body.len()),
-                    ));
+                check_size("body", &body)?;
+                match fm {
+                    None => (body, "body"),
+                    Some(m) => {
+                        let meta = Value::Object(m.into_iter().collect());
+                        if value_has_nul(&meta) {
+                            return Err(ServiceError::invalid(
+                                "front_matter",
+                                "contains a NUL byte; Markdown is text",
+                            ));
+                        }
+                        // The metadata as front-matter (JSON is YAML), so the document parses,
+                        // hashes and cites lines as that file ingested from disk would.
+                        (format!("---\n{meta}\n---\n{body}"), "front_matter")
+                    }
                 }
-                let meta = fm
-                    .map(|m| Value::Object(m.into_iter().collect()))
-                    .unwrap_or(Value::Null);
-                if value_has_nul(&meta) {
-                    return Err(ServiceError::invalid(
-                        "front_matter",
-                        "contains a NUL byte; Markdown is text",
-                    ));
-                }
-                // The hash covers metadata and body, so either changing marks the document changed.
-                let text = format!("{}\n{}", meta, body);
-                let offset = text.len() - body.len();
-                (meta, text, offset)
             }
         };
-        let body = &text[body_offset..];
-        let title = title_of(&path, &metadata, body);
-        let content_hash = sha256_hex(&text);
+        let doc = bib_ingest::parse_text(&path, text)
+            .map_err(|reason| ServiceError::invalid(field, reason))?;
         let index = a.index.unwrap_or(false);
         let embedder = if index {
             Some(self.need_embedder("`index: true`")?)
@@ -634,86 +611,107 @@ impl Service {
             .lock()
             .map_err(|_| ServiceError::internal("write lock poisoned"))?;
         work.check()?;
-        let existing = self.store.documents()?.into_iter().find(|d| d.path == path);
-        let mut stale_chunks_pruned = 0u64;
-        let (chunk_count, upserts, mut counts) = match embedder {
-            // Without indexing the chunks stay as they are only when the content is the same:
-            // chunks of an older text under the new hash would never be re-chunked (ingest
-            // trusts the hash) and would answer questions with text the document no longer
-            // has. Changed content drops them; `bib_index_chunks` (or ingest) brings new ones.
-            None => match &existing {
-                Some(d) if d.content_hash == content_hash => (d.chunk_count, Vec::new(), None),
-                Some(d) => {
-                    stale_chunks_pruned = u64::from(d.chunk_count);
-                    (0, Vec::new(), None)
-                }
-                None => (0, Vec::new(), None),
-            },
-            Some(e) => {
-                let e = CancelEmbedder { inner: e, work };
-                let chunks = chunk_markdown(&title, body, body_offset, &ChunkOptions::default());
-                let pending: Vec<Pending> = chunks
-                    .into_iter()
-                    .map(|c| Pending {
-                        index: c.chunk_index as u32,
-                        hash: c.hash.clone(),
-                        prefix: c.prefix,
-                        heading_path: c.heading_path,
-                        content: c.content,
-                        span: (c.start as u64, c.end as u64),
-                        lines: bib_store::line_span(&text, c.start, c.end),
-                    })
-                    .collect();
-                let n = pending.len() as u32;
-                let old: HashMap<u32, String> = match &existing {
-                    Some(d) => self
-                        .store
-                        .chunk_states()?
-                        .into_iter()
-                        .filter(|s| s.node_id == d.node_id && s.model_id == e.model_id())
-                        .map(|s| (s.chunk_index, s.content_hash))
-                        .collect(),
-                    None => HashMap::new(),
-                };
-                let (todo, skipped): (Vec<Pending>, Vec<Pending>) = pending
-                    .into_iter()
-                    .partition(|p| old.get(&p.index) != Some(&p.hash));
-                let writes = self.embed_pending(&e, todo);
-                work.check()?;
-                let writes = writes?;
-                let counts = IndexOutput {
-                    chunks_skipped: skipped.len() as u64,
-                    ..IndexOutput::default()
-                };
-                (n, writes, Some(counts))
-            }
-        };
-        let change = DocumentChange {
-            path: path.clone(),
-            collection: collection.clone(),
-            title: title.clone(),
-            metadata,
-            content_hash,
-            chunk_count,
-            upserts,
-            source: Some(text.clone()),
-        };
-        // The point of no return: after this a timeout waits for the write instead of
-        // answering 504 (see `crate::work`).
-        work.begin_commit()?;
-        let out = self.store.apply_document(&change)?;
-        if let Some(c) = counts.as_mut() {
-            c.chunks_created = out.created as u64;
-            c.chunks_updated = out.updated as u64;
-            c.chunks_pruned = out.pruned as u64;
+        match embedder {
+            Some(e) => self.register_indexed(doc, &collection, e, work),
+            None => self.register_unindexed(doc, &collection, work),
         }
-        tracing::info!(path = %path, node_id = out.node_id, created = out.document_created, "registered document");
+    }
+
+    /// Register and index one document through the one write path ingest uses
+    /// ([`bib_ingest::DocumentWriter`]): same chunks, hashes, prefixes, line citations and
+    /// sentence vectors as the file ingested from disk.
+    fn register_indexed(
+        &self,
+        doc: bib_ingest::ParsedDoc,
+        collection: &str,
+        embedder: &dyn Embedder,
+        work: &Work,
+    ) -> Result<RegisterOutput, ServiceError> {
+        let (path, title) = (doc.path.clone(), doc.title.clone());
+        let e = CancelEmbedder {
+            inner: embedder,
+            work,
+        };
+        let opts = bib_ingest::IngestOptions::default();
+        // The point of no return: past the gate a timeout waits for the write instead of
+        // answering 504 (see `crate::work`).
+        let gate = || work.begin_commit().is_ok();
+        let progress = bib_ingest::NoProgress;
+        let mut writer =
+            bib_ingest::DocumentWriter::new(self.store.as_ref(), &e, &opts, &progress, collection)
+                .map_err(ingest_error)?
+                .with_gate(&gate);
+        writer.add(doc).map_err(ingest_error)?;
+        let report = writer.finish().map_err(ingest_error)?;
+        if let Some(issue) = report.issues.first() {
+            work.check()?;
+            return Err(ServiceError::internal(format!(
+                "{}: {}",
+                issue.path, issue.reason
+            )));
+        }
+        let written = report
+            .written
+            .get(&path)
+            .ok_or_else(|| ServiceError::internal(format!("{path}: not written")))?;
+        let out = written.outcome.unwrap_or_default();
+        let b = &report.phase_b;
+        tracing::info!(path = %path, node_id = written.node_id, created = out.document_created, "registered document");
         Ok(RegisterOutput {
-            node_id: out.node_id,
+            node_id: written.node_id,
             created: out.document_created,
             path,
             title,
-            indexed: counts,
+            indexed: Some(IndexOutput {
+                chunks_created: b.chunks_created,
+                chunks_updated: b.chunks_updated,
+                chunks_skipped: b.chunks_skipped,
+                chunks_pruned: b.chunks_pruned,
+                ..IndexOutput::default()
+            }),
+            stale_chunks_pruned: 0,
+        })
+    }
+
+    /// Register one document without chunks. Its chunks stay only when the content is the
+    /// same: chunks of an older text under the new hash would never be re-chunked (ingest
+    /// trusts the hash) and would answer questions with text the document no longer has.
+    /// Changed content drops them; `bib_index_chunks` (or ingest) brings new ones.
+    fn register_unindexed(
+        &self,
+        doc: bib_ingest::ParsedDoc,
+        collection: &str,
+        work: &Work,
+    ) -> Result<RegisterOutput, ServiceError> {
+        let existing = self
+            .store
+            .documents()?
+            .into_iter()
+            .find(|d| d.path == doc.path);
+        let (chunk_count, stale_chunks_pruned) = match &existing {
+            Some(d) if d.content_hash == doc.content_hash => (d.chunk_count, 0),
+            Some(d) => (0, u64::from(d.chunk_count)),
+            None => (0, 0),
+        };
+        let change = DocumentChange {
+            path: doc.path.clone(),
+            collection: collection.to_string(),
+            title: doc.title.clone(),
+            metadata: doc.metadata,
+            content_hash: doc.content_hash,
+            chunk_count,
+            upserts: Vec::new(),
+            source: Some(doc.source),
+        };
+        work.begin_commit()?;
+        let out = self.store.apply_document(&change)?;
+        tracing::info!(path = %doc.path, node_id = out.node_id, created = out.document_created, "registered document");
+        Ok(RegisterOutput {
+            node_id: out.node_id,
+            created: out.document_created,
+            path: doc.path,
+            title: doc.title,
+            indexed: None,
             stale_chunks_pruned,
         })
     }
@@ -1259,7 +1257,12 @@ mod tests {
             .find(|d| d.path == "c.md")
             .unwrap();
         assert_eq!(d.chunk_count, 0);
-        assert_eq!(d.content_hash, sha256_hex(v2));
+        assert_eq!(
+            d.content_hash,
+            bib_ingest::parse_text("a.md", v2.to_string())
+                .unwrap()
+                .content_hash
+        );
         assert!(store.audit().unwrap().coherent);
     }
 }

@@ -6,9 +6,9 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
 pub const TOKEN: &str = "e2e-token-0123456789abcdef";
 
@@ -253,4 +253,79 @@ pub fn post(addr: SocketAddr, path: &str, body: &Value, headers: &[(&str, &str)]
 
 pub fn get(addr: SocketAddr, path: &str) -> (u16, Value) {
     http(addr, "GET", path, &[], None)
+}
+
+/// One JSON-RPC message POSTed to `/mcp` (with the token, in `session` when given): status,
+/// the session id the server gave, and the messages of its SSE answer.
+pub fn mcp_http(
+    addr: SocketAddr,
+    session: Option<&str>,
+    msg: &Value,
+) -> (u16, Option<String>, Vec<Value>) {
+    let auth = format!("Bearer {TOKEN}");
+    let mut h = vec![
+        ("Accept", "application/json, text/event-stream"),
+        ("Authorization", auth.as_str()),
+    ];
+    if let Some(id) = session {
+        h.push(("Mcp-Session-Id", id));
+    }
+    let (st, head, body) = http_raw(addr, "POST", "/mcp", &h, Some(msg.to_string().as_bytes()));
+    let sid = head.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        k.eq_ignore_ascii_case("mcp-session-id")
+            .then(|| v.trim().to_string())
+    });
+    let msgs = String::from_utf8_lossy(&body)
+        .lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .filter_map(|d| serde_json::from_str(d.trim()).ok())
+        .collect();
+    (st, sid, msgs)
+}
+
+/// `tools/call` of `name` with `id` in session `sid`: its JSON-RPC result and how long the
+/// answer took.
+pub fn mcp_http_tool(
+    addr: SocketAddr,
+    sid: &str,
+    id: u64,
+    name: &str,
+    args: Value,
+) -> (Value, Duration) {
+    let call = json!({
+        "jsonrpc": "2.0", "id": id, "method": "tools/call",
+        "params": {"name": name, "arguments": args}
+    });
+    let t = Instant::now();
+    let (st, _, msgs) = mcp_http(addr, Some(sid), &call);
+    let took = t.elapsed();
+    assert_eq!(st, 200, "{name}: {msgs:?}");
+    let answer = msgs
+        .into_iter()
+        .find(|m| m["id"] == id)
+        .unwrap_or_else(|| panic!("{name}: no answer"));
+    (answer["result"].clone(), took)
+}
+
+/// An initialized MCP session over streamable HTTP: its id.
+pub fn mcp_session(addr: SocketAddr) -> String {
+    let init = serde_json::json!({
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "bib-e2e", "version": "0"}
+        }
+    });
+    let (st, sid, msgs) = mcp_http(addr, None, &init);
+    assert_eq!(st, 200, "{msgs:?}");
+    let sid = sid.expect("a session id");
+    let (st, _, _) = mcp_http(
+        addr,
+        Some(&sid),
+        &serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    );
+    assert_eq!(st, 202);
+    sid
 }
