@@ -265,23 +265,7 @@ fn mcp_http_tool_calls_stop_at_their_timeout() {
     ingest(&wiki, &store);
     let s = serve(&store, Some(TOKEN), &["--timeout-secs", "1"]);
     let (addr, pid) = (s.addr, s.child.id());
-    let init = json!({
-        "jsonrpc": "2.0", "id": 1, "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-06-18",
-            "capabilities": {},
-            "clientInfo": {"name": "server_hostile", "version": "0"}
-        }
-    });
-    let (st, sid, msgs) = mcp_http(addr, None, &init);
-    assert_eq!(st, 200, "{msgs:?}");
-    let sid = sid.expect("a session id");
-    let (st, _, _) = mcp_http(
-        addr,
-        Some(&sid),
-        &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
-    );
-    assert_eq!(st, 202);
+    let sid = mcp_session(addr);
 
     // A document of 400 sections: seconds of embedding, far past the 1 s timeout.
     let content: String = std::iter::once("# Long\n\n".to_string())
@@ -371,21 +355,7 @@ fn mcp_http_tool_calls_take_an_in_flight_slot() {
         &["--timeout-secs", "2", "--max-in-flight", "1"],
     );
     let addr = s.addr;
-    let init = json!({
-        "jsonrpc": "2.0", "id": 1, "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-06-18",
-            "capabilities": {},
-            "clientInfo": {"name": "server_hostile", "version": "0"}
-        }
-    });
-    let (_, sid, _) = mcp_http(addr, None, &init);
-    let sid = sid.expect("a session id");
-    mcp_http(
-        addr,
-        Some(&sid),
-        &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
-    );
+    let sid = mcp_session(addr);
     let questions: Vec<String> = (0..200)
         .map(|i| format!("how are packages restored from the local cache, case {i}"))
         .collect();
