@@ -35,6 +35,8 @@ enum Command {
     Chunk(commands::chunk::Args),
     /// Install and list embedding models.
     Model(commands::model::Args),
+    /// Embed texts (one per line, or JSONL) with an installed model: JSONL vectors out.
+    Embed(commands::embed::Args),
     /// Pack a chat/agent history into a token budget.
     Pack(commands::pack::Args),
     /// Ingest a directory of Markdown files into the knowledge base.
@@ -84,6 +86,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Command::Split(a) => commands::split::run(a),
         Command::Chunk(a) => commands::chunk::run(a),
         Command::Model(a) => commands::model::run(a),
+        Command::Embed(a) => commands::embed::run(a),
         Command::Pack(a) => commands::pack::run(a),
         Command::Ingest(a) => commands::ingest::run(a),
         Command::Runs(a) => commands::runs::run(a),

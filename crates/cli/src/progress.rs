@@ -61,6 +61,24 @@ impl Bars {
         }
     }
 
+    /// A step whose total is not known: a count of `unit` done and the time elapsed.
+    pub fn begin_open(&self, step: &str, unit: &str) {
+        if !self.enabled {
+            return;
+        }
+        let b = ProgressBar::new_spinner();
+        if let Ok(style) = ProgressStyle::with_template(&format!(
+            "{{prefix:>9}} {{spinner}} {{pos}} {unit} {{elapsed_precise}}"
+        )) {
+            b.set_style(style);
+        }
+        b.set_prefix(step.to_string());
+        b.enable_steady_tick(Duration::from_millis(500));
+        if let Some(old) = self.slot().replace(b) {
+            old.finish_and_clear();
+        }
+    }
+
     pub fn inc(&self, n: u64) {
         if let Some(b) = self.slot().as_ref() {
             b.inc(n);

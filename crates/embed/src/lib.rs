@@ -24,6 +24,22 @@ pub use models::{model_dir, DEFAULT_MODEL};
 pub use openai::{OpenAiConfig, OpenAiEmbedder};
 pub use use_m3::UseM3;
 
+/// Load the installed model `id` (one of [`models::MODELS`]): the one place a model id becomes
+/// an [`Embedder`], for ingest, ask, eval, the servers, `bib embed` and the benchmarks.
+pub fn load_installed(id: &str) -> Result<Box<dyn Embedder>, EmbedError> {
+    match id {
+        "use-m3" => Ok(Box::new(UseM3::load_default()?)),
+        "e5-small" => Ok(Box::new(E5Small::load_default()?)),
+        other => {
+            let known: Vec<&str> = models::MODELS.iter().map(|m| m.id).collect();
+            Err(EmbedError::Other(format!(
+                "unknown embedding model `{other}` (known: {})",
+                known.join(", ")
+            )))
+        }
+    }
+}
+
 /// Whether a text is a search query or a passage being indexed. Symmetric models ignore it;
 /// asymmetric ones (e5: `query: ` / `passage: `) prefix accordingly.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

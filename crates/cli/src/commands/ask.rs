@@ -146,13 +146,10 @@ fn apply_flags(a: &Args, s: &mut Settings) {
 
 /// Load the embedding model the store was built with.
 pub fn load_embedder(model_id: &str) -> anyhow::Result<Box<dyn Embedder>> {
-    match model_id {
-        "use-m3" => Ok(Box::new(bib_embed::UseM3::load_default()?)),
-        "e5-small" => Ok(Box::new(bib_embed::E5Small::load_default()?)),
-        other => {
-            bail!("the knowledge base was embedded with `{other}`, which this build cannot load")
-        }
+    if bib_embed::models::spec(model_id).is_none() {
+        bail!("the knowledge base was embedded with `{model_id}`, which this build cannot load");
     }
+    Ok(bib_embed::load_installed(model_id)?)
 }
 
 /// Why an ask needing the model could not have it: the model id and the loader's error.

@@ -4,6 +4,7 @@ pub mod ask;
 pub mod bench;
 pub mod chunk;
 pub mod config;
+pub mod embed;
 pub mod eval;
 pub mod get;
 pub mod ingest;

@@ -48,11 +48,7 @@ pub struct Args {
 }
 
 fn load(model: &str) -> anyhow::Result<Box<dyn Embedder>> {
-    match model {
-        "use-m3" => Ok(Box::new(bib_embed::UseM3::load_default()?)),
-        "e5-small" => Ok(Box::new(bib_embed::E5Small::load_default()?)),
-        other => bail!("unknown model `{other}` (known: use-m3, e5-small)"),
-    }
+    Ok(bib_embed::load_installed(model)?)
 }
 
 /// `count` windows of `words` consecutive words, cycling over the corpus.
