@@ -127,7 +127,7 @@ fn a_misaligned_packed_file_embeds_the_same_and_is_realigned() {
     // One space more than the bare JSON, and an odd length: misaligned for f32.
     let mut header = json.as_bytes().to_vec();
     header.push(b' ');
-    if (16 + header.len()) % 4 == 0 {
+    if (16 + header.len()).is_multiple_of(4) {
         header.push(b' ');
     }
     let mut old = bytes[..12].to_vec();

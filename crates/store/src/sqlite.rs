@@ -217,7 +217,7 @@ fn vec_to_blob(v: &[f32]) -> Vec<u8> {
 }
 
 fn blob_to_vec(b: &[u8]) -> Result<Vec<f32>, StoreError> {
-    if b.len() % 4 != 0 {
+    if !b.len().is_multiple_of(4) {
         return Err(StoreError::Corrupt {
             what: "embedding".into(),
             reason: format!("blob of {} bytes is not a multiple of 4", b.len()),
