@@ -180,11 +180,7 @@ fn the_ask_page_and_the_widget_in_chromium() {
     // Two sites on their own ports (origins): one allowed, one not.
     let (site, site_listener) = StaticSite::bind();
     let (other, other_listener) = StaticSite::bind();
-    let s = serve(
-        &store,
-        None,
-        &["--allow-origin", &site.origin(), "--no-log"],
-    );
+    let s = serve(&store, None, &["--allow-origin", &site.origin()]);
     let base = format!("http://127.0.0.1:{}", s.addr.port());
     let embed = |title: &str| {
         format!(
@@ -271,7 +267,7 @@ fn the_ask_page_and_the_widget_in_chromium() {
     assert!(cite.contains('-'), "a line range: {cite}");
     assert_eq!(first["coll"], "handbook");
     assert!(
-        first["heading"]
+        first["text"]
             .as_str()
             .unwrap()
             .contains("How restore works"),
@@ -583,11 +579,7 @@ fn with_an_llm_the_answer_streams_above_the_sources() {
         format!("[llm]\nbase_url = \"{llm}\"\nmodel = \"fake\"\n"),
     )
     .unwrap();
-    let s = serve(
-        &store,
-        None,
-        &["--config", config.to_str().unwrap(), "--no-log"],
-    );
+    let s = serve(&store, None, &["--config", config.to_str().unwrap()]);
     let base = format!("http://127.0.0.1:{}", s.addr.port());
 
     // The event stream itself: results, deltas, done.

@@ -51,7 +51,7 @@
     pieces.forEach(function (p, i) {
       var text = i === 0 ? p.text.replace(/^\s+/, "") : p.text;
       if (p.kept) {
-        if (hidden) box.appendChild(el("span", { class: "gap", text: " […] " }));
+        if (hidden) box.appendChild(el("span", { class: "gap", text: " […]" }));
         hidden = false;
         box.appendChild(el("span", { class: "kept", text: text }));
       } else {

@@ -943,7 +943,10 @@ mod tests {
     /// view a citation opens.
     #[tokio::test]
     async fn pages_for_people() {
-        let (svc, _) = service(None);
+        let (svc, store) = service(None);
+        let mut doc = bib_store::conformance::sample_change("guides/lines.md", &["Line two."]);
+        doc.source = Some("# Lines\nLine two.\n<b>three</b>\n".into());
+        store.apply_document(&doc).unwrap();
         let app = router(svc, &HttpOptions::default(), CancellationToken::new());
         let (st, ctype, page) = get_text(&app, "/").await;
         assert_eq!(st, 200);
@@ -966,10 +969,14 @@ mod tests {
         assert!(status["collections"].as_array().is_some(), "{status}");
         assert!(status.get("queries").is_none(), "no query log");
         let (st, ctype, view) =
-            get_text(&app, "/docs/guides/restore.md?from=1&to=1&format=html").await;
+            get_text(&app, "/docs/guides/lines.md?from=2&to=2&format=html").await;
         assert_eq!(st, 200, "{view}");
         assert!(ctype.starts_with("text/html"));
-        assert!(view.contains("<tr id=\"L1\" class=\"mark\">"), "{view}");
+        assert!(view.contains("<tr id=\"L2\" class=\"mark\">"), "{view}");
+        assert!(view.contains("<tr id=\"L3\"><td"), "{view}");
+        assert!(view.contains("&lt;b&gt;three"), "{view}");
+        let (st, _, e) = get_text(&app, "/docs/guides/lines.md?from=9&format=html").await;
+        assert_eq!(st, 400, "a range outside the document: {e}");
         let (st, _, e) = get_text(&app, "/docs/guides/restore.md?format=pdf").await;
         assert_eq!(st, 400, "{e}");
         assert!(e.contains("format"), "{e}");

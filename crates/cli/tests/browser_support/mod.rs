@@ -329,14 +329,31 @@ fn page_target(port: u16) -> String {
     loop {
         if let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) {
             use std::io::{Read, Write};
+            // The DevTools HTTP server keeps the connection open: read up to Content-Length.
+            s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
             let _ = s.write_all(
-                format!(
-                    "GET /json/list HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nConnection: close\r\n\r\n"
-                )
-                .as_bytes(),
+                format!("GET /json/list HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n").as_bytes(),
             );
-            let mut raw = String::new();
-            let _ = s.read_to_string(&mut raw);
+            let mut raw = Vec::new();
+            let mut buf = [0u8; 8192];
+            while let Ok(n) = s.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                raw.extend_from_slice(&buf[..n]);
+                let text = String::from_utf8_lossy(&raw);
+                if let Some((head, body)) = text.split_once("\r\n\r\n") {
+                    let len = head.lines().find_map(|l| {
+                        l.to_ascii_lowercase()
+                            .strip_prefix("content-length:")
+                            .and_then(|v| v.trim().parse::<usize>().ok())
+                    });
+                    if len.is_some_and(|len| body.len() >= len) {
+                        break;
+                    }
+                }
+            }
+            let raw = String::from_utf8_lossy(&raw).into_owned();
             if let Some((_, body)) = raw.split_once("\r\n\r\n") {
                 if let Ok(Value::Array(targets)) = serde_json::from_str::<Value>(body) {
                     if let Some(url) = targets
