@@ -352,13 +352,11 @@ fn the_ask_page_and_the_widget_in_chromium() {
         b.eval("[...document.querySelectorAll('tr.mark')].map(r => Number(r.id.slice(1)))");
     let want: Vec<u32> = (from..=to).collect();
     assert_eq!(marked, json!(want), "{href}");
-    assert!(
-        b.eval("document.querySelector('tr.mark').innerText")
-            .as_str()
-            .unwrap()
-            .len()
-            > 0
-    );
+    assert!(!b
+        .eval("document.querySelector('tr.mark').innerText")
+        .as_str()
+        .unwrap()
+        .is_empty());
     b.screenshot(&shots().join("document-lines.png"));
     assert_no_errors(&mut b, "opening the document");
 
@@ -532,6 +530,11 @@ fn the_ask_page_and_the_widget_in_chromium() {
         &format!("{w}.querySelectorAll('li').length > 0"),
         5,
         "widget answers kept",
+    );
+    assert_eq!(
+        b.eval(&format!("{w}.querySelector('#q').value")),
+        json!("how are packages restored from the local cache"),
+        "Escape closed the panel without clearing the question"
     );
     b.screenshot(&shots().join("widget-phone.png"));
     b.viewport(1280, 900, false);

@@ -42,24 +42,40 @@
     return fmt(before) + " → " + fmt(after) + " tokens, −" + saved + " %";
   }
 
+  // One piece of a chunk's text; a Markdown heading ("## Setup") shows as a bold line.
+  function piece(cls, text) {
+    var span = el("span", { class: cls });
+    var h = /^(\s*)#{1,6}\s+([\s\S]*)$/.exec(text);
+    if (h) {
+      span.appendChild(document.createTextNode(h[1]));
+      span.appendChild(el("strong", { class: "md-h", text: h[2] }));
+    } else {
+      span.textContent = text;
+    }
+    return span;
+  }
+
   // The chunk's text: kept pieces shown, removed ones hidden behind "show the whole passage"
-  // (a gap mark stands where they were).
+  // (a […] mark stands where they were).
   function passageText(r, id) {
     var box = el("div", { class: "text", id: id });
     var pieces = r.passage ? r.passage.pieces : [{ text: r.content, kept: true }];
-    var hidden = false;
+    var hidden = false, shown = false;
     pieces.forEach(function (p, i) {
       var text = i === 0 ? p.text.replace(/^\s+/, "") : p.text;
       if (p.kept) {
-        if (hidden) box.appendChild(el("span", { class: "gap", text: " […]" }));
+        // The first kept piece after a leading […] goes on its line.
+        if (!shown && hidden) text = text.replace(/^\s+/, " ");
+        if (hidden) box.appendChild(el("span", { class: "gap", text: shown ? " […]" : "[…]" }));
         hidden = false;
-        box.appendChild(el("span", { class: "kept", text: text }));
+        shown = true;
+        box.appendChild(piece("kept", text));
       } else {
         hidden = true;
-        box.appendChild(el("span", { class: "removed", text: text }));
+        box.appendChild(piece("removed", text));
       }
     });
-    if (hidden) box.appendChild(el("span", { class: "gap", text: " […]" }));
+    if (hidden) box.appendChild(el("span", { class: "gap", text: shown ? " […]" : "[…]" }));
     return box;
   }
 

@@ -81,7 +81,10 @@
   }
   launch.addEventListener("click", function () { setOpen(panel.hidden); });
   $(".close").addEventListener("click", function () { setOpen(false); });
-  panel.addEventListener("keydown", function (e) { if (e.key === "Escape") setOpen(false); });
+  // Escape closes the panel (and does not clear the question, as a search box would).
+  panel.addEventListener("keydown", function (e) {
+    if (e.key === "Escape") { e.preventDefault(); setOpen(false); }
+  });
 
   function el(tag, cls, text) {
     var e = document.createElement(tag);
@@ -109,7 +112,7 @@
     var text = "", gap = false;
     (r.passage ? r.passage.pieces : [{ text: r.content, kept: true }]).forEach(function (p) {
       if (!p.kept) { gap = true; return; }
-      text += (gap && text ? " […] " : "") + p.text;
+      text += (gap ? (text ? " […]" : "[…] ") : "") + p.text.replace(/^(\s*)#{1,6}\s+/, "$1");
       gap = false;
     });
     li.appendChild(el("p", "text", text.trim() + (gap ? " […]" : "")));
