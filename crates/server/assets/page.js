@@ -121,9 +121,11 @@
     cards.replaceChildren.apply(cards, out.results.map(card));
     sourcesH.hidden = out.results.length === 0;
     nomatch.hidden = !out.no_good_match;
-    var s = [el("span", { text: out.results.length + (out.results.length === 1 ? " source · " : " sources · ") }),
-             el("span", { class: "tokens", text: tokens(out) }),
-             el("span", { text: " · " + Math.round(out.took_ms) + " ms" })];
+    // Spans do not wrap inside; the line may break at the separators.
+    var dot = function () { return document.createTextNode(" · "); };
+    var s = [el("span", { text: out.results.length + (out.results.length === 1 ? " source" : " sources") }),
+             dot(), el("span", { class: "tokens", text: tokens(out) }),
+             dot(), el("span", { text: Math.round(out.took_ms) + " ms" })];
     if (out.results.length === 0) s = [el("span", { text: "Nothing found for this question." })];
     summary.className = "summary";
     summary.replaceChildren.apply(summary, s);
