@@ -60,7 +60,10 @@ fn unknown_keys_are_rejected_naming_file_line_and_key() {
     assert!(t.contains("bib.toml:1") && t.contains("`server`"), "{t}");
     std::fs::write(cwd.join("bib.toml"), "[serve]\naddr = \"0.0.0.0:80\"\n").unwrap();
     let t = text(&bib(cwd, &["status"], &[]));
-    assert!(t.contains("bib.toml:2") && t.contains("`serve.addr`"), "{t}");
+    assert!(
+        t.contains("bib.toml:2") && t.contains("`serve.addr`"),
+        "{t}"
+    );
 }
 
 #[test]

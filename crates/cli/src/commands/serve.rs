@@ -22,7 +22,7 @@ use crate::settings::SettingsArgs;
 Examples:
   bib serve                                    http://127.0.0.1:8080, MCP at /mcp
   BIB_TOKEN=secret bib serve --addr 0.0.0.0:8080 --allowed-host kb.internal
-  bib serve --allow-origin http://localhost:3000   the help widget on that site may ask
+  bib serve --allow-origin http://localhost:3000  pages of that origin may read answers (widget)
   curl -s localhost:8080/ask -d '{\"query\": \"sign a package\", \"trim\": true}'")]
 pub struct Args {
     /// Address to listen on (a non-loopback address requires a token)
