@@ -518,6 +518,14 @@ fn the_ask_page_and_the_widget_in_chromium() {
         "widget contrast"
     );
     b.screenshot(&shots().join("widget-desktop.png"));
+    b.dark(true);
+    assert_eq!(
+        b.eval(&format!("{LOW_CONTRAST}({w})")),
+        json!([]),
+        "widget contrast, dark"
+    );
+    b.screenshot(&shots().join("widget-desktop-dark.png"));
+    b.dark(false);
     assert_no_errors(&mut b, "in the widget on an allowed origin");
     b.press("Escape", false);
     assert_eq!(
