@@ -11,6 +11,6 @@ pub mod settings;
 pub mod store;
 
 pub use settings::{
-    AskSettings, ConfigError, IngestSettings, LlmSettings, ModelFallback, Settings,
+    AskSettings, ConfigError, IngestSettings, LlmSettings, ModelFallback, ServeSettings, Settings,
 };
 pub use store::{OpenError, StoreSpec};

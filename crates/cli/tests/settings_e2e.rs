@@ -54,10 +54,16 @@ fn unknown_keys_are_rejected_naming_file_line_and_key() {
             "the known keys are listed: {t}"
         );
     }
-    // An unknown table too.
+    // An unknown table too, and an unknown key of a known one.
+    std::fs::write(cwd.join("bib.toml"), "[server]\naddr = \"0.0.0.0:80\"\n").unwrap();
+    let t = text(&bib(cwd, &["status"], &[]));
+    assert!(t.contains("bib.toml:1") && t.contains("`server`"), "{t}");
     std::fs::write(cwd.join("bib.toml"), "[serve]\naddr = \"0.0.0.0:80\"\n").unwrap();
     let t = text(&bib(cwd, &["status"], &[]));
-    assert!(t.contains("bib.toml:1") && t.contains("`serve`"), "{t}");
+    assert!(
+        t.contains("bib.toml:2") && t.contains("`serve.addr`"),
+        "{t}"
+    );
 }
 
 #[test]

@@ -120,6 +120,10 @@ pub struct AskArgs {
     /// Only documents of these collections (default: every collection).
     #[serde(default)]
     pub collections: Option<Vec<String>>,
+    /// Also give each result's whole text sentence by sentence, each marked kept or removed
+    /// by trimming (`passage`), for a reader who wants the whole passage (default false).
+    #[serde(default)]
+    pub passages: Option<bool>,
 }
 
 /// `bib_get` / `GET /docs/{path}?from=&to=&collection=`: a document's text or some of its lines.

@@ -1,10 +1,16 @@
 //! `bib serve`: the HTTP API and the streamable-HTTP MCP endpoint in one axum app.
 //!
-//! Routes (all JSON; described at `GET /openapi.json`):
-//! `POST /ask`, `POST /pack`, `POST /eval`, `POST /docs` (register, token), `POST /chunks`
+//! Routes (JSON unless said; described at `GET /openapi.json`):
+//! `POST /ask`, `POST /answer` (an ask, then the configured LLM's answer, as server-sent
+//! events), `POST /pack`, `POST /eval`, `POST /docs` (register, token), `POST /chunks`
 //! (index, token), `GET /docs/{node_id}`, `GET /docs/{path}?from=&to=&collection=` (a
-//! document's lines), `GET /runs?limit=N`, `GET /healthz`, and MCP at
-//! `/mcp`. Errors are `{"error": {"code", "message", "field"?}}` ([`crate::error`]).
+//! document's lines; `&format=html`: the document as a page with those lines marked),
+//! `GET /status`, `GET /runs?limit=N`, `GET /healthz`, MCP at `/mcp`, and for people the
+//! ask page `GET /` and the help widget `GET /widget.js` ([`crate::ui`]). Errors are
+//! `{"error": {"code", "message", "field"?}}` ([`crate::error`]).
+//!
+//! Cross-origin reads (the widget on another site) are answered only for the origins
+//! configured in [`HttpOptions::allowed_origins`], only on the read routes ([`crate::cors`]).
 //!
 //! Protections, applied to every route: a request-body size limit, a per-request timeout (the
 //! time to produce the response), a bound on requests in flight (waiting for a slot counts
@@ -67,6 +73,9 @@ pub struct HttpOptions {
     /// Check `Host` on every route (on by default; `bib serve` turns it off for non-loopback
     /// binds, where every request needs the token anyway; `/mcp` keeps its own check).
     pub check_host: bool,
+    /// Origins whose pages may read answers across origins (the help widget on another site):
+    /// `scheme://host[:port]`, checked by [`crate::cors::Origins::parse`]. None by default.
+    pub allowed_origins: Vec<String>,
 }
 
 impl Default for HttpOptions {
@@ -77,6 +86,7 @@ impl Default for HttpOptions {
             max_in_flight: 64,
             allowed_hosts: Vec::new(),
             check_host: true,
+            allowed_origins: Vec::new(),
         }
     }
 }
@@ -94,6 +104,8 @@ struct App {
     timeout: Duration,
     /// `Some(extra allowed hosts)` when `Host` is checked.
     hosts: Option<Arc<Vec<String>>>,
+    /// The ask page, rendered once.
+    page: Arc<str>,
 }
 
 /// The loopback names accepted in `Host` with any port.
@@ -170,6 +182,11 @@ fn check_host(headers: &HeaderMap, extra: &[String]) -> Result<(), ServiceError>
 }
 
 struct ApiError(ServiceError);
+
+/// The JSON error response of `e` (its status, `WWW-Authenticate` for 401).
+pub(crate) fn error_response(e: ServiceError) -> Response {
+    ApiError(e).into_response()
+}
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
@@ -300,11 +317,161 @@ async fn index_chunks(
     blocking(work, move |w| s.index_chunks(a, bearer.as_deref(), w)).await
 }
 
+async fn answer(
+    State(app): State<App>,
+    work: Option<Extension<Arc<Work>>>,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult {
+    let a: crate::args::AskArgs = body_args(body)?;
+    if !app.service.synthesis_configured() {
+        return Err(ApiError(ServiceError::not_available(
+            "no chat endpoint is configured: set `[llm] base_url` and `model` in bib.toml \
+             (or BIB_LLM_BASE_URL and BIB_LLM_MODEL); POST /ask answers without one",
+        )));
+    }
+    let work = work.map_or_else(|| Arc::new(Work::unbounded()), |Extension(w)| w);
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<AnswerEvent>(64);
+    let s = app.service.clone();
+    tokio::task::spawn_blocking(move || {
+        let results_tx = tx.clone();
+        let mut on_results = |o: &crate::service::AskOutput| {
+            let v = serde_json::to_value(o).map_err(|e| ServiceError::internal(e.to_string()))?;
+            results_tx
+                .blocking_send(AnswerEvent::Results(v))
+                .map_err(|_| ServiceError::internal("the client went away"))
+        };
+        let mut out = DeltaWriter {
+            tx: tx.clone(),
+            pending: Vec::new(),
+        };
+        let end = s.answer(a, &work, &mut on_results, &mut out);
+        let _ = std::io::Write::flush(&mut out);
+        let _ = tx.blocking_send(match end {
+            Ok(end) => AnswerEvent::Done(serde_json::to_value(end).unwrap_or_default()),
+            Err(e) => AnswerEvent::Error(e),
+        });
+    });
+    // Failures before the sources (a bad argument, no model, the timeout) answer with their
+    // own status; once the sources are out, the stream carries the rest, errors included.
+    let first = match rx.recv().await {
+        Some(AnswerEvent::Error(e)) => return Err(ApiError(e)),
+        Some(ev) => ev,
+        None => {
+            return Err(ApiError(ServiceError::internal(
+                "the answer ended before it began",
+            )))
+        }
+    };
+    let first = futures_stream_once(first);
+    let rest = tokio_stream::wrappers::ReceiverStream::new(rx);
+    let stream = tokio_stream::StreamExt::map(tokio_stream::StreamExt::chain(first, rest), |ev| {
+        Ok::<_, std::convert::Infallible>(ev.to_sse())
+    });
+    Ok((
+        [
+            (header::CONTENT_TYPE, "text/event-stream"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        axum::body::Body::from_stream(stream),
+    )
+        .into_response())
+}
+
+fn futures_stream_once(ev: AnswerEvent) -> tokio_stream::Iter<std::iter::Once<AnswerEvent>> {
+    tokio_stream::iter(std::iter::once(ev))
+}
+
+/// One server-sent event of `POST /answer`: `results` (the ask's JSON) first, then `delta`
+/// (`{"text"}`: the next piece of the answer) any number of times, then `done`
+/// (`{"answer", "skipped"?}`) or `error` (`{"error": …}`).
+enum AnswerEvent {
+    Results(serde_json::Value),
+    Delta(String),
+    Done(serde_json::Value),
+    Error(ServiceError),
+}
+
+impl AnswerEvent {
+    fn to_sse(&self) -> Bytes {
+        let (name, data) = match self {
+            AnswerEvent::Results(v) => ("results", v.clone()),
+            AnswerEvent::Delta(t) => ("delta", serde_json::json!({ "text": t })),
+            AnswerEvent::Done(v) => ("done", v.clone()),
+            AnswerEvent::Error(e) => ("error", e.to_json()),
+        };
+        // Compact JSON has no raw newline, so one `data:` line holds it.
+        Bytes::from(format!("event: {name}\ndata: {data}\n\n"))
+    }
+}
+
+/// The synthesizer's output as `delta` events, cut only at whole UTF-8 characters.
+struct DeltaWriter {
+    tx: tokio::sync::mpsc::Sender<AnswerEvent>,
+    pending: Vec<u8>,
+}
+
+impl std::io::Write for DeltaWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.pending.extend_from_slice(buf);
+        let valid = match std::str::from_utf8(&self.pending) {
+            Ok(s) => s.len(),
+            Err(e) => e.valid_up_to(),
+        };
+        if valid > 0 {
+            let text = String::from_utf8_lossy(&self.pending[..valid]).into_owned();
+            self.pending.drain(..valid);
+            self.tx
+                .blocking_send(AnswerEvent::Delta(text))
+                .map_err(|_| std::io::Error::other("the client went away"))?;
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        if !self.pending.is_empty() {
+            let text = String::from_utf8_lossy(&self.pending).into_owned();
+            self.pending.clear();
+            self.tx
+                .blocking_send(AnswerEvent::Delta(text))
+                .map_err(|_| std::io::Error::other("the client went away"))?;
+        }
+        Ok(())
+    }
+}
+
+async fn status(State(app): State<App>) -> ApiResult {
+    let s = app.service.clone();
+    blocking(None, move |_| s.status()).await
+}
+
+async fn page(State(app): State<App>) -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        app.page.to_string(),
+    )
+        .into_response()
+}
+
+async fn widget() -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/javascript; charset=utf-8"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        crate::ui::WIDGET_JS,
+    )
+        .into_response()
+}
+
 #[derive(Debug, Deserialize)]
 struct LinesQuery {
     from: Option<String>,
     to: Option<String>,
     collection: Option<String>,
+    format: Option<String>,
 }
 
 /// `GET /docs/{node_id}`: the document record with its chunks. `GET /docs/{path}` (a path ends
@@ -316,8 +483,18 @@ async fn get_doc(
     Query(q): Query<LinesQuery>,
 ) -> ApiResult {
     let s = app.service.clone();
+    let html = match q.format.as_deref() {
+        None | Some("json") => false,
+        Some("html") => true,
+        Some(f) => {
+            return Err(ApiError(ServiceError::invalid(
+                "format",
+                format!("`{f}` is not `json` or `html`"),
+            )))
+        }
+    };
     let numeric = !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_digit());
-    if numeric && q.from.is_none() && q.to.is_none() {
+    if numeric && q.from.is_none() && q.to.is_none() && !html {
         let id: i64 = rest
             .parse()
             .map_err(|_| ServiceError::invalid("node_id", format!("`{rest}` is too large")))?;
@@ -336,7 +513,26 @@ async fn get_doc(
         to: line("to", q.to)?,
         collection: q.collection,
     };
-    blocking(None, move |_| s.get_lines(args)).await
+    if !html {
+        return blocking(None, move |_| s.get_lines(args)).await;
+    }
+    // The page a person opens from a result: the whole document, the cited lines marked.
+    // The range is checked as the JSON route checks it, so a bad one answers the same error.
+    let ranged = args.from.is_some() || args.to.is_some();
+    let view = tokio::task::spawn_blocking(move || {
+        let cited = s.get_lines(args.clone())?;
+        let whole = s.get_lines(crate::args::GetArgs {
+            from: None,
+            to: None,
+            collection: Some(cited.collection.clone()),
+            ..args
+        })?;
+        let mark = ranged.then_some((cited.line_start, cited.line_end));
+        Ok::<_, ServiceError>(crate::ui::document_view(&whole, mark))
+    })
+    .await
+    .map_err(|e| ApiError(ServiceError::internal(format!("the operation failed: {e}"))))??;
+    Ok(([(header::CONTENT_TYPE, "text/html; charset=utf-8")], view).into_response())
 }
 
 #[derive(Debug, Deserialize)]
@@ -437,7 +633,13 @@ pub fn router(service: Arc<Service>, opts: &HttpOptions, shutdown: CancellationT
         hosts: opts
             .check_host
             .then(|| Arc::new(opts.allowed_hosts.clone())),
+        page: crate::ui::page(service.synthesis_configured()).into(),
     };
+    let origins = crate::cors::Origins::parse(&opts.allowed_origins).unwrap_or_else(|e| {
+        // `bib serve` checks them before it gets here; a library caller gets no CORS.
+        tracing::warn!("no cross-origin reads: {e}");
+        crate::cors::Origins::default()
+    });
     let mut mcp_config = StreamableHttpServerConfig::default()
         .with_cancellation_token(shutdown)
         .with_max_request_body_bytes(opts.body_limit);
@@ -455,6 +657,10 @@ pub fn router(service: Arc<Service>, opts: &HttpOptions, shutdown: CancellationT
         )
     };
     Router::new()
+        .route("/", get(page))
+        .route("/widget.js", get(widget))
+        .route("/status", get(status))
+        .route("/answer", post(answer))
         .route("/healthz", get(healthz))
         .route("/openapi.json", get(openapi))
         .route("/ask", post(ask))
@@ -468,6 +674,7 @@ pub fn router(service: Arc<Service>, opts: &HttpOptions, shutdown: CancellationT
         .fallback(not_found)
         .layer(DefaultBodyLimit::max(opts.body_limit))
         .layer(middleware::from_fn_with_state(app.clone(), guard))
+        .layer(middleware::from_fn_with_state(origins, crate::cors::layer))
         .with_state(app)
 }
 
@@ -662,6 +869,11 @@ mod tests {
             .contains("evil.example.com"));
         for (m, p) in [
             ("GET", "/healthz"),
+            ("GET", "/"),
+            ("GET", "/widget.js"),
+            ("GET", "/status"),
+            ("POST", "/answer"),
+            ("GET", "/docs/guides/restore.md?format=html"),
             ("GET", "/runs"),
             ("GET", "/docs/1"),
             ("GET", "/docs/guides/restore.md?from=1&to=2"),
@@ -718,6 +930,115 @@ mod tests {
                 .0,
             200
         );
+    }
+
+    /// GET with `Host: 127.0.0.1`: status, content type and body as text.
+    async fn get_text(app: &Router, path: &str) -> (u16, String, String) {
+        let req = axum::http::Request::builder()
+            .uri(path)
+            .header(header::HOST, "127.0.0.1")
+            .body(Body::empty())
+            .unwrap();
+        let resp = app.clone().oneshot(req).await.unwrap();
+        let status = resp.status().as_u16();
+        let ctype = resp
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_string();
+        let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        (status, ctype, String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    /// Issue 19: the ask page, the widget, the status the page's filter reads, and the HTML
+    /// view a citation opens.
+    #[tokio::test]
+    async fn pages_for_people() {
+        let (svc, store) = service(None);
+        let mut doc = bib_store::conformance::sample_change("guides/lines.md", &["Line two."]);
+        doc.source = Some("# Lines\nLine two.\n<b>three</b>\n".into());
+        store.apply_document(&doc).unwrap();
+        let app = router(svc, &HttpOptions::default(), CancellationToken::new());
+        let (st, ctype, page) = get_text(&app, "/").await;
+        assert_eq!(st, 200);
+        assert!(ctype.starts_with("text/html"), "{ctype}");
+        assert!(
+            page.contains("<label for=\"q\""),
+            "the question is labelled"
+        );
+        assert!(
+            page.contains("data-synthesis=\"off\""),
+            "no [llm] configured"
+        );
+        let (st, ctype, js) = get_text(&app, "/widget.js").await;
+        assert_eq!(st, 200);
+        assert!(ctype.starts_with("text/javascript"), "{ctype}");
+        assert!(js.contains("attachShadow"));
+        let (st, _, status) = get_text(&app, "/status").await;
+        assert_eq!(st, 200);
+        let status: serde_json::Value = serde_json::from_str(&status).unwrap();
+        assert!(status["collections"].as_array().is_some(), "{status}");
+        assert!(status.get("queries").is_none(), "no query log");
+        let (st, ctype, view) =
+            get_text(&app, "/docs/guides/lines.md?from=2&to=2&format=html").await;
+        assert_eq!(st, 200, "{view}");
+        assert!(ctype.starts_with("text/html"));
+        assert!(view.contains("<tr id=\"L2\" class=\"mark\">"), "{view}");
+        assert!(view.contains("<tr id=\"L3\"><td"), "{view}");
+        assert!(view.contains("&lt;b&gt;three"), "{view}");
+        let (st, _, e) = get_text(&app, "/docs/guides/lines.md?from=9&format=html").await;
+        assert_eq!(st, 400, "a range outside the document: {e}");
+        let (st, _, e) = get_text(&app, "/docs/guides/restore.md?format=pdf").await;
+        assert_eq!(st, 400, "{e}");
+        assert!(e.contains("format"), "{e}");
+        let (st, _, e) = get_text(&app, "/docs/nowhere.md?format=html").await;
+        assert_eq!(st, 404, "{e}");
+        // Without an [llm] endpoint, /answer says what to configure.
+        let (st, v) = call(
+            &app,
+            "POST",
+            "/answer",
+            Some("127.0.0.1"),
+            serde_json::json!({"query": "cache", "mode": "bm25"}),
+        )
+        .await;
+        assert_eq!(st, 501, "{v}");
+        assert!(v["error"]["message"].as_str().unwrap().contains("[llm]"));
+    }
+
+    /// Issue 19: `passages: true` gives each result's whole text, sentence by sentence,
+    /// with what trimming kept; without it the answer is as before.
+    #[tokio::test]
+    async fn passages_mark_what_trimming_kept() {
+        let (svc, _) = service(Some(FakeEmbedder::new(Duration::ZERO)));
+        let app = router(svc, &HttpOptions::default(), CancellationToken::new());
+        let ask = serde_json::json!({"query": "restored from the local cache", "trim": true,
+            "trim_threshold": 0.99, "passages": true});
+        let (st, v) = call(&app, "POST", "/ask", Some("127.0.0.1"), ask).await;
+        assert_eq!(st, 200, "{v}");
+        assert!(!v["results"].as_array().unwrap().is_empty(), "{v}");
+        for r in v["results"].as_array().unwrap() {
+            let p = &r["passage"];
+            let pieces = p["pieces"].as_array().unwrap();
+            assert!(!pieces.is_empty(), "{r}");
+            let kept = pieces.iter().filter(|x| x["kept"] == true).count();
+            assert_eq!(Some(kept as u64), r["sentences_kept"].as_u64(), "{r}");
+            assert_eq!(
+                Some(pieces.len() as u64),
+                r["sentences_total"].as_u64(),
+                "{r}"
+            );
+            assert!(
+                p["tokens_kept"].as_u64() <= p["tokens_whole"].as_u64(),
+                "{r}"
+            );
+        }
+        let plain = serde_json::json!({"query": "restored from the local cache", "trim": true});
+        let (_, v) = call(&app, "POST", "/ask", Some("127.0.0.1"), plain).await;
+        assert!(v["results"][0].get("passage").is_none(), "{v}");
     }
 
     /// Issue 14: a 3.9 MB query was accepted and logged in full.

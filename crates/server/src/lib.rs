@@ -10,6 +10,9 @@
 //!   ([`mcp::serve_stdio`], `bib mcp`) or streamable HTTP at `/mcp`.
 //! - [`http`] is the axum app of `bib serve`: the JSON API, `/mcp`, `/openapi.json`
 //!   ([`openapi`]), with body-size, timeout and in-flight limits.
+//! - [`ui`]: the ask page (`GET /`), the help widget (`GET /widget.js`) and the HTML view of
+//!   a document's lines, hand-written assets compiled in; [`cors`]: the configured origins
+//!   that may read across origins (the widget on another site), on the read routes only.
 //! - [`auth`]: who may write (bearer token), [`error`]: stable error codes, [`args`]: the typed
 //!   arguments shared by both transports (unknown fields rejected; errors name the field).
 //!
@@ -18,6 +21,7 @@
 
 pub mod args;
 pub mod auth;
+pub mod cors;
 pub mod error;
 pub mod http;
 pub mod mcp;
@@ -26,6 +30,7 @@ pub mod service;
 pub mod stdio;
 #[cfg(test)]
 mod testing;
+pub mod ui;
 pub mod work;
 
 pub use auth::TokenCheck;

@@ -11,7 +11,11 @@ use crate::service::{AskOutput, IndexOutput, PackOutput, RegisterOutput};
 
 /// Every `(method, path)` the API serves besides `/mcp`.
 pub const ROUTES: &[(&str, &str)] = &[
+    ("get", "/"),
+    ("get", "/widget.js"),
     ("post", "/ask"),
+    ("post", "/answer"),
+    ("get", "/status"),
     ("post", "/pack"),
     ("post", "/eval"),
     ("post", "/docs"),
@@ -126,6 +130,27 @@ pub fn document() -> Value {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}
         },
         "paths": {
+            "/": {"get": {
+                "summary": "The ask page: a question box, the sources as cards with their citations and token counts (and the answer, when an [llm] endpoint is configured).",
+                "operationId": "askPage",
+                "responses": {"200": {"description": "HTML.", "content": {"text/html": {}}}}
+            }},
+            "/widget.js": {"get": {
+                "summary": "The help widget: `<script src=\".../widget.js\" data-collection=\"...\">` adds a help button and panel to a page, asking POST /ask (cross-origin only for the origins `--allow-origin` names).",
+                "operationId": "widget",
+                "responses": {"200": {"description": "JavaScript.", "content": {"text/javascript": {}}}}
+            }},
+            "/answer": {"post": {
+                "summary": "An ask, then an answer from the configured [llm] chat endpoint, as server-sent events: `results` (the ask's JSON), `delta` ({text}) as the answer is written, then `done` ({answer, skipped?}: no answer is written when there is no good match) or `error`.",
+                "operationId": "answer",
+                "requestBody": json_body(ask_in.clone()),
+                "responses": with(common_errors(&[("501", "No [llm] endpoint configured, or the embedding model is needed.")]), "200", json!({"description": "An event stream.", "content": {"text/event-stream": {}}}))
+            }},
+            "/status": {"get": {
+                "summary": "The knowledge base: where it is, its collections with their counts, the model, the last ingest run (as `bib status --json`).",
+                "operationId": "status",
+                "responses": with(common_errors(&[]), "200", ok("Status.", any_object.clone()))
+            }},
             "/ask": {"post": {
                 "summary": "Hybrid retrieval with optional sentence trimming (logged).",
                 "operationId": "ask",
@@ -165,7 +190,9 @@ pub fn document() -> Value {
                     {"name": "to", "in": "query", "required": false, "schema": {"type": "integer", "minimum": 1},
                      "description": "Last line, inclusive (default the last line)."},
                     {"name": "collection", "in": "query", "required": false, "schema": {"type": "string"},
-                     "description": "Only look in this collection."}
+                     "description": "Only look in this collection."},
+                    {"name": "format", "in": "query", "required": false, "schema": {"type": "string", "enum": ["json", "html"], "default": "json"},
+                     "description": "`html` (with a path): the whole document as a page with numbered lines, lines `from`..`to` marked (link to `#L<from>` to open it there)."}
                 ],
                 "responses": with(common_errors(&[("404", "No such document (the message names close paths)."), ("501", "The document's text is not stored.")]), "200", ok("The document record, or `{node_id, path, collection, title, line_start, line_end, total_lines, content}`.", any_object.clone()))
             }},

@@ -91,6 +91,41 @@ pub struct AskHit {
     pub vector_score: Option<f64>,
     pub sentences_total: Option<usize>,
     pub sentences_kept: Option<usize>,
+    /// The whole chunk sentence by sentence, with what trimming kept (only with
+    /// `passages: true`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub passage: Option<PassageOut>,
+}
+
+/// A result's whole text, cut into the pieces trimming judged (`passages: true`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct PassageOut {
+    /// The chunk's `[Doc: title › heading]` prefix.
+    pub prefix: String,
+    /// The body in order (each piece carries the whitespace before it); concatenated they
+    /// are the chunk's body as stored.
+    pub pieces: Vec<PieceOut>,
+    /// Token estimate of the whole chunk and of what the answer kept of it.
+    pub tokens_whole: usize,
+    pub tokens_kept: usize,
+}
+
+/// One sentence (or Markdown unit) of a passage.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct PieceOut {
+    pub text: String,
+    /// Kept in the answer (always true when trimming did not run).
+    pub kept: bool,
+}
+
+/// How [`Service::answer`] ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct AnswerEnd {
+    /// The synthesized answer (empty when it was skipped).
+    pub answer: String,
+    /// Why no answer was synthesized: `no_good_match` or `no_results`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<String>,
 }
 
 /// The result of `bib_ask` / `POST /ask`.
@@ -349,6 +384,64 @@ impl Service {
 
     /// Hybrid retrieval with optional trimming; the query is logged.
     pub fn ask(&self, a: AskArgs, work: &Work) -> Result<AskOutput, ServiceError> {
+        self.run_ask(a, work).map(|(out, _)| out)
+    }
+
+    /// Whether an `[llm]` chat endpoint is configured (so [`Service::answer`] can synthesize).
+    pub fn synthesis_configured(&self) -> bool {
+        self.synth_config().is_ok()
+    }
+
+    fn synth_config(&self) -> Result<SynthConfig, ServiceError> {
+        let llm = self.settings.llm.clone();
+        Ok(SynthConfig::from_parts(
+            llm.base_url,
+            llm.model,
+            llm.api_key,
+        )?)
+    }
+
+    /// An ask, then an answer synthesized from its results by the configured chat endpoint:
+    /// `on_results` gets the ask's output first (a page shows the sources while the answer is
+    /// written), then the answer streams into `out` as the endpoint sends it. Nothing is
+    /// synthesized when nothing is close to the question (`no_good_match`): an answer written
+    /// from unrelated passages would read as one.
+    pub fn answer(
+        &self,
+        a: AskArgs,
+        work: &Work,
+        on_results: &mut dyn FnMut(&AskOutput) -> Result<(), ServiceError>,
+        out: &mut dyn std::io::Write,
+    ) -> Result<AnswerEnd, ServiceError> {
+        let cfg = self.synth_config()?;
+        let (output, r) = self.run_ask(a, work)?;
+        on_results(&output)?;
+        let skipped = if output.results.is_empty() {
+            Some("no_results")
+        } else if output.no_good_match {
+            Some("no_good_match")
+        } else {
+            None
+        };
+        if let Some(why) = skipped {
+            return Ok(AnswerEnd {
+                answer: String::new(),
+                skipped: Some(why.to_string()),
+            });
+        }
+        work.check()?;
+        let answer = bib_retrieve::synth::synthesize(&cfg, &r.query, &r.chunks, out)?;
+        Ok(AnswerEnd {
+            answer,
+            skipped: None,
+        })
+    }
+
+    fn run_ask(
+        &self,
+        a: AskArgs,
+        work: &Work,
+    ) -> Result<(AskOutput, bib_retrieve::RetrievalResult), ServiceError> {
         check_query("query", &a.query)?;
         if let Some(k) = a.top_k {
             if k == 0 || k > MAX_TOP_K {
@@ -420,6 +513,11 @@ impl Service {
         if let Err(e) = self.store.log_query(&log_entry(&r, opts, &filter)) {
             tracing::warn!("could not write the query log: {e}");
         }
+        let mut passages = if a.passages.unwrap_or(false) {
+            self.passages(&index, &r)?
+        } else {
+            HashMap::new()
+        };
         let results = r
             .chunks
             .iter()
@@ -443,9 +541,10 @@ impl Service {
                 vector_score: c.vector.map(|h| h.score),
                 sentences_total: c.trim.as_ref().map(|t| t.sentences_total),
                 sentences_kept: c.trim.as_ref().map(|t| t.sentences_kept.len()),
+                passage: passages.remove(&c.chunk.id),
             })
             .collect();
-        Ok(AskOutput {
+        let output = AskOutput {
             query: r.query.clone(),
             mode: r.mode.as_str().to_string(),
             top_k: opts.top_k,
@@ -463,7 +562,55 @@ impl Service {
             relevance_floor: r.relevance.floor,
             trim_dropped: r.trim_dropped,
             results,
-        })
+        };
+        Ok((output, r))
+    }
+
+    /// Each result's whole text cut into sentences, marked kept or removed, by chunk id. The
+    /// results of a trimmed ask hold the trimmed text, so the whole chunks are read again.
+    fn passages(
+        &self,
+        index: &StoreIndex<'_>,
+        r: &bib_retrieve::RetrievalResult,
+    ) -> Result<HashMap<i64, PassageOut>, ServiceError> {
+        use bib_retrieve::ChunkIndex;
+        let trimmed: Vec<i64> = r
+            .chunks
+            .iter()
+            .filter(|c| c.trim.is_some())
+            .map(|c| c.chunk.id)
+            .collect();
+        let originals = if trimmed.is_empty() {
+            Vec::new()
+        } else {
+            index.chunks(&trimmed)?
+        };
+        let mut out = HashMap::new();
+        for c in &r.chunks {
+            let whole = originals
+                .iter()
+                .find(|o| o.id == c.chunk.id)
+                .unwrap_or(&c.chunk);
+            let kept = c.trim.as_ref().map(|t| t.sentences_kept.as_slice());
+            let p = bib_eval::passage::split(whole, kept);
+            out.insert(
+                c.chunk.id,
+                PassageOut {
+                    prefix: p.prefix,
+                    pieces: p
+                        .pieces
+                        .into_iter()
+                        .map(|piece| PieceOut {
+                            text: piece.text,
+                            kept: piece.kept,
+                        })
+                        .collect(),
+                    tokens_whole: estimate_tokens(&whole.content),
+                    tokens_kept: estimate_tokens(&c.chunk.content),
+                },
+            );
+        }
+        Ok(out)
     }
 
     // ── eval ─────────────────────────────────────────────────────────────────────────
@@ -506,12 +653,7 @@ impl Service {
         }
         let synth = if a.synthesize.unwrap_or(false) {
             e.synthesize = true;
-            let llm = self.settings.llm.clone();
-            Some(SynthConfig::from_parts(
-                llm.base_url,
-                llm.model,
-                llm.api_key,
-            )?)
+            Some(self.synth_config()?)
         } else {
             None
         };

@@ -222,6 +222,12 @@ pub const KEYS: &[Key] = &[
         "--watch: milliseconds of quiet after a change before the next run.",
     )
     .flags(&["debounce-ms"]),
+    Key::new(
+        "serve.allow_origins",
+        "Origins (scheme://host:port) whose pages may read answers across origins, as the help widget embedded in another site does; only the read routes answer them, and none are allowed by default.",
+    )
+    .flags(&["allow-origin"])
+    .example("[\"http://localhost:3000\"]"),
 ];
 
 /// The key a long flag sets, if any.

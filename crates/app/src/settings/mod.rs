@@ -34,6 +34,17 @@ pub struct Settings {
     pub llm: LlmSettings,
     /// `[ingest]`: what `bib ingest` reads and how it batches.
     pub ingest: IngestSettings,
+    /// `[serve]`: what `bib serve` allows besides its API.
+    pub serve: ServeSettings,
+}
+
+/// `[serve]`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServeSettings {
+    /// Origins (`scheme://host[:port]`) whose pages may read answers across origins: the
+    /// help widget embedded in another site. None by default.
+    pub allow_origins: Vec<String>,
 }
 
 /// `[ask]`.

@@ -190,7 +190,8 @@ fn file_errors_name_the_file_key_and_line() {
         ),
         ("stor = \"kb.sqlite\"", "stor", Some(1)),
         ("[ingest]\nwhatever = 1\n", "ingest.whatever", Some(2)),
-        ("\n[serve]\naddr = \"x\"\n", "serve", Some(2)),
+        ("\n[server]\naddr = \"x\"\n", "server", Some(2)),
+        ("[serve]\naddr = \"x\"\n", "serve.addr", Some(2)),
     ];
     for (text, key, line) in cases {
         let e = Settings::from_toml(text, "my/bib.toml".as_ref()).unwrap_err();

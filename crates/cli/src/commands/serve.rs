@@ -22,6 +22,7 @@ use crate::settings::SettingsArgs;
 Examples:
   bib serve                                    http://127.0.0.1:8080, MCP at /mcp
   BIB_TOKEN=secret bib serve --addr 0.0.0.0:8080 --allowed-host kb.internal
+  bib serve --allow-origin http://localhost:3000  pages of that origin may read answers (widget)
   curl -s localhost:8080/ask -d '{\"query\": \"sign a package\", \"trim\": true}'")]
 pub struct Args {
     /// Address to listen on (a non-loopback address requires a token)
@@ -43,6 +44,10 @@ pub struct Args {
     /// 127.0.0.1 and [::1] always are): `name` for any port or `name:port`; repeatable
     #[arg(long = "allowed-host", value_name = "HOST")]
     pub allowed_hosts: Vec<String>,
+    /// Origin (scheme://host[:port]) whose pages may read answers across origins, as the
+    /// help widget (/widget.js) embedded in that site does; repeatable; none by default
+    #[arg(long = "allow-origin", value_name = "ORIGIN")]
+    pub allow_origins: Vec<String>,
 }
 
 /// Options shared by `bib serve` and `bib mcp`.
@@ -77,6 +82,15 @@ pub fn token(common: &CommonArgs) -> anyhow::Result<Option<String>> {
 /// Open the store and the model and build the service.
 pub fn build_service(common: &CommonArgs, tokens: TokenCheck) -> anyhow::Result<Arc<Service>> {
     let settings = common.settings.resolve(|_| ())?;
+    service_with(common, tokens, settings)
+}
+
+/// [`build_service`] with settings already resolved.
+fn service_with(
+    common: &CommonArgs,
+    tokens: TokenCheck,
+    settings: bib_app::Settings,
+) -> anyhow::Result<Arc<Service>> {
     let store: Arc<dyn Store> = Arc::from(settings.store.open_existing()?);
     let model_id = super::ask::store_model(store.as_ref())?;
     let embedder: Result<Arc<dyn bib_embed::Embedder>, String> = if common.no_model {
@@ -100,7 +114,15 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     if !(a.timeout_secs.is_finite() && a.timeout_secs > 0.0) {
         bail!("--timeout-secs must be a positive number");
     }
-    let service = build_service(&a.common, tokens)?;
+    let settings = a.common.settings.resolve(|s| {
+        if !a.allow_origins.is_empty() {
+            s.serve.allow_origins = a.allow_origins.clone();
+        }
+    })?;
+    let allowed_origins = settings.serve.allow_origins.clone();
+    bib_server::cors::Origins::parse(&allowed_origins)
+        .context("--allow-origin / serve.allow_origins")?;
+    let service = service_with(&a.common, tokens, settings)?;
     let opts = HttpOptions {
         body_limit: a.body_limit,
         timeout: Duration::from_secs_f64(a.timeout_secs),
@@ -109,6 +131,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         // Loopback: every route checks Host (DNS rebinding). Public binds need the token on
         // every request instead (and /mcp keeps its own Host check).
         check_host: !public,
+        allowed_origins,
     };
     bib_server::http::serve_blocking(service, a.addr, opts, |addr| {
         use std::io::Write;
