@@ -82,7 +82,7 @@
   function card(r) {
     var n = r.rank, textId = "text-" + n;
     var heading = (r.heading_path || []).length
-      ? el("span", { class: "heading", text: " › " + r.heading_path.join(" › ") }) : null;
+      ? el("span", { class: "heading", text: "\u00a0› " + r.heading_path.join(" › ") }) : null;
     var h3 = el("h3", { id: "cite-" + n }, [
       el("span", { class: "num", "aria-hidden": "true", text: String(n) }),
       el("a", { href: docLink(r), title: "Open the document at these lines", text: citation(r) }),
