@@ -53,6 +53,11 @@ pub struct Args {
     /// `*.tmp.md`); repeatable. `.gitignore` and `.bibignore` files are always honoured.
     #[arg(long, value_name = "GLOB")]
     pub exclude: Vec<String>,
+    /// Term function of the lexical index: `default`, `v1` (before issue 15: prefix stems, no
+    /// folding, no stop words), `v2`, or a list such as `stem=snowball,fold=1,stop=1`. A
+    /// knowledge base built with another one is reindexed first (no re-embedding).
+    #[arg(long, value_name = "SPEC", default_value = "default")]
+    pub terms: String,
 }
 
 /// indicatif bars, one per phase.
@@ -184,6 +189,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         scan: bib_ingest::scan::ScanOptions {
             excludes: args.exclude.clone(),
         },
+        terms: args.terms.parse()?,
         ..IngestOptions::default()
     };
     let bars = Bars {

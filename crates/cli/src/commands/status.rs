@@ -1,5 +1,6 @@
 //! `bib status [--json]` — where the knowledge base is, its collections with document and
-//! chunk counts, the embedding model, and the last ingest run with its result.
+//! chunk counts, the embedding model, the term function of its lexical index, and the last
+//! ingest run with its result.
 
 use serde_json::json;
 
@@ -9,7 +10,8 @@ pub struct Args {
     /// bib.toml, else .bib/kb.sqlite).
     #[arg(long)]
     pub store: Option<String>,
-    /// Print `{store, backend, model, collections: [{name, documents, chunks}], last_run}`.
+    /// Print `{store, backend, model, terms, collections: [{name, documents, chunks}],
+    /// last_run}`.
     #[arg(long)]
     pub json: bool,
 }
@@ -23,11 +25,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .map(|s| s.model_id)
         .find(|m| !m.is_empty());
     let last = store.runs(1)?.into_iter().next();
+    let terms = store.term_config();
     if args.json {
         let v = json!({
             "store": store.location(),
             "backend": store.backend(),
             "model": model,
+            "terms": terms.as_ref().ok().map(bib_store::TermConfig::id),
             "collections": collections,
             "last_run": last.as_ref().map(|r| json!({
                 "id": r.id,
@@ -46,6 +50,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         "model: {}",
         model.as_deref().unwrap_or("none (no chunks yet)")
     );
+    let default_terms = bib_store::TermConfig::default();
+    match &terms {
+        Ok(t) if *t == default_terms => println!("terms: {t}"),
+        Ok(t) => println!(
+            "terms: {t} (this bib indexes with {default_terms}; `bib ingest` reindexes, no re-embedding)"
+        ),
+        Err(e) => println!("terms: {e}"),
+    }
     if collections.is_empty() {
         println!("collections: none");
     }
