@@ -94,6 +94,8 @@ pub struct EvalArgs {
     pub sweep: Option<SweepSpec>,
     /// Sentence scorer swept (cosine: the spec's trimming).
     pub sweep_scorer: TrimScorer,
+    /// Ranking signals of every variant but `plain` (which runs them off).
+    pub signals: bib_retrieve::Signals,
 }
 
 impl Default for EvalArgs {
@@ -118,6 +120,7 @@ impl Default for EvalArgs {
             filters: Vec::new(),
             sweep: None,
             sweep_scorer: TrimScorer::Cosine,
+            signals: bib_retrieve::Signals::default(),
         }
     }
 }
@@ -338,6 +341,7 @@ pub fn evaluate(
         top_k: args.top_k,
         mode: args.mode,
         candidates: args.candidates.max(args.top_k),
+        signals: args.signals,
         ..RetrieveOptions::default()
     };
     let mut questions = Vec::with_capacity(items.len());
@@ -405,6 +409,11 @@ pub fn evaluate(
                     },
                     Variant::Hybrid => RetrieveOptions {
                         mode: Mode::Hybrid,
+                        ..base_opts.clone()
+                    },
+                    Variant::Plain => RetrieveOptions {
+                        mode: Mode::Hybrid,
+                        signals: bib_retrieve::Signals::OFF,
                         ..base_opts.clone()
                     },
                     Variant::SmallToBig => unreachable_variant(),
@@ -528,6 +537,7 @@ fn sweep_question(
         &qv,
         &prepared,
         args.trim_options(args.sweep_scorer).rrf_k,
+        &kb.index.term_config()?,
     )?;
     Ok(sweep::SweepQuestion {
         chunks: base

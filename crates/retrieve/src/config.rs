@@ -19,6 +19,7 @@
 //! trim_scorer = "cosine"     # cosine | hybrid
 //! fusion = "convex"          # convex | rrf
 //! fusion_alpha = 0.7         # BM25 weight of convex fusion
+//! signals = "default"        # ranking signals: off, default, or e.g. "field=0.2,doc=0"
 //! rrf_k = 60
 //! candidates = 50
 //! filters = ["app=core"]
@@ -33,7 +34,8 @@
 //! ```
 //!
 //! Environment: `RETRIEVAL_TRIM` (`1`/`0`), `RETRIEVAL_TRIM_THRESHOLD`, `RETRIEVAL_TRIM_WINDOW`,
-//! `RETRIEVAL_TRIM_LEXICAL_TOP`, `RETRIEVAL_FUSION`, `RETRIEVAL_FUSION_ALPHA`, `BIB_STORE`, `BIB_LLM_BASE_URL`, `BIB_LLM_MODEL`, `BIB_LLM_API_KEY`,
+//! `RETRIEVAL_TRIM_LEXICAL_TOP`, `RETRIEVAL_FUSION`, `RETRIEVAL_FUSION_ALPHA`,
+//! `RETRIEVAL_SIGNALS`, `BIB_STORE`, `BIB_LLM_BASE_URL`, `BIB_LLM_MODEL`, `BIB_LLM_API_KEY`,
 //! `BIB_QUERY_LOG` (`1`/`0`: the query log on or off).
 
 use std::path::PathBuf;
@@ -41,6 +43,7 @@ use std::str::FromStr;
 
 use crate::error::RetrieveError;
 use crate::retrieve::{Fusion, Mode, RetrieveOptions};
+use crate::signals::Signals;
 use crate::trim::{TrimOptions, TrimScorer, ASK_PROFILE};
 
 /// What an ask that needs the embedding model does when the model cannot be loaded.
@@ -101,6 +104,8 @@ pub struct Layer {
     pub fusion: Option<Fusion>,
     pub fusion_alpha: Option<f64>,
     pub candidates: Option<usize>,
+    /// Ranking signals (field, phrase, sentence, document).
+    pub signals: Option<Signals>,
     /// `key=value` filters; the highest layer that sets any wins (they do not add up).
     pub filters: Option<Vec<String>>,
     pub llm_base_url: Option<String>,
@@ -129,6 +134,7 @@ impl Layer {
             fusion: self.fusion.or(lower.fusion),
             fusion_alpha: self.fusion_alpha.or(lower.fusion_alpha),
             candidates: self.candidates.or(lower.candidates),
+            signals: self.signals.or(lower.signals),
             filters: self.filters.or(lower.filters),
             llm_base_url: self.llm_base_url.or(lower.llm_base_url),
             llm_model: self.llm_model.or(lower.llm_model),
@@ -223,6 +229,9 @@ impl Layer {
                 .transpose()?;
             l.fusion_alpha = float_of(a, "fusion_alpha")?;
             l.candidates = uint_of(a, "candidates")?;
+            l.signals = str_of(a, "ask", "signals")?
+                .map(|m| Signals::parse(&m).map_err(|e| bad("ask.signals", e.to_string())))
+                .transpose()?;
             l.filters = match a.get("filters") {
                 None => None,
                 Some(toml::Value::Array(items)) => Some(
@@ -303,6 +312,10 @@ impl Layer {
                     .map_err(|_| bad("RETRIEVAL_FUSION_ALPHA", "must be a number"))?,
             );
         }
+        if let Some(v) = get("RETRIEVAL_SIGNALS") {
+            l.signals =
+                Some(Signals::parse(&v).map_err(|e| bad("RETRIEVAL_SIGNALS", &e.to_string()))?);
+        }
         l.store = get("BIB_STORE").map(PathBuf::from);
         l.llm_base_url = get("BIB_LLM_BASE_URL");
         l.llm_model = get("BIB_LLM_MODEL");
@@ -356,6 +369,7 @@ impl AskSettings {
             fusion: l.fusion.unwrap_or(d.fusion),
             convex_alpha: l.fusion_alpha.unwrap_or(d.convex_alpha),
             trim,
+            signals: l.signals.unwrap_or(d.signals),
         };
         if !(0.0..=1.0).contains(&options.convex_alpha) {
             return Err(RetrieveError::InvalidOption {
@@ -477,6 +491,29 @@ whatever = 1
                 .to_string()
                 .contains("RETRIEVAL_FUSION")
         );
+    }
+
+    #[test]
+    fn signals_from_file_env_and_flags() {
+        let d = AskSettings::resolve(Layer::default(), Layer::default(), Layer::default(), "d")
+            .unwrap();
+        assert_eq!(d.options.signals, Signals::default());
+        let file = Layer::from_toml("[ask]\nsignals = \"off\"", "f").unwrap();
+        let s =
+            AskSettings::resolve(Layer::default(), Layer::default(), file.clone(), "d").unwrap();
+        assert_eq!(s.options.signals, Signals::OFF);
+        let e = env(&[("RETRIEVAL_SIGNALS", "field=0.5")]);
+        let s = AskSettings::resolve(Layer::default(), e, file, "d").unwrap();
+        assert_eq!(s.options.signals.field, 0.5);
+        let err = Layer::from_toml("[ask]\nsignals = \"loud=1\"", "my.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("ask.signals") && err.contains("loud"), "{err}");
+        let m = |k: &str| (k == "RETRIEVAL_SIGNALS").then(|| "field=x".to_string());
+        assert!(Layer::from_env(m)
+            .unwrap_err()
+            .to_string()
+            .contains("RETRIEVAL_SIGNALS"));
     }
 
     #[test]

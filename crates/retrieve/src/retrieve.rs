@@ -10,8 +10,12 @@ use crate::cache::EmbeddingCache;
 use crate::error::RetrieveError;
 use crate::filter::Filter;
 use crate::fusion::{rrf_fuse, ListHit, DEFAULT_RRF_K};
-use crate::index::{ChunkIndex, ChunkRecord, Hit};
-use crate::trim::{trim_texts, TrimOptions};
+use crate::index::{ChunkId, ChunkIndex, ChunkRecord, Hit};
+use crate::signals::{
+    best_other_of_doc, exact_items, field_text, min_max, normalize_exact, phrase_score, Explain,
+    QueryTerms, SignalPart, Signals,
+};
+use crate::trim::{trim_texts, Prepared, TrimOptions};
 
 /// Which lists feed the result.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -119,6 +123,10 @@ pub struct RetrieveOptions {
     pub convex_alpha: f64,
     /// Sentence trimming; `None` returns whole chunks.
     pub trim: Option<TrimOptions>,
+    /// Ranking signals added to convex fusion (and to BM25 alone): field, phrase, sentence,
+    /// document ([`Signals`]).
+    #[serde(default)]
+    pub signals: Signals,
 }
 
 fn default_alpha() -> f64 {
@@ -135,6 +143,7 @@ impl Default for RetrieveOptions {
             fusion: Fusion::default(),
             convex_alpha: DEFAULT_CONVEX_ALPHA,
             trim: None,
+            signals: Signals::default(),
         }
     }
 }
@@ -152,7 +161,9 @@ pub struct TrimInfo {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ScoredChunk {
     pub chunk: ChunkRecord,
-    /// The ranking score: the RRF score in hybrid mode, the list's raw score otherwise.
+    /// The ranking score: the fused score plus the ranking signals (convex hybrid, and BM25
+    /// with signals on, where BM25 is divided by the list's best), the RRF score with
+    /// `--fusion rrf`, the list's raw score otherwise.
     pub score: f64,
     /// Raw BM25 score and rank, when the chunk was in the BM25 list.
     pub bm25: Option<ListHit>,
@@ -160,6 +171,8 @@ pub struct ScoredChunk {
     pub vector: Option<ListHit>,
     /// Set when trimming ran.
     pub trim: Option<TrimInfo>,
+    /// Every part of `score`: the lists, the fusion and each ranking signal.
+    pub explain: Explain,
 }
 
 /// Milliseconds spent per stage.
@@ -232,8 +245,8 @@ impl<'a> Retriever<'a> {
         Ok(v.first().map(|v| v.to_vec()).unwrap_or_default())
     }
 
-    /// Ranked hits without fetching or trimming: `(fused hits, mode used)`. The query vector is
-    /// computed when needed and returned for reuse.
+    /// Ranked hits without trimming: the fused lists, re-scored by the ranking signals. The
+    /// query vector is computed when needed.
     pub fn search(
         &self,
         query: &str,
@@ -241,13 +254,47 @@ impl<'a> Retriever<'a> {
         filter: &Filter,
         query_vec: Option<&[f32]>,
     ) -> Result<Vec<ScoredHit>, RetrieveError> {
+        Ok(self.ranked(query, opts, filter, query_vec)?.0)
+    }
+
+    /// [`Self::search`], plus the records the signals fetched (so `retrieve` need not fetch
+    /// them again).
+    fn ranked(
+        &self,
+        query: &str,
+        opts: &RetrieveOptions,
+        filter: &Filter,
+        query_vec: Option<&[f32]>,
+    ) -> Result<(Vec<ScoredHit>, Vec<ChunkRecord>), RetrieveError> {
         let mode = self.effective_mode(opts.mode);
         let n = opts.candidates.max(opts.top_k);
+        let sig = opts.signals;
         let bm25 = if mode != Mode::Vector {
             self.index.bm25_top(query, n, filter)?
         } else {
             Vec::new()
         };
+        let items = if sig.phrase > 0.0 {
+            exact_items(query)
+        } else {
+            Vec::new()
+        };
+        // The question's exact items bring their own BM25 candidates (a pasted error message
+        // shares few words with the whole question).
+        let mut pulled: Vec<ChunkId> = Vec::new();
+        if sig.exact_candidates > 0 && mode != Mode::Vector {
+            let seen: std::collections::HashSet<ChunkId> = bm25.iter().map(|h| h.id).collect();
+            for it in items.iter().filter(|i| i.strong) {
+                for h in self
+                    .index
+                    .bm25_top(&it.text, sig.exact_candidates, filter)?
+                {
+                    if !seen.contains(&h.id) && !pulled.contains(&h.id) {
+                        pulled.push(h.id);
+                    }
+                }
+            }
+        }
         let mut qv = None;
         let vector = if mode != Mode::Bm25 {
             let v = match query_vec {
@@ -260,13 +307,20 @@ impl<'a> Retriever<'a> {
         } else {
             Vec::new()
         };
-        match (mode, opts.fusion, qv) {
+        let signals_apply = sig.any()
+            && match mode {
+                Mode::Hybrid => opts.fusion == Fusion::Convex && qv.is_some(),
+                Mode::Bm25 => true,
+                Mode::Vector => false,
+            };
+        let fused = match (mode, opts.fusion, &qv) {
             (Mode::Hybrid, Fusion::Convex, Some(qv)) => {
-                // The BM25-only candidates need their cosine too.
+                // Candidates outside the vector list need their cosine too.
                 let in_vec: std::collections::HashSet<_> = vector.iter().map(|h| h.id).collect();
                 let missing: Vec<_> = bm25
                     .iter()
                     .map(|h| h.id)
+                    .chain(pulled.iter().copied())
                     .filter(|id| !in_vec.contains(id))
                     .collect();
                 let extra: Vec<Hit> = self
@@ -275,19 +329,203 @@ impl<'a> Retriever<'a> {
                     .into_iter()
                     .map(|(id, v)| Hit {
                         id,
-                        score: f64::from(bib_embed::cosine(&v, &qv)),
+                        score: f64::from(bib_embed::cosine(&v, qv)),
                     })
                     .collect();
-                Ok(convex_fuse(
-                    &bm25,
-                    &vector,
-                    &extra,
-                    opts.convex_alpha,
-                    opts.top_k,
-                ))
+                convex_scores(&bm25, &vector, &extra, &pulled, opts.convex_alpha)
             }
-            _ => Ok(rank(mode, &bm25, &vector, opts.rrf_k, opts.top_k)),
+            (Mode::Bm25, _, _) if signals_apply => bm25_scaled(&bm25, &pulled),
+            _ => rank(mode, &bm25, &vector, opts.rrf_k, usize::MAX),
+        };
+        if !signals_apply {
+            let mut out = fused;
+            out.truncate(opts.top_k);
+            return Ok((out, Vec::new()));
         }
+        self.rescore(query, opts, fused, &items, qv.as_deref())
+    }
+
+    /// Re-score the best `signals.depth` fused hits with the ranking signals and cut to
+    /// `top_k`.
+    fn rescore(
+        &self,
+        query: &str,
+        opts: &RetrieveOptions,
+        mut fused: Vec<ScoredHit>,
+        items: &[crate::signals::ExactItem],
+        qv: Option<&[f32]>,
+    ) -> Result<(Vec<ScoredHit>, Vec<ChunkRecord>), RetrieveError> {
+        let sig = opts.signals;
+        let depth = sig.depth.max(opts.top_k).min(fused.len());
+        let ids: Vec<ChunkId> = fused[..depth].iter().map(|h| h.id).collect();
+        let records = self.index.chunks(&ids)?;
+        let by_id: std::collections::HashMap<ChunkId, &ChunkRecord> =
+            records.iter().map(|r| (r.id, r)).collect();
+        let cfg = self.index.term_config()?;
+        let qterms = if sig.field > 0.0 {
+            let t = bib_text::terms::terms_with(query, &cfg);
+            let (n, dfs) = self.index.doc_freqs(&t)?;
+            Some(QueryTerms::new(query, &cfg, n, &dfs))
+        } else {
+            None
+        };
+        let want_cos = match (sig.sentence > 0.0, qv, self.embedder) {
+            (true, Some(qv), Some(e)) => Some((e, qv)),
+            _ => None,
+        };
+        let want_lex = (sig.sentence_lex > 0.0).then_some(&cfg);
+        let evidence = if want_cos.is_some() || want_lex.is_some() {
+            self.sentence_evidence(query, want_cos, want_lex, &ids, &by_id)?
+        } else {
+            Vec::new()
+        };
+        // Cosines min-max scaled over the candidates; BM25 over the best sentence's.
+        let raw = |f: &dyn Fn(&SentenceEvidence) -> Option<f64>| -> Vec<f64> {
+            evidence.iter().map(|e| f(e).unwrap_or(f64::NAN)).collect()
+        };
+        let cos_scaled = min_max(&raw(&|e| e.cosine.as_ref().map(|c| c.0)));
+        let lex_raw = raw(&|e| e.lexical.as_ref().map(|c| c.0));
+        let lex_top = lex_raw
+            .iter()
+            .copied()
+            .filter(|x| x.is_finite())
+            .fold(0.0, f64::max);
+        for (i, h) in fused[..depth].iter_mut().enumerate() {
+            let Some(rec) = by_id.get(&h.id) else {
+                continue;
+            };
+            let ex = &mut h.explain;
+            if let Some(q) = &qterms {
+                let f = bib_text::terms::terms_with(&field_text(rec), &cfg);
+                let (v, m) = q.field_score(&f);
+                ex.field = Some(SignalPart::new(v, sig.field, m, None));
+            }
+            if sig.phrase > 0.0 && !items.is_empty() {
+                let (v, m) = phrase_score(items, &normalize_exact(&rec.content));
+                ex.phrase = Some(SignalPart::new(v, sig.phrase, m, None));
+            }
+            if let Some(ev) = evidence.get(i) {
+                if want_cos.is_some() {
+                    ex.sentence = Some(SignalPart::new(
+                        cos_scaled[i],
+                        sig.sentence,
+                        ev.cosine.iter().map(|c| c.1.clone()).collect(),
+                        ev.cosine.as_ref().map(|c| c.0),
+                    ));
+                }
+                if want_lex.is_some() {
+                    let v = match &ev.lexical {
+                        Some((b, _)) if lex_top > 0.0 => b / lex_top,
+                        _ => 0.0,
+                    };
+                    ex.sentence_lex = Some(SignalPart::new(
+                        v,
+                        sig.sentence_lex,
+                        ev.lexical.iter().map(|c| c.1.clone()).collect(),
+                        ev.lexical.as_ref().map(|c| c.0),
+                    ));
+                }
+            }
+            h.score = ex.fused
+                + [&ex.field, &ex.phrase, &ex.sentence, &ex.sentence_lex]
+                    .iter()
+                    .filter_map(|p| p.as_ref().map(|p| p.contribution))
+                    .sum::<f64>();
+        }
+        if sig.doc > 0.0 {
+            let paths: Vec<&str> = fused[..depth]
+                .iter()
+                .map(|h| by_id.get(&h.id).map_or("", |r| r.path.as_str()))
+                .collect();
+            let scores: Vec<f64> = fused[..depth].iter().map(|h| h.score).collect();
+            let top = scores.iter().copied().fold(0.0, f64::max);
+            let other = best_other_of_doc(&paths, &scores);
+            for (h, o) in fused[..depth].iter_mut().zip(other) {
+                // The best other chunk of the same file, relative to the best candidate.
+                let v = if top > 0.0 { o / top } else { 0.0 };
+                let part = SignalPart::new(v, sig.doc, Vec::new(), None);
+                h.score += part.contribution;
+                h.explain.doc = Some(part);
+            }
+        }
+        for h in fused.iter_mut() {
+            h.explain.final_score = h.score;
+        }
+        fused[..depth].sort_by(|a, b| b.score.total_cmp(&a.score).then(a.id.cmp(&b.id)));
+        fused.truncate(opts.top_k);
+        Ok((fused, records))
+    }
+
+    /// Per candidate (in `ids` order): its best sentence by cosine to the question (sentence
+    /// vectors the cache already holds, under the trimmer's split and keys) when `qv` is given,
+    /// and its best sentence by BM25 over all the candidates' sentences when `lexical`.
+    fn sentence_evidence(
+        &self,
+        query: &str,
+        qv: Option<(&dyn Embedder, &[f32])>,
+        lexical: Option<&bib_text::terms::TermConfig>,
+        ids: &[ChunkId],
+        by_id: &std::collections::HashMap<ChunkId, &ChunkRecord>,
+    ) -> Result<Vec<SentenceEvidence>, RetrieveError> {
+        let prepared: Vec<Option<Prepared<'_>>> = ids
+            .iter()
+            .map(|id| by_id.get(id).map(|r| Prepared::new(&r.content)))
+            .collect();
+        let all: Vec<&str> = prepared
+            .iter()
+            .flatten()
+            .flat_map(|p| (0..p.sentences.len()).map(move |i| p.sentence(i)))
+            .collect();
+        // Only vectors already known (stored by ingest, or from an earlier ask): ranking never
+        // embeds sentences, so a store without them costs nothing and gets no sentence signal.
+        let cos: Vec<f64> = match qv {
+            Some((e, qv)) if !all.is_empty() => self
+                .cache
+                .cached(e.model_id(), &all, EmbedKind::Passage)?
+                .iter()
+                .map(|v| {
+                    v.as_ref()
+                        .map_or(f64::NAN, |v| f64::from(bib_embed::cosine(v, qv)))
+                })
+                .collect(),
+            _ => Vec::new(),
+        };
+        let lex: Vec<f64> = match lexical {
+            Some(cfg) if !all.is_empty() => {
+                let ix = bib_text::bm25::Bm25Index::new(
+                    all.iter()
+                        .map(|t| bib_text::terms::term_sequence_with(t, cfg)),
+                    bib_text::bm25::Bm25Params::default(),
+                );
+                let q = bib_text::terms::terms_with(query, cfg);
+                (0..all.len()).map(|i| ix.score(i, &q)).collect()
+            }
+            _ => Vec::new(),
+        };
+        let best_of = |scores: &[f64], at: usize, m: usize| {
+            (0..m)
+                .filter(|i| scores.get(at + i).is_some_and(|x| x.is_finite()))
+                .map(|i| (scores[at + i], i))
+                .max_by(|a, b| a.0.total_cmp(&b.0))
+        };
+        let mut at = 0;
+        let mut out = Vec::with_capacity(ids.len());
+        for p in &prepared {
+            let Some(p) = p else {
+                out.push(SentenceEvidence::default());
+                continue;
+            };
+            let m = p.sentences.len();
+            let pick = |scores: &[f64]| {
+                best_of(scores, at, m).map(|(v, i)| (v, p.sentence(i).to_string()))
+            };
+            out.push(SentenceEvidence {
+                cosine: pick(&cos),
+                lexical: pick(&lex),
+            });
+            at += m;
+        }
+        Ok(out)
     }
 
     fn effective_mode(&self, asked: Mode) -> Mode {
@@ -339,19 +577,26 @@ impl<'a> Retriever<'a> {
             None
         };
         let t = Instant::now();
-        let hits = self.search(query, opts, filter, qv.as_deref())?;
-        let ids: Vec<_> = hits.iter().map(|h| h.id).collect();
-        let records = self.index.chunks(&ids)?;
-        let mut chunks: Vec<ScoredChunk> = hits
+        let (hits, mut records) = self.ranked(query, opts, filter, qv.as_deref())?;
+        let missing: Vec<_> = hits
             .iter()
+            .map(|h| h.id)
+            .filter(|id| !records.iter().any(|r| r.id == *id))
+            .collect();
+        if !missing.is_empty() {
+            records.extend(self.index.chunks(&missing)?);
+        }
+        let mut chunks: Vec<ScoredChunk> = hits
+            .into_iter()
             .filter_map(|h| {
-                let rec = records.iter().find(|r| r.id == h.id)?.clone();
+                let at = records.iter().position(|r| r.id == h.id)?;
                 Some(ScoredChunk {
-                    chunk: rec,
+                    chunk: records.swap_remove(at),
                     score: h.score,
                     bm25: h.bm25,
                     vector: h.vector,
                     trim: None,
+                    explain: h.explain,
                 })
             })
             .collect();
@@ -373,7 +618,8 @@ impl<'a> Retriever<'a> {
             if !chunks.is_empty() {
                 let t = Instant::now();
                 let texts: Vec<&str> = chunks.iter().map(|c| c.chunk.content.as_str()).collect();
-                let trimmed = trim_texts(e, self.cache, query, qv, &texts, topts)?;
+                let cfg = self.index.term_config()?;
+                let trimmed = trim_texts(e, self.cache, query, qv, &texts, topts, &cfg)?;
                 for (c, tr) in chunks.iter_mut().zip(trimmed) {
                     c.chunk.content = tr.content;
                     c.trim = Some(TrimInfo {
@@ -408,13 +654,48 @@ impl<'a> Retriever<'a> {
     }
 }
 
-/// A ranked hit before fetching: id, ranking score and its place in each list.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// A ranked hit before fetching: id, ranking score, its place in each list, and every part
+/// of its score.
+#[derive(Debug, Clone, PartialEq)]
 pub struct ScoredHit {
     pub id: crate::index::ChunkId,
     pub score: f64,
     pub bm25: Option<ListHit>,
     pub vector: Option<ListHit>,
+    pub explain: Explain,
+}
+
+impl ScoredHit {
+    /// A hit whose explanation is only its lists and fused score.
+    pub fn new(
+        id: ChunkId,
+        score: f64,
+        bm25: Option<ListHit>,
+        vector: Option<ListHit>,
+        fusion: &str,
+    ) -> Self {
+        Self {
+            id,
+            score,
+            bm25,
+            vector,
+            explain: Explain {
+                fusion: fusion.to_string(),
+                bm25: bm25.map(|l| l.score),
+                cosine: vector.map(|l| l.score),
+                fused: score,
+                final_score: score,
+                ..Explain::default()
+            },
+        }
+    }
+}
+
+/// A candidate's best sentences: `(score, text)` by cosine to the question and by BM25.
+#[derive(Debug, Clone, Default)]
+struct SentenceEvidence {
+    cosine: Option<(f64, String)>,
+    lexical: Option<(f64, String)>,
 }
 
 /// Convex fusion of a BM25 list and a vector list (each best first): every candidate scores
@@ -429,34 +710,44 @@ pub fn convex_fuse(
     alpha: f64,
     top_k: usize,
 ) -> Vec<ScoredHit> {
+    let mut out = convex_scores(bm25, vector, extra_cosine, &[], alpha);
+    out.truncate(top_k);
+    out
+}
+
+/// [`convex_fuse`] over every candidate, uncut, with `pool` ids (in neither list, e.g. pulled
+/// in by an exact item of the question) as candidates scoring 0 on BM25.
+pub fn convex_scores(
+    bm25: &[Hit],
+    vector: &[Hit],
+    extra_cosine: &[Hit],
+    pool: &[ChunkId],
+    alpha: f64,
+) -> Vec<ScoredHit> {
     use std::collections::HashMap;
-    let mut by_id: HashMap<crate::index::ChunkId, ScoredHit> = HashMap::new();
-    let mut cos: HashMap<crate::index::ChunkId, f64> = HashMap::new();
+    let mut by_id: HashMap<ChunkId, (Option<ListHit>, Option<ListHit>)> = HashMap::new();
+    let mut cos: HashMap<ChunkId, f64> = HashMap::new();
     for (i, h) in bm25.iter().enumerate() {
-        by_id.entry(h.id).or_insert(ScoredHit {
-            id: h.id,
-            score: 0.0,
-            bm25: Some(ListHit {
+        by_id.entry(h.id).or_insert((
+            Some(ListHit {
                 score: h.score,
                 rank: i + 1,
             }),
-            vector: None,
-        });
+            None,
+        ));
     }
     for (i, h) in vector.iter().enumerate() {
-        let e = by_id.entry(h.id).or_insert(ScoredHit {
-            id: h.id,
-            score: 0.0,
-            bm25: None,
-            vector: None,
-        });
-        if e.vector.is_none() {
-            e.vector = Some(ListHit {
+        let e = by_id.entry(h.id).or_insert((None, None));
+        if e.1.is_none() {
+            e.1 = Some(ListHit {
                 score: h.score,
                 rank: i + 1,
             });
             cos.insert(h.id, h.score);
         }
+    }
+    for id in pool {
+        by_id.entry(*id).or_insert((None, None));
     }
     for h in extra_cosine {
         cos.entry(h.id).or_insert(h.score);
@@ -466,23 +757,53 @@ pub fn convex_fuse(
     let cmax = cos.values().copied().fold(f64::NEG_INFINITY, f64::max);
     let span = cmax - cmin;
     let mut out: Vec<ScoredHit> = by_id
-        .into_values()
-        .map(|mut h| {
-            let b = match (h.bm25, bmax > 0.0) {
+        .into_iter()
+        .map(|(id, (bl, vl))| {
+            let b = match (bl, bmax > 0.0) {
                 (Some(l), true) => l.score / bmax,
                 _ => 0.0,
             };
-            let c = match cos.get(&h.id) {
-                Some(&c) if span > 0.0 => (c - cmin) / span,
+            let raw_cos = cos.get(&id).copied();
+            let c = match raw_cos {
+                Some(c) if span > 0.0 => (c - cmin) / span,
                 Some(_) => 1.0,
                 None => 0.0,
             };
-            h.score = alpha * b + (1.0 - alpha) * c;
+            let score = alpha * b + (1.0 - alpha) * c;
+            let mut h = ScoredHit::new(id, score, bl, vl, "convex");
+            h.explain.bm25_norm = Some(b);
+            h.explain.cosine = raw_cos;
+            h.explain.cosine_norm = Some(c);
+            h.explain.alpha = Some(alpha);
             h
         })
         .collect();
     out.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.id.cmp(&b.id)));
-    out.truncate(top_k);
+    out
+}
+
+/// BM25 alone on the scale the signals add to: each score divided by the list's best, with
+/// `pool` ids as candidates scoring 0.
+fn bm25_scaled(bm25: &[Hit], pool: &[ChunkId]) -> Vec<ScoredHit> {
+    let bmax = bm25.iter().map(|h| h.score).fold(0.0, f64::max);
+    let mut out: Vec<ScoredHit> = bm25
+        .iter()
+        .enumerate()
+        .map(|(i, h)| {
+            let b = if bmax > 0.0 { h.score / bmax } else { 0.0 };
+            let l = ListHit {
+                score: h.score,
+                rank: i + 1,
+            };
+            let mut s = ScoredHit::new(h.id, b, Some(l), None, "bm25");
+            s.explain.bm25_norm = Some(b);
+            s
+        })
+        .collect();
+    out.extend(
+        pool.iter()
+            .map(|&id| ScoredHit::new(id, 0.0, None, None, "bm25")),
+    );
     out
 }
 
@@ -497,11 +818,10 @@ pub fn rank(mode: Mode, bm25: &[Hit], vector: &[Hit], rrf_k: f64, top_k: usize) 
                     score: h.score,
                     rank: i + 1,
                 });
-                ScoredHit {
-                    id: h.id,
-                    score: h.score,
-                    bm25: if is_bm25 { lh } else { None },
-                    vector: if is_bm25 { None } else { lh },
+                if is_bm25 {
+                    ScoredHit::new(h.id, h.score, lh, None, "bm25")
+                } else {
+                    ScoredHit::new(h.id, h.score, None, lh, "vector")
                 }
             })
             .collect()
@@ -512,12 +832,7 @@ pub fn rank(mode: Mode, bm25: &[Hit], vector: &[Hit], rrf_k: f64, top_k: usize) 
         Mode::Hybrid => rrf_fuse(&[bm25.to_vec(), vector.to_vec()], rrf_k)
             .into_iter()
             .take(top_k)
-            .map(|f| ScoredHit {
-                id: f.id,
-                score: f.score,
-                bm25: f.lists[0],
-                vector: f.lists[1],
-            })
+            .map(|f| ScoredHit::new(f.id, f.score, f.lists[0], f.lists[1], "rrf"))
             .collect(),
     }
 }
@@ -607,10 +922,10 @@ mod tests {
                     assert!((c0.score - expect).abs() < 1e-12);
                 }
                 Mode::Hybrid => {
-                    // First in both lists: 1 on both normalised scales.
+                    // First in both lists: 1 on both normalised scales, before the signals.
                     assert_eq!(c0.bm25.map(|l| l.rank), Some(1));
                     assert_eq!(c0.vector.map(|l| l.rank), Some(1));
-                    assert!((c0.score - 1.0).abs() < 1e-12, "{}", c0.score);
+                    assert!((c0.explain.fused - 1.0).abs() < 1e-12, "{:?}", c0.explain);
                 }
             }
             assert_eq!(res.chunks[0].chunk.path, "c.md", "{mode}");
@@ -725,5 +1040,272 @@ mod tests {
             assert_eq!(a.chunk.path, b.chunk.path);
             assert!(a.trim.is_some());
         }
+    }
+
+    /// Long (so plain BM25 ranks it low), with the identifier and an error message.
+    const NU1101_PAGE: &str = "Unable to find package Foo. NU1101 is raised then. Lorem ipsum dolor \
+        sit amet consectetur adipiscing elit sed do eiusmod tempor incididunt ut labore et dolore \
+        magna aliqua ut enim ad minim veniam quis nostrud exercitation ullamco laboris nisi ut \
+        aliquip ex ea commodo consequat duis aute irure dolor in reprehenderit in voluptate velit \
+        esse cillum dolore eu fugiat nulla pariatur excepteur sint occaecat cupidatat non proident.";
+
+    /// A small wiki where the question's identifier and title words sit in a chunk that plain
+    /// fusion ranks low.
+    fn wiki(e: &FakeEmbedder) -> MemoryIndex {
+        let docs: [(&str, &str, &str); 5] = [
+            ("errors/nu1101.md", "NU1101", NU1101_PAGE),
+            (
+                "guides/restore.md",
+                "Restore",
+                "Restore packages restore restore from every source; restore the packages.",
+            ),
+            (
+                "guides/sources.md",
+                "Sources",
+                "A package source is a feed; restore reads every package source.",
+            ),
+            (
+                "reference/nuspec.md",
+                "nuspec reference",
+                "The manifest lists metadata such as id and version.",
+            ),
+            (
+                "guides/create.md",
+                "Create a package",
+                "Write a nuspec, then pack the nuspec into a package with nuspec tools.",
+            ),
+        ];
+        let mut ix = MemoryIndex::new();
+        for (i, (p, t, c)) in docs.into_iter().enumerate() {
+            let content = format!("[Doc: {t}]\n{c}");
+            let v = e
+                .embed(&[content.as_str()], EmbedKind::Passage)
+                .unwrap()
+                .remove(0);
+            ix.add(
+                ChunkRecord {
+                    id: i as i64 + 1,
+                    path: p.into(),
+                    chunk_index: 0,
+                    title: t.into(),
+                    heading_path: vec![],
+                    content,
+                    metadata: json!({}),
+                    citation: Default::default(),
+                },
+                Some(v),
+            )
+            .unwrap();
+        }
+        ix
+    }
+
+    fn paths(r: &RetrievalResult) -> Vec<&str> {
+        r.chunks.iter().map(|c| c.chunk.path.as_str()).collect()
+    }
+
+    #[test]
+    fn signals_lift_field_and_exact_matches_and_explain_adds_up() {
+        let e = FakeEmbedder::default();
+        let ix = wiki(&e);
+        let cache = EmbeddingCache::default();
+        let r = Retriever::new(&ix, Some(&e), &cache);
+        let run = |q: &str, signals: Signals| {
+            let opts = RetrieveOptions {
+                top_k: 5,
+                signals,
+                ..Default::default()
+            };
+            r.retrieve(q, &opts, &Filter::default()).unwrap()
+        };
+        let field = Signals {
+            field: 1.0,
+            ..Signals::OFF
+        };
+        let rank_of = |r: &RetrievalResult, p: &str| paths(r).iter().position(|x| *x == p);
+        let plain = run("nuspec", Signals::OFF);
+        let boosted = run("nuspec", field);
+        assert!(
+            rank_of(&plain, "reference/nuspec.md") > Some(0),
+            "{:?}",
+            paths(&plain)
+        );
+        assert_eq!(
+            rank_of(&boosted, "reference/nuspec.md"),
+            Some(0),
+            "{:?}",
+            paths(&boosted)
+        );
+        let phrase = Signals {
+            phrase: 1.5,
+            exact_candidates: 5,
+            ..Signals::OFF
+        };
+        let q = "restore says \"Unable to find package\" for my package source";
+        let plain = run(q, Signals::OFF);
+        let boosted = run(q, phrase);
+        assert!(
+            rank_of(&plain, "errors/nu1101.md") > Some(0),
+            "{:?}",
+            paths(&plain)
+        );
+        assert_eq!(
+            rank_of(&boosted, "errors/nu1101.md"),
+            Some(0),
+            "{:?}",
+            paths(&boosted)
+        );
+        let p = boosted.chunks[0].explain.phrase.as_ref().unwrap();
+        assert!(
+            p.matched.contains(&"unable to find package".to_string()),
+            "{p:?}"
+        );
+        let all = Signals {
+            field: 0.3,
+            phrase: 0.3,
+            sentence: 0.3,
+            sentence_lex: 0.3,
+            doc: 0.3,
+            depth: 10,
+            exact_candidates: 5,
+        };
+        for res in [run(q, all), run("nuspec", all)] {
+            for c in &res.chunks {
+                let x = &c.explain;
+                let parts: f64 = [&x.field, &x.phrase, &x.sentence, &x.sentence_lex, &x.doc]
+                    .iter()
+                    .filter_map(|p| p.as_ref().map(|p| p.contribution))
+                    .sum();
+                assert!((x.fused + parts - c.score).abs() < 1e-12, "{x:?}");
+                assert_eq!(x.final_score, c.score);
+                assert!(x.field.is_some() && x.sentence.is_some() && x.doc.is_some());
+                assert!(x.sentence_lex.is_some());
+                assert_eq!(
+                    x.phrase.is_some(),
+                    res.query == q,
+                    "only {q:?} has exact items"
+                );
+                let b = x.bm25_norm.unwrap_or(0.0);
+                let cn = x.cosine_norm.unwrap_or(0.0);
+                assert!(
+                    (x.alpha.unwrap() * b + (1.0 - x.alpha.unwrap()) * cn - x.fused).abs() < 1e-12
+                );
+            }
+            assert!(res.chunks.windows(2).all(|w| w[0].score >= w[1].score));
+        }
+        // Off: nothing but the fusion, and the same order as before the signals existed.
+        let off = run(q, Signals::OFF);
+        assert!(off
+            .chunks
+            .iter()
+            .all(|c| c.explain.field.is_none() && c.explain.doc.is_none()));
+        let bm = ix.bm25_top(q, 50, &Filter::default()).unwrap();
+        let qv = r.embed_query(q).unwrap();
+        let ve = ix.vector_top(&qv, 50, &Filter::default()).unwrap();
+        let missing: Vec<ChunkId> = bm
+            .iter()
+            .map(|h| h.id)
+            .filter(|id| !ve.iter().any(|v| v.id == *id))
+            .collect();
+        let extra: Vec<Hit> = ix
+            .vectors(&missing)
+            .unwrap()
+            .into_iter()
+            .map(|(id, v)| Hit {
+                id,
+                score: f64::from(bib_embed::cosine(&v, &qv)),
+            })
+            .collect();
+        let want: Vec<ChunkId> = convex_fuse(&bm, &ve, &extra, DEFAULT_CONVEX_ALPHA, 5)
+            .iter()
+            .map(|h| h.id)
+            .collect();
+        assert_eq!(
+            off.chunks.iter().map(|c| c.chunk.id).collect::<Vec<_>>(),
+            want
+        );
+    }
+
+    #[test]
+    fn exact_items_pull_their_own_candidates() {
+        let e = FakeEmbedder::default();
+        let ix = wiki(&e);
+        let cache = EmbeddingCache::default();
+        let r = Retriever::new(&ix, Some(&e), &cache);
+        // One BM25 candidate, and it is not the NU1101 page, unless its identifier pulls it in.
+        let q = "NU1101 restore";
+        let top = ix.bm25_top(q, 1, &Filter::default()).unwrap();
+        assert_ne!(
+            top[0].id, 1,
+            "the fixture's long NU1101 page must not lead plain BM25"
+        );
+        let opts = |exact_candidates| RetrieveOptions {
+            top_k: 1,
+            candidates: 1,
+            mode: Mode::Bm25,
+            signals: Signals {
+                phrase: 2.0,
+                exact_candidates,
+                ..Signals::OFF
+            },
+            ..Default::default()
+        };
+        let without = r.retrieve(q, &opts(0), &Filter::default()).unwrap();
+        let with = r.retrieve(q, &opts(3), &Filter::default()).unwrap();
+        assert!(
+            !paths(&without).contains(&"errors/nu1101.md"),
+            "{:?}",
+            paths(&without)
+        );
+        assert!(
+            paths(&with).contains(&"errors/nu1101.md"),
+            "{:?}",
+            paths(&with)
+        );
+        let c = with.chunks.iter().find(|c| c.chunk.id == 1).unwrap();
+        assert_eq!(c.explain.fusion, "bm25");
+        assert!(
+            c.bm25.is_none(),
+            "pulled in: not in the question's BM25 list"
+        );
+        let p = c.explain.phrase.as_ref().unwrap();
+        assert!(p.matched.contains(&"nu1101".to_string()), "{p:?}");
+    }
+
+    #[test]
+    fn sentence_signal_reads_known_vectors_and_never_embeds() {
+        let e = FakeEmbedder::default();
+        let ix = wiki(&e);
+        let cache = EmbeddingCache::default();
+        let r = Retriever::new(&ix, Some(&e), &cache);
+        let q = "which metadata does the manifest list";
+        let opts = RetrieveOptions {
+            top_k: 5,
+            signals: Signals {
+                sentence: 1.0,
+                ..Signals::OFF
+            },
+            ..Default::default()
+        };
+        let calls = e.calls.load(std::sync::atomic::Ordering::SeqCst);
+        let cold = r.retrieve(q, &opts, &Filter::default()).unwrap();
+        assert_eq!(
+            e.calls.load(std::sync::atomic::Ordering::SeqCst),
+            calls + 1,
+            "the query only"
+        );
+        assert!(cold.chunks.iter().all(|c| c
+            .explain
+            .sentence
+            .as_ref()
+            .is_some_and(|p| p.raw.is_none())));
+        let sentence = "The manifest lists metadata such as id and version.";
+        cache.embed(&e, &[sentence], EmbedKind::Passage).unwrap();
+        let warm = r.retrieve(q, &opts, &Filter::default()).unwrap();
+        let top = &warm.chunks[0];
+        assert_eq!(top.chunk.path, "reference/nuspec.md");
+        let p = top.explain.sentence.as_ref().unwrap();
+        assert_eq!(p.matched, [sentence]);
+        assert!(p.raw.is_some_and(|c| c > 0.0) && p.value == 1.0, "{p:?}");
     }
 }

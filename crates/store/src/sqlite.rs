@@ -1173,34 +1173,40 @@ impl Store for SqliteStore {
         model_id: &str,
         hashes: &[String],
     ) -> Result<Vec<(String, Vec<f32>)>, StoreError> {
+        // Batched lookups (an ask's ranking signals and trimmer ask for hundreds of sentence
+        // vectors at once): the chunks first, then the cache for what they lack.
+        const BATCH: usize = 256;
         let conn = self.conn();
-        let mut from_chunks = conn
-            .prepare_cached(
-                "SELECT embedding FROM chunks WHERE model_id = ?1 AND content_hash = ?2 LIMIT 1",
-            )
-            .map_err(StoreError::sqlite("cached vectors"))?;
-        let mut from_cache = conn
-            .prepare_cached(
-                "SELECT vector FROM embed_cache WHERE model_id = ?1 AND content_hash = ?2",
-            )
-            .map_err(StoreError::sqlite("cached vectors"))?;
-        let mut out = Vec::new();
-        for h in hashes {
-            let mut blob: Option<Vec<u8>> = from_chunks
-                .query_row(params![model_id, h], |r| r.get(0))
-                .optional()
-                .map_err(StoreError::sqlite("cached vectors"))?;
-            if blob.is_none() {
-                blob = from_cache
-                    .query_row(params![model_id, h], |r| r.get(0))
-                    .optional()
+        let mut found: HashMap<String, Vec<f32>> = HashMap::with_capacity(hashes.len());
+        for (table, column) in [("chunks", "embedding"), ("embed_cache", "vector")] {
+            let rest: Vec<&String> = hashes.iter().filter(|h| !found.contains_key(*h)).collect();
+            for part in rest.chunks(BATCH) {
+                let marks = vec!["?"; part.len()].join(",");
+                let sql = format!(
+                    "SELECT content_hash, {column} FROM {table} \
+                     WHERE model_id = ? AND content_hash IN ({marks})"
+                );
+                let mut stmt = conn
+                    .prepare_cached(&sql)
                     .map_err(StoreError::sqlite("cached vectors"))?;
-            }
-            if let Some(b) = blob {
-                out.push((h.clone(), blob_to_vec(&b)?));
+                let args = std::iter::once(model_id).chain(part.iter().map(|h| h.as_str()));
+                let rows = stmt
+                    .query_map(rusqlite::params_from_iter(args), |r| {
+                        Ok((r.get::<_, String>(0)?, r.get::<_, Vec<u8>>(1)?))
+                    })
+                    .map_err(StoreError::sqlite("cached vectors"))?;
+                for row in rows {
+                    let (h, b) = row.map_err(StoreError::sqlite("cached vectors"))?;
+                    if let std::collections::hash_map::Entry::Vacant(v) = found.entry(h) {
+                        v.insert(blob_to_vec(&b)?);
+                    }
+                }
             }
         }
-        Ok(out)
+        Ok(hashes
+            .iter()
+            .filter_map(|h| found.get(h).map(|v| (h.clone(), v.clone())))
+            .collect())
     }
 
     fn cache_vectors(

@@ -6,7 +6,8 @@
 //! `{query, mode, top_k, trim, tokens_before, tokens_in_context, exact_tokens_before,
 //!   exact_tokens_in_context, timings, results: [{rank, chunk_id, node_id, path, collection,
 //!   line_start, line_end, chunk_index, title, heading_path, content, score, bm25, vector,
-//!   sentences_total, sentences_kept}], answer?}`. `line_start`/`line_end` are 1-based lines of
+//!   sentences_total, sentences_kept, explain}], answer?}`; `explain` lists every part of
+//!   `score` (`bib_retrieve::signals::Explain`), which `--explain` prints as text. `line_start`/`line_end` are 1-based lines of
 //!   the file at `path` (see `bib_ingest::lines`).
 
 use std::io::{IsTerminal, Write};
@@ -91,6 +92,14 @@ pub struct Args {
     /// BM25 weight α in [0, 1] of convex fusion (default 0.7).
     #[arg(long)]
     pub fusion_alpha: Option<f64>,
+    /// Ranking signals over the fused list: `off`, `default`, or weights such as
+    /// `field=0.2,phrase=0.3,sentence=0.1,doc=0` (also `[ask] signals`, RETRIEVAL_SIGNALS).
+    #[arg(long, value_name = "SPEC")]
+    pub signals: Option<String>,
+    /// Show, per result, every part of its score: BM25 (raw and scaled), cosine, the fusion
+    /// weight, each ranking signal's value, weight and what matched, and the final score.
+    #[arg(long)]
+    pub explain: bool,
     /// Knowledge-base file (default .bib/kb.sqlite, or BIB_STORE, or [store] path).
     #[arg(long)]
     pub store: Option<PathBuf>,
@@ -156,6 +165,11 @@ fn flag_layer(a: &Args) -> anyhow::Result<Layer> {
             .transpose()?,
         fusion_alpha: a.fusion_alpha,
         candidates: None,
+        signals: a
+            .signals
+            .as_deref()
+            .map(str::parse::<bib_retrieve::Signals>)
+            .transpose()?,
         filters: (!a.filters.is_empty()).then(|| a.filters.clone()),
         llm_base_url: None,
         llm_model: None,
@@ -370,7 +384,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     }
 
     let mut out = std::io::stdout().lock();
-    print_human(&mut out, &result, &options, synth_cfg.is_none())?;
+    print_human(&mut out, &result, &options, synth_cfg.is_none(), a.explain)?;
     if let Some(cfg) = &synth_cfg {
         writeln!(out, "\n── answer ({}) ──", cfg.model)?;
         out.flush()?;
@@ -403,6 +417,7 @@ fn result_json(r: &RetrievalResult, s: &AskSettings, o: &RetrieveOptions) -> ser
                 "vector": c.vector,
                 "sentences_total": c.trim.as_ref().map(|t| t.sentences_total),
                 "sentences_kept": c.trim.as_ref().map(|t| t.sentences_kept.len()),
+                "explain": c.explain,
             })
         })
         .collect();
@@ -417,6 +432,7 @@ fn result_json(r: &RetrievalResult, s: &AskSettings, o: &RetrieveOptions) -> ser
         "top_k": o.top_k,
         "filters": s.filters,
         "trim": o.trim,
+        "signals": o.signals,
         "tokens_before": r.tokens_before,
         "tokens_in_context": r.tokens_in_context,
         "exact_tokens_before": r.exact_tokens_before,
@@ -426,11 +442,63 @@ fn result_json(r: &RetrievalResult, s: &AskSettings, o: &RetrieveOptions) -> ser
     })
 }
 
+/// The `--explain` lines of one result: the lists, the fusion, each signal, the final score.
+fn explain_lines(e: &bib_retrieve::signals::Explain) -> Vec<String> {
+    let opt = |v: Option<f64>, digits: usize| {
+        v.map_or_else(|| "–".to_string(), |x| format!("{x:.digits$}"))
+    };
+    let mut lines = vec![format!(
+        "bm25 {} (scaled {}) · cosine {} (scaled {}) · {}{} → fused {:.4}",
+        opt(e.bm25, 2),
+        opt(e.bm25_norm, 3),
+        opt(e.cosine, 3),
+        opt(e.cosine_norm, 3),
+        e.fusion,
+        e.alpha.map_or_else(String::new, |a| format!(" α {a:.2}")),
+        e.fused
+    )];
+    for (name, part) in [
+        ("field", &e.field),
+        ("phrase", &e.phrase),
+        ("sentence", &e.sentence),
+        ("sent-bm25", &e.sentence_lex),
+        ("doc", &e.doc),
+    ] {
+        let Some(p) = part else { continue };
+        let mut l = format!(
+            "+ {name:<9} {:.3} × {:.2} = {:.4}",
+            p.value, p.weight, p.contribution
+        );
+        if let Some(raw) = p.raw {
+            l.push_str(&format!(" (raw {raw:.3})"));
+        }
+        if !p.matched.is_empty() {
+            let shown: Vec<String> = p
+                .matched
+                .iter()
+                .map(|m| {
+                    let cut: String = m.chars().take(80).collect();
+                    if cut.len() < m.len() {
+                        format!("{cut}…")
+                    } else {
+                        cut
+                    }
+                })
+                .collect();
+            l.push_str(&format!(" [{}]", shown.join(" | ")));
+        }
+        lines.push(l);
+    }
+    lines.push(format!("= final {:.4}", e.final_score));
+    lines
+}
+
 fn print_human(
     out: &mut dyn Write,
     r: &RetrievalResult,
     o: &RetrieveOptions,
     full: bool,
+    explain: bool,
 ) -> anyhow::Result<()> {
     let color = std::io::stdout().is_terminal() && env_var("NO_COLOR").is_none();
     let (b, d, z) = if color {
@@ -462,6 +530,11 @@ fn print_human(
             i + 1,
             synth::source_label(c)
         )?;
+        if explain {
+            for l in explain_lines(&c.explain) {
+                writeln!(out, "    {d}{l}{z}")?;
+            }
+        }
         if full {
             writeln!(out, "{}\n", c.chunk.content.trim_end())?;
         }

@@ -54,7 +54,7 @@ pub struct Args {
     #[arg(long, default_value = "hybrid")]
     pub mode: String,
     /// Variants to compare (comma-separated, or `all`): baseline, trim, trim-hybrid, bm25,
-    /// vector, hybrid, small-to-big.
+    /// vector, hybrid, plain (hybrid without the ranking signals), small-to-big.
     #[arg(long, default_value = "all")]
     pub variants: String,
     /// Sentence hits per question for small-to-big (default 2 × top-k).
@@ -75,6 +75,10 @@ pub struct Args {
     /// Sentence scorer swept: cosine (the spec's trimming) or hybrid.
     #[arg(long, default_value = "cosine")]
     pub sweep_scorer: String,
+    /// Ranking signals of every variant but `plain`: `off`, `default`, or weights such as
+    /// `field=0.2,phrase=0.3` (as `bib ask --signals`).
+    #[arg(long, default_value = "default", value_name = "SPEC")]
+    pub signals: String,
     /// Ask the configured chat endpoint for an answer per variant (default: retrieval only).
     #[arg(long)]
     pub synthesize: bool,
@@ -130,6 +134,7 @@ fn eval_args(a: &Args, env: &Layer) -> anyhow::Result<EvalArgs> {
         filters: a.filters.clone(),
         sweep,
         sweep_scorer: a.sweep_scorer.parse::<TrimScorer>()?,
+        signals: a.signals.parse::<bib_retrieve::Signals>()?,
         ..EvalArgs::default()
     })
 }
