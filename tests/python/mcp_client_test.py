@@ -31,7 +31,7 @@ from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
-TOOLS = {"bib_ask", "bib_eval_retrieval", "bib_register_doc", "bib_index_chunks", "bib_pack"}
+TOOLS = {"bib_ask", "bib_get", "bib_status", "bib_eval_retrieval", "bib_register_doc", "bib_index_chunks", "bib_pack"}
 INVALID_PARAMS = -32602
 
 
@@ -62,15 +62,42 @@ async def connect(args: argparse.Namespace, with_auth: bool) -> AsyncIterator[Cl
                     yield session
 
 
-def structured(result: Any, what: str) -> dict:
-    """The structured content of a successful call, checked against its text copy."""
+def structured(result: Any, what: str, text_is_json: bool = True) -> dict:
+    """The structured content of a successful call, checked against its text copy (JSON for
+    most tools; `bib_ask` and `bib_get` answer text an agent reads, checked by the caller)."""
     check(not result.is_error, f"{what}: unexpected error result: {result.content}")
     data = result.structured_content
     check(isinstance(data, dict), f"{what}: no structured content")
     texts = [c.text for c in result.content if getattr(c, "type", None) == "text"]
     check(len(texts) >= 1, f"{what}: no text content")
-    check(json.loads(texts[0]) == data, f"{what}: text and structured content differ")
+    if text_is_json:
+        check(json.loads(texts[0]) == data, f"{what}: text and structured content differ")
     return data
+
+
+def text_of(result: Any) -> str:
+    return next(c.text for c in result.content if getattr(c, "type", None) == "text")
+
+
+def citation(r: dict) -> str:
+    """`path:12-30` as bib cites a result (`path:12` for one line, `path` when lines are unknown)."""
+    if r["line_start"] == 0:
+        return r["path"]
+    lines = f"{r['line_start']}" if r["line_end"] <= r["line_start"] else f"{r['line_start']}-{r['line_end']}"
+    return f"{r['path']}:{lines}"
+
+
+def check_ask_markdown(result: Any, data: dict, what: str) -> str:
+    """bib_ask's text: compact Markdown, every result's citation and text, no scores or ranks."""
+    md = text_of(result)
+    check(not md.lstrip().startswith("{"), f"{what}: text content is JSON, not Markdown")
+    for r in data["results"]:
+        cite = " › ".join([citation(r)] + r["heading_path"])
+        check(cite in md, f"{what}: citation {cite!r} missing from the text:\n{md}")
+    for noise in ['"score"', "bm25_", "vector_rank", "tokens_before", "chunk_id"]:
+        check(noise not in md, f"{what}: the text carries {noise!r}:\n{md}")
+    check(len(md) < len(json.dumps(data)), f"{what}: the text is not smaller than the JSON")
+    return md
 
 
 async def expect_invalid_params(session: ClientSession, tool: str, arguments: dict, field: str) -> str:
@@ -110,12 +137,50 @@ async def run(args: argparse.Namespace) -> dict:
         for p in ["query", "top_k", "mode", "trim", "trim_threshold", "trim_window", "filters"]:
             check(p in ask_tool.input_schema["properties"], f"bib_ask schema lacks {p}")
 
-        # bib_ask: the expected page ranks in the top 3.
-        ask = structured(await s.call_tool("bib_ask", {"query": args.question, "top_k": 3}), "bib_ask")
+        # bib_ask: the expected page ranks in the top 3; the text is compact Markdown.
+        raw = await s.call_tool("bib_ask", {"query": args.question, "top_k": 3})
+        ask = structured(raw, "bib_ask", text_is_json=False)
         paths = [r["path"] for r in ask["results"]]
         check(args.expect_path in paths, f"bib_ask: {args.expect_path} not in {paths}")
         check(ask["tokens_before"] > 0, "bib_ask: no tokens counted")
+        check(ask["no_good_match"] is False, f"bib_ask: an answerable question is no good match: {ask}")
+        check_ask_markdown(raw, ask, "bib_ask")
         summary["ask_paths"] = paths
+
+        # bib_get opens exactly the lines the first result cites.
+        first = ask["results"][0]
+        raw_get = await s.call_tool(
+            "bib_get", {"path": first["path"], "from": first["line_start"], "to": first["line_end"]}
+        )
+        got = structured(raw_get, "bib_get", text_is_json=False)
+        check((got["line_start"], got["line_end"]) == (first["line_start"], first["line_end"]), f"bib_get: {got}")
+        check(got["content"] in text_of(raw_get), "bib_get: the text does not carry the lines")
+        check(citation(first) in text_of(raw_get), "bib_get: the text does not name the citation")
+        whole = structured(await s.call_tool("bib_get", {"path": first["path"]}), "bib_get whole", text_is_json=False)
+        lines = whole["content"].splitlines(keepends=True)
+        check("".join(lines[first["line_start"] - 1:first["line_end"]]) == got["content"],
+              "bib_get: the range is not those lines of the whole document")
+        missing = await s.call_tool("bib_get", {"path": args.expect_path.replace(".md", "s.md")})
+        check(missing.is_error, "bib_get of an unknown path did not fail")
+        err = (missing.structured_content or {}).get("error", {})
+        check(err.get("code") == "not_found" and args.expect_path in err.get("message", ""),
+              f"bib_get unknown path: {err}")
+        await expect_invalid_params(
+            s, "bib_get", {"path": first["path"], "from": whole["total_lines"] + 1}, "from"
+        )
+        summary["get"] = citation(first)
+
+        # bib_status: the collections `bib status --json` reports.
+        status = structured(await s.call_tool("bib_status", {}), "bib_status")
+        check(status["backend"] == "sqlite" and status["collections"], f"bib_status: {status}")
+        check(sum(c["documents"] for c in status["collections"]) >= 3, f"bib_status: {status}")
+        summary["status_collections"] = [c["name"] for c in status["collections"]]
+
+        # An out-of-domain question: no good match, said in the text and in the JSON.
+        off_raw = await s.call_tool("bib_ask", {"query": "how to bake sourdough bread at home", "top_k": 3})
+        off = structured(off_raw, "bib_ask off-topic", text_is_json=False)
+        check(off["no_good_match"] is True, f"bib_ask off-topic: no_good_match is {off['no_good_match']}")
+        check(text_of(off_raw).startswith("No good match"), "bib_ask off-topic: the text does not say so")
 
         # Trimming never adds tokens.
         trimmed = structured(
@@ -124,6 +189,7 @@ async def run(args: argparse.Namespace) -> dict:
                 {"query": args.question, "top_k": 3, "trim": True, "trim_threshold": 0.3, "trim_window": 0},
             ),
             "bib_ask trim",
+            text_is_json=False,
         )
         check(trimmed["trim"] is True, "bib_ask trim: trimming did not run")
         check(trimmed["tokens_in_context"] <= trimmed["tokens_before"], "bib_ask trim: more tokens after")
@@ -133,6 +199,7 @@ async def run(args: argparse.Namespace) -> dict:
         none = structured(
             await s.call_tool("bib_ask", {"query": args.question, "filters": {"path": "no/such/dir/"}}),
             "bib_ask filter",
+            text_is_json=False,
         )
         check(none["results"] == [], "bib_ask filter: results outside the path prefix")
 
@@ -160,7 +227,9 @@ async def run(args: argparse.Namespace) -> dict:
             "bib_index_chunks", {"chunks": [{"node_id": 1, "chunk_index": 0, "content": "x"}]}
         )
         check(idx.is_error, "bib_index_chunks without token was not refused")
-        after = structured(await s.call_tool("bib_ask", {"query": unique, "mode": "bm25"}), "bib_ask after refusal")
+        after = structured(
+            await s.call_tool("bib_ask", {"query": unique, "mode": "bm25"}), "bib_ask after refusal", text_is_json=False
+        )
         check(all(r["path"] != refused_path for r in after["results"]), "refused document is searchable")
 
         # bib_pack: within budget, keeps the live question.
@@ -170,6 +239,15 @@ async def run(args: argparse.Namespace) -> dict:
         check(packed["stats"]["output_tokens"] <= 120, f"bib_pack over budget: {packed['stats']}")
         check(any("note 7" in m["content"] for m in packed["messages"]), "bib_pack dropped the live question")
         summary["pack"] = packed["stats"]["output_tokens"]
+        # The input format of `bib pack`: `ts` in epoch ms or RFC 3339; seconds are refused.
+        timed = [{"role": "user", "content": "deploy on friday", "ts": "2026-08-07T12:00:00Z"},
+                 {"role": "assistant", "content": "ok", "timestamp": 1786104060000},
+                 {"role": "user", "content": "when do we deploy?"}]
+        structured(await s.call_tool("bib_pack", {"messages": timed, "budget": 200}), "bib_pack timed")
+        await expect_invalid_params(
+            s, "bib_pack", {"messages": [{"role": "user", "content": "x", "ts": 1786104000}], "budget": 50},
+            "messages[0]",
+        )
 
         # bib_eval_retrieval on explicit questions (retrieval only).
         ev = await s.call_tool(
@@ -239,7 +317,9 @@ async def run(args: argparse.Namespace) -> dict:
             s, "bib_index_chunks", {"chunks": [{"node_id": "x", "chunk_index": 0, "content": "c"}], **token_arg},
             "chunks[0].node_id",
         )
-        found = structured(await s.call_tool("bib_ask", {"query": f"{unique} widget", "top_k": 3}), "bib_ask new")
+        found = structured(
+            await s.call_tool("bib_ask", {"query": f"{unique} widget", "top_k": 3}), "bib_ask new", text_is_json=False
+        )
         check(found["results"] and found["results"][0]["path"] == registered_path,
               f"indexed chunk not found first: {[r['path'] for r in found['results']]}")
 
@@ -267,8 +347,13 @@ def main() -> int:
         summary = asyncio.run(asyncio.wait_for(run(args), timeout=300))
     except BaseException as e:  # noqa: BLE001 - report anything, including exception groups
         print(f"FAILED ({args.transport}): {type(e).__name__}: {e}", file=sys.stderr)
-        for sub in getattr(e, "exceptions", []) or []:
-            print(f"  caused by {type(sub).__name__}: {sub}", file=sys.stderr)
+
+        def causes(err: BaseException, depth: int) -> None:
+            for sub in getattr(err, "exceptions", []) or []:
+                print(f"{'  ' * depth}caused by {type(sub).__name__}: {sub}", file=sys.stderr)
+                causes(sub, depth + 1)
+
+        causes(e, 1)
         return 1
     print(json.dumps(summary))
     return 0

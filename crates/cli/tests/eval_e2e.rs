@@ -168,6 +168,50 @@ fn replays_exactly_the_logged_questions() {
         .map(|q| q["question"].as_str().unwrap())
         .collect();
     assert_eq!(got, &asked[1..]);
+    // Logged questions carry no evidence: quality is unknown, never a failure on its account.
+    for v in r["verdicts"].as_array().unwrap() {
+        let status = v["status"].as_str().unwrap();
+        assert!(v["quality_ok"].is_null(), "{v}");
+        assert!(
+            status == "unknown" || (status == "fail" && v["reduction_ok"] == false),
+            "only a measured criterion fails: {v}"
+        );
+    }
+    let out = bib()
+        .args([
+            "eval",
+            "--store",
+            store.to_str().unwrap(),
+            "--variants",
+            "hybrid",
+        ])
+        .output()
+        .unwrap();
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        table.contains("UNKNOWN") && !table.contains("FAIL"),
+        "{table}"
+    );
+    // Repeats count once: asking the newest question twice more still gives 2 distinct.
+    for _ in 0..2 {
+        let out = bib()
+            .args(["ask", asked[2], "--store", store.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+    }
+    let r4 = eval_json(&store, &["--last", "2", "--variants", "trim"]);
+    let got: Vec<&str> = r4["questions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| q["question"].as_str().unwrap())
+        .collect();
+    assert_eq!(got, &asked[1..], "two distinct questions, the latest");
+    assert!(r4["settings"]["source"]
+        .as_str()
+        .unwrap()
+        .contains("distinct"));
 }
 
 fn chromium() -> Option<PathBuf> {
@@ -248,13 +292,14 @@ fn golden_sweep_and_html_report_in_chromium() {
         .iter()
         .all(|v| v["text"].as_str().unwrap().contains("overlap")));
 
-    // The report renders in a real browser: screenshot taken, chart present, no JS errors.
+    // The report renders in a real browser: screenshot taken, charts present, no JS errors.
+    // The screenshot is kept (target/tmp/eval-report.png) for a person to look at.
     let profile = tmp.path().join("chrome-profile");
-    let png = tmp.path().join("shot.png");
+    let png = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("eval-report.png");
     let url = format!("file://{}", html.display());
     let out = chromium_cmd(&chrome, &profile)
         .arg(format!("--screenshot={}", png.display()))
-        .arg("--window-size=1200,900")
+        .arg("--window-size=1200,3000")
         .arg(&url)
         .output()
         .unwrap();
@@ -264,7 +309,7 @@ fn golden_sweep_and_html_report_in_chromium() {
     assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n");
     let w = u32::from_be_bytes(bytes[16..20].try_into().unwrap());
     let h = u32::from_be_bytes(bytes[20..24].try_into().unwrap());
-    assert_eq!((w, h), (1200, 900));
+    assert_eq!((w, h), (1200, 3000));
     assert!(
         bytes.len() > 10_000,
         "screenshot suspiciously small ({} bytes)",
@@ -301,4 +346,24 @@ fn golden_sweep_and_html_report_in_chromium() {
     if sweep["chosen"].is_number() {
         assert!(dom.contains("id=\"chosen-point\""));
     }
+    // Tokens against evidence, one point per variant.
+    assert!(
+        dom.contains("id=\"variants-chart\""),
+        "variants chart missing"
+    );
+    assert_eq!(
+        dom.matches("class=\"variant-pt\"").count(),
+        r["aggregates"].as_array().unwrap().len()
+    );
+    // The trimmed text, removed sentences struck through, sources linked to their files.
+    assert!(dom.contains("class=\"trimmed\""), "trimmed text missing");
+    assert!(
+        dom.contains("<del>"),
+        "removed sentences are shown struck through"
+    );
+    let wiki = std::fs::canonicalize(tmp.path().join("wiki")).unwrap();
+    assert!(
+        dom.contains(&format!("href=\"file://{}/push.md\"", wiki.display())),
+        "sources link to their files"
+    );
 }

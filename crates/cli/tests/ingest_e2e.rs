@@ -191,3 +191,63 @@ fn missing_directory_is_a_clear_error() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("nope"), "{err}");
 }
+
+#[test]
+fn an_empty_folder_says_no_markdown_was_found_and_exits_non_zero() {
+    if !model_available() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let empty = t.path().join("empty");
+    write(&empty, "notes.txt", "not Markdown");
+    write(&empty, ".hidden/page.md", "# Hidden pages are skipped\n");
+    let out = bib()
+        .arg("ingest")
+        .arg(&empty)
+        .arg("--store")
+        .arg(store_path(&t, "kb"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("no Markdown files (*.md) found under") && err.contains("empty"),
+        "{err}"
+    );
+    assert!(err.contains("nothing was changed"), "{err}");
+}
+
+#[test]
+fn a_chunk_longer_than_the_model_reads_is_a_warning_naming_the_file() {
+    if !model_available() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let wiki = t.path().join("wiki");
+    // One paragraph is one chunk; ~2,000 distinct words are well over use-m3's 512 tokens.
+    let long: String = (0..2000).map(|i| format!("w{i}x ")).collect();
+    write(&wiki, "long.md", &format!("# Long\n\n{long}\n"));
+    write(&wiki, "short.md", "# Short\n\nA short page.\n");
+    let rec = ingest_ok(&wiki, &store_path(&t, "kb"));
+    let warnings = rec["warnings"].as_array().expect("warnings listed");
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w["path"] == "long.md" && w["reason"].as_str().unwrap().contains("tokens")),
+        "{rec}"
+    );
+    assert!(warnings.iter().all(|w| w["path"] != "short.md"), "{rec}");
+    // The text summary names the file too.
+    let out = bib()
+        .arg("ingest")
+        .arg(&wiki)
+        .arg("--store")
+        .arg(store_path(&t, "kb2"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("warnings:") && stdout.contains("long.md: chunk"),
+        "{stdout}"
+    );
+}

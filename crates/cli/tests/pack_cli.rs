@@ -1,4 +1,9 @@
-//! End-to-end tests of `bib pack` on the real binary.
+//! End-to-end tests of `bib pack` on the real binary: budget and shape, the one input format
+//! (the CLI and HTTP `/pack` read the same histories the same way, times in RFC 3339 or epoch
+//! ms, seconds refused), and omission notes in order, as `system` messages, in the history's
+//! language.
+
+mod server_support;
 
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
@@ -26,7 +31,7 @@ fn history_json(n: usize) -> String {
     let mut msgs = vec![serde_json::json!({
         "role": "user",
         "content": "the spare key is under the blue flower pot",
-        "ts": 1_786_104_000
+        "ts": 1_786_104_000_000_i64
     })];
     for i in 0..n {
         msgs.push(serde_json::json!({
@@ -168,4 +173,152 @@ fn now_flag_annotates_messages_without_timestamps() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("ayer (2026-08-06)"));
     let out = bib(&["pack", "--budget", "500"], h, &[]);
     assert!(!String::from_utf8_lossy(&out.stdout).contains("(2026-"));
+}
+
+/// `relevant` in the middle of `filler` turns of small talk, then the live question.
+fn history_with(relevant: &str, filler: &[String], question: &str) -> serde_json::Value {
+    let half = filler.len() / 2;
+    let mut msgs: Vec<serde_json::Value> = Vec::new();
+    for (i, f) in filler.iter().enumerate() {
+        if i == half {
+            msgs.push(serde_json::json!({"role": "user", "content": relevant}));
+        }
+        let role = if i % 2 == 0 { "assistant" } else { "user" };
+        msgs.push(serde_json::json!({"role": role, "content": f}));
+    }
+    msgs.push(serde_json::json!({"role": "user", "content": question}));
+    serde_json::Value::Array(msgs)
+}
+
+/// (role, content) of the packed messages.
+fn packed(args: &[&str], history: &serde_json::Value) -> Vec<(String, String)> {
+    let out = bib(args, &history.to_string(), &[]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    v["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            (
+                m["role"].as_str().unwrap().to_string(),
+                m["content"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// Issue 18: the marker was a Spanish `user` message after everything kept, in English chats too.
+#[test]
+fn omitted_messages_become_system_notes_in_place_in_the_history_language() {
+    let en: Vec<String> = (0..120)
+        .map(|i| format!("turn {i}: small talk about the weather and the football match"))
+        .collect();
+    let h = history_with(
+        "the spare key is under the blue flower pot",
+        &en,
+        "where is the spare key?",
+    );
+    let msgs = packed(&["pack", "--budget", "120"], &h);
+    let at = msgs
+        .iter()
+        .position(|(_, c)| c.contains("blue flower pot"))
+        .expect("the relevant turn is kept");
+    let notes: Vec<usize> = (0..msgs.len())
+        .filter(|&i| msgs[i].1.contains("earlier messages omitted"))
+        .collect();
+    // In place: the turns before the kept one were omitted, so a note comes before it (the old
+    // marker came after every kept turn).
+    assert!(
+        notes.first().is_some_and(|&i| i < at),
+        "a note before the kept turn: {msgs:?}"
+    );
+    for &i in &notes {
+        assert_eq!(msgs[i].0, "system", "{msgs:?}");
+    }
+    assert!(
+        !msgs.iter().any(|(_, c)| c.contains("omitidos")),
+        "{msgs:?}"
+    );
+    assert_eq!(msgs.last().unwrap().1, "where is the spare key?");
+
+    let es: Vec<String> = (0..120)
+        .map(|i| format!("turno {i}: charla sobre el tiempo y el partido de fútbol de la semana"))
+        .collect();
+    let h = history_with(
+        "la llave de repuesto está debajo de la maceta azul",
+        &es,
+        "¿dónde está la llave de repuesto?",
+    );
+    let msgs = packed(&["pack", "--budget", "120"], &h);
+    let notes: Vec<&(String, String)> = msgs
+        .iter()
+        .filter(|(_, c)| c.contains("mensajes anteriores omitidos"))
+        .collect();
+    assert!(!notes.is_empty(), "{msgs:?}");
+    assert!(notes.iter().all(|(r, _)| r == "system"), "{msgs:?}");
+}
+
+/// One input format: the same history (RFC 3339 and epoch-ms times, Anthropic blocks) packs
+/// to the same messages through `bib pack` and HTTP `/pack`, and epoch seconds are refused by
+/// both with the milliseconds they probably meant.
+#[test]
+fn cli_and_http_read_one_format_and_refuse_seconds() {
+    let h = serde_json::json!([
+        {"role": "user", "content": "we deployed yesterday", "ts": "2026-08-07T12:00:00Z"},
+        {"role": "assistant", "content": [{"type": "text", "text": "the rollback plan is ready"}],
+         "timestamp": 1_786_104_060_000_i64},
+        {"role": "user", "content": "when did we deploy?"}
+    ]);
+    let cli = bib(&["pack", "--budget", "300"], &h.to_string(), &[]);
+    assert!(
+        cli.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cli.stderr)
+    );
+    let cli: serde_json::Value = serde_json::from_slice(&cli.stdout).unwrap();
+    assert!(cli.to_string().contains("yesterday (2026-08-06)"), "{cli}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("kb.sqlite");
+    bib_store::SqliteStore::open(&store).unwrap();
+    let served = server_support::serve(&store, None, &["--no-model"]);
+    let (st, http) = server_support::post(
+        served.addr,
+        "/pack",
+        &serde_json::json!({"messages": h, "budget": 300}),
+        &[],
+    );
+    assert_eq!(st, 200, "{http}");
+    assert_eq!(http["messages"], cli["messages"]);
+
+    let seconds = serde_json::json!([{"role": "user", "content": "x", "ts": 1_786_104_000}]);
+    let out = bib(&["pack", "--budget", "50"], &seconds.to_string(), &[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("1786104000000"),
+        "{err}"
+    );
+    let (st, e) = server_support::post(
+        served.addr,
+        "/pack",
+        &serde_json::json!({"messages": seconds, "budget": 50}),
+        &[],
+    );
+    assert_eq!(
+        (st, e["error"]["field"].as_str()),
+        (400, Some("messages[0]")),
+        "{e}"
+    );
+    assert!(
+        e["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("1786104000000"),
+        "{e}"
+    );
 }

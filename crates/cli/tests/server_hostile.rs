@@ -1,6 +1,8 @@
 //! Hostile input against the real `bib serve` and `bib mcp` (issue 14): foreign Host headers,
-//! unparseable and over-long MCP stdio lines, and a bounded stress run of 200 concurrent
-//! clients mixing asks, registrations and hostile bodies. No model, no Python.
+//! unparseable and over-long MCP stdio lines, `/mcp` tool calls past their timeout, and a
+//! bounded stress run of 200 concurrent clients mixing asks, registrations and hostile bodies.
+//! No Python; only the timeout test needs the model (real embedding is what makes a call
+//! slow), and skips with `BIB_SKIP_MODEL_TESTS=1` when it is not installed.
 
 mod server_support;
 
@@ -226,6 +228,180 @@ fn mcp_stdio_answers_unparseable_lines() {
     assert_eq!(r["id"], 6, "{r}");
     assert!(r.get("result").is_some(), "{r}");
     assert!(m.child.try_wait().unwrap().is_none(), "bib mcp exited");
+}
+
+/// CPU time (user + system) a process has used so far, in clock ticks, from /proc.
+fn cpu_ticks(pid: u32) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // After "pid (comm) ": state is field 3, utime 14, stime 15.
+    let f: Vec<&str> = s[s.rfind(')')? + 1..].split_whitespace().collect();
+    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+}
+
+/// One JSON-RPC message POSTed to `bib serve`'s `/mcp` (streamable HTTP): the status, the
+/// session id of the answer's headers and the JSON-RPC messages of its SSE stream.
+fn mcp_http(
+    addr: SocketAddr,
+    session: Option<&str>,
+    msg: &Value,
+) -> (u16, Option<String>, Vec<Value>) {
+    let auth = format!("Bearer {TOKEN}");
+    let mut h = vec![
+        ("Accept", "application/json, text/event-stream"),
+        ("Authorization", auth.as_str()),
+    ];
+    if let Some(id) = session {
+        h.push(("Mcp-Session-Id", id));
+    }
+    let (st, head, body) = http_raw(addr, "POST", "/mcp", &h, Some(msg.to_string().as_bytes()));
+    let sid = head.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        k.eq_ignore_ascii_case("mcp-session-id")
+            .then(|| v.trim().to_string())
+    });
+    let msgs = String::from_utf8_lossy(&body)
+        .lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .filter_map(|d| serde_json::from_str(d.trim()).ok())
+        .collect();
+    (st, sid, msgs)
+}
+
+/// `tools/call` of `name` with `id` in session `sid`: its JSON-RPC result and how long the
+/// answer took.
+fn mcp_http_tool(
+    addr: SocketAddr,
+    sid: &str,
+    id: u64,
+    name: &str,
+    args: Value,
+) -> (Value, Duration) {
+    let call = json!({
+        "jsonrpc": "2.0", "id": id, "method": "tools/call",
+        "params": {"name": name, "arguments": args}
+    });
+    let t = Instant::now();
+    let (st, _, msgs) = mcp_http(addr, Some(sid), &call);
+    let took = t.elapsed();
+    assert_eq!(st, 200, "{name}: {msgs:?}");
+    let answer = msgs
+        .into_iter()
+        .find(|m| m["id"] == id)
+        .unwrap_or_else(|| panic!("{name}: no answer"));
+    (answer["result"].clone(), took)
+}
+
+/// Whether `pid` stays (nearly) idle: CPU ticks used over `window` after `settle`.
+fn cpu_used_after(pid: u32, settle: Duration, window: Duration) -> u64 {
+    std::thread::sleep(settle);
+    let a = cpu_ticks(pid).unwrap();
+    std::thread::sleep(window);
+    cpu_ticks(pid).unwrap() - a
+}
+
+/// Issue 14, the `/mcp` side of "timeouts do not cancel": a tool call's answer goes out on an
+/// SSE stream, whose headers leave before the call runs, so the request guard's timer never
+/// fired for it: `bib_register_doc` went on and committed and `bib_eval_retrieval` kept the
+/// CPU busy, whatever `--timeout-secs` said. Now both answer a `timeout` tool error at the
+/// deadline, the registration writes nothing, and the process goes quiet.
+#[test]
+fn mcp_http_tool_calls_stop_at_their_timeout() {
+    if !model_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let wiki = dir.path().join("wiki");
+    tiny_wiki(&wiki);
+    let store = dir.path().join("kb.sqlite");
+    ingest(&wiki, &store);
+    let s = serve(&store, Some(TOKEN), &["--timeout-secs", "1"]);
+    let (addr, pid) = (s.addr, s.child.id());
+    let init = json!({
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "server_hostile", "version": "0"}
+        }
+    });
+    let (st, sid, msgs) = mcp_http(addr, None, &init);
+    assert_eq!(st, 200, "{msgs:?}");
+    let sid = sid.expect("a session id");
+    let (st, _, _) = mcp_http(
+        addr,
+        Some(&sid),
+        &json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+    );
+    assert_eq!(st, 202);
+
+    // A document of 400 sections: seconds of embedding, far past the 1 s timeout.
+    let content: String = std::iter::once("# Long\n\n".to_string())
+        .chain((0..400).map(|i| {
+            format!(
+                "## Part {i}\n\nPart {i} explains step {i} of restoring packages from the \
+                 local cache, then from feed number {i}, with its own words about item {i}.\n\n"
+            )
+        }))
+        .collect();
+    let (r, took) = mcp_http_tool(
+        addr,
+        &sid,
+        2,
+        "bib_register_doc",
+        json!({"path": "late.md", "content": content, "index": true}),
+    );
+    eprintln!("bib_register_doc answered in {took:?}");
+    assert_eq!(r["isError"], true, "{r}");
+    assert_eq!(r["structuredContent"]["error"]["code"], "timeout", "{r}");
+    assert!(took < Duration::from_secs(5), "answered after {took:?}");
+    let used = cpu_used_after(pid, Duration::from_secs(2), Duration::from_secs(2));
+    eprintln!("bib serve CPU after the register timeout: {used} ticks in 2 s");
+    assert!(
+        used < 50,
+        "{used} CPU ticks in 2 s: the registration kept working"
+    );
+    let docs: Vec<String> = SqliteStore::open(&store)
+        .unwrap()
+        .documents()
+        .unwrap()
+        .into_iter()
+        .map(|d| d.path)
+        .collect();
+    assert!(
+        !docs.contains(&"late.md".to_string()),
+        "written after its timeout: {docs:?}"
+    );
+
+    let questions: Vec<String> = (0..200)
+        .map(|i| format!("how are packages restored from the local cache, case {i}"))
+        .collect();
+    let (r, took) = mcp_http_tool(
+        addr,
+        &sid,
+        3,
+        "bib_eval_retrieval",
+        json!({"questions": questions}),
+    );
+    eprintln!("bib_eval_retrieval answered in {took:?}");
+    assert_eq!(r["structuredContent"]["error"]["code"], "timeout", "{r}");
+    assert!(took < Duration::from_secs(5), "answered after {took:?}");
+    let used = cpu_used_after(pid, Duration::from_secs(1), Duration::from_secs(2));
+    eprintln!("bib serve CPU after the eval timeout: {used} ticks in 2 s");
+    assert!(used < 50, "{used} CPU ticks in 2 s: the eval kept working");
+
+    // Still serving, and a call within its time succeeds.
+    let (r, _) = mcp_http_tool(
+        addr,
+        &sid,
+        4,
+        "bib_ask",
+        json!({"query": QUESTION, "mode": "bm25"}),
+    );
+    assert_ne!(r["isError"], true, "{r}");
+    assert_eq!(
+        r["structuredContent"]["results"][0]["path"], EXPECT_PATH,
+        "{r}"
+    );
 }
 
 /// Outcome counts of a stress run.

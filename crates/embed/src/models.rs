@@ -118,6 +118,15 @@ pub fn model_dir() -> Result<PathBuf, EmbedError> {
     ))
 }
 
+/// A temporary name next to `path` that no other process uses: model files are written there
+/// and renamed over `path`, so two processes (re)writing the same file never write into one
+/// temporary file, and a reader sees the old file or the new one, never a mix.
+pub(crate) fn private_tmp(path: &Path) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(format!(".{}.tmp", std::process::id()));
+    path.with_file_name(name)
+}
+
 /// Directory of one model under [`model_dir`] (whether or not it is installed).
 pub fn installed_path(id: &str) -> Result<PathBuf, EmbedError> {
     Ok(model_dir()?.join(id))

@@ -19,6 +19,7 @@ use std::path::Path;
 use bib_text::tokens::TokenCounter;
 use rustc_hash::FxHashMap;
 
+use crate::mapped::{MappedFile, Words};
 use crate::EmbedError;
 
 /// Id of `<unk>`.
@@ -47,7 +48,7 @@ fn file_stamp(path: &Path) -> Option<[u64; 2]> {
 
 /// A loaded SentencePiece unigram model.
 pub struct SentencePiece {
-    scores: Vec<f32>,
+    scores: Words<f32>,
     trie: PieceTrie,
     max_piece_chars: usize,
     unk_score: f64,
@@ -183,7 +184,7 @@ impl SentencePiece {
             None => Normalizer::identity(),
         };
         Ok(Self {
-            scores,
+            scores: Words::Owned(scores),
             trie,
             max_piece_chars,
             unk_score,
@@ -198,16 +199,16 @@ impl SentencePiece {
     pub fn load_cached(model: &Path, cache: &Path) -> Result<Self, EmbedError> {
         let stamp = file_stamp(model);
         if let Some(stamp) = stamp {
-            if let Some(sp) = std::fs::read(cache)
+            if let Some(sp) = MappedFile::open(cache)
                 .ok()
-                .and_then(|b| Self::from_cache_bytes(&b, stamp))
+                .and_then(|f| Self::from_cache(&f, stamp))
             {
                 return Ok(sp);
             }
         }
         let sp = Self::load(model)?;
         if let Some(stamp) = file_stamp(model) {
-            let tmp = cache.with_extension("tmp");
+            let tmp = crate::models::private_tmp(cache);
             if std::fs::write(&tmp, sp.to_cache_bytes(stamp)).is_ok()
                 && std::fs::rename(&tmp, cache).is_err()
             {
@@ -227,7 +228,7 @@ impl SentencePiece {
         out.extend_from_slice(&self.unk_score.to_le_bytes());
         let scores: Vec<u32> = self.scores.iter().map(|f| f.to_bits()).collect();
         for words in [
-            &scores,
+            &scores[..],
             &self.trie.first,
             &self.trie.labels,
             &self.trie.targets,
@@ -244,42 +245,51 @@ impl SentencePiece {
         out
     }
 
-    /// The model saved by [`Self::to_cache_bytes`], when `bytes` is such a cache of the model
-    /// file stamped `stamp` and is internally consistent; `None` otherwise.
-    fn from_cache_bytes(bytes: &[u8], stamp: [u64; 2]) -> Option<Self> {
-        let mut r = bytes.strip_prefix(CACHE_MAGIC.as_slice())?;
-        let mut u64_ = || -> Option<u64> {
-            let (head, rest) = r.split_at_checked(8)?;
-            r = rest;
-            Some(u64::from_le_bytes(head.try_into().ok()?))
-        };
-        if [u64_()?, u64_()?] != stamp {
+    /// The model saved by [`Self::to_cache_bytes`], when `file` is such a cache of the model
+    /// file stamped `stamp` and is internally consistent; `None` otherwise. The arrays are read
+    /// in place from the map (every offset is 4-aligned), not copied.
+    fn from_cache(file: &MappedFile, stamp: [u64; 2]) -> Option<Self> {
+        let bytes = file.bytes();
+        let mut at = CACHE_MAGIC.len();
+        if !bytes.starts_with(CACHE_MAGIC) {
             return None;
         }
-        let max_piece_chars = usize::try_from(u64_()?).ok()?;
-        let unk_score = f64::from_bits(u64_()?);
-        let mut words = || -> Option<Vec<u32>> {
-            let (head, rest) = r.split_at_checked(8)?;
-            let n = usize::try_from(u64::from_le_bytes(head.try_into().ok()?)).ok()?;
-            let (body, rest) = rest.split_at_checked(n.checked_mul(4)?)?;
-            r = rest;
-            Some(
-                body.chunks_exact(4)
-                    .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                    .collect(),
-            )
+        let mut u64_ = |at: &mut usize| -> Option<u64> {
+            let head = bytes.get(*at..at.checked_add(8)?)?;
+            *at += 8;
+            Some(u64::from_le_bytes(head.try_into().ok()?))
         };
-        let scores: Vec<f32> = words()?.into_iter().map(f32::from_bits).collect();
+        if [u64_(&mut at)?, u64_(&mut at)?] != stamp {
+            return None;
+        }
+        let max_piece_chars = usize::try_from(u64_(&mut at)?).ok()?;
+        let unk_score = f64::from_bits(u64_(&mut at)?);
+        fn words<T: bytemuck::Pod>(
+            file: &MappedFile,
+            at: &mut usize,
+            len_of: &mut impl FnMut(&mut usize) -> Option<u64>,
+        ) -> Option<Words<T>> {
+            let n = usize::try_from(len_of(at)?).ok()?;
+            // The cache is written little-endian, and only little-endian hosts map it.
+            let w = Words::mapped_or_copied(file, *at, n, |b| {
+                b.chunks_exact(std::mem::size_of::<T>())
+                    .map(bytemuck::pod_read_unaligned)
+                    .collect()
+            })?;
+            *at = at.checked_add(n.checked_mul(std::mem::size_of::<T>())?)?;
+            Some(w)
+        }
+        let scores: Words<f32> = words(file, &mut at, &mut u64_)?;
         let trie = PieceTrie {
-            first: words()?,
-            labels: words()?,
-            targets: words()?,
-            piece_at: words()?,
+            first: words(file, &mut at, &mut u64_)?,
+            labels: words(file, &mut at, &mut u64_)?,
+            targets: words(file, &mut at, &mut u64_)?,
+            piece_at: words(file, &mut at, &mut u64_)?,
         };
-        let units = words()?;
-        let (head, rest) = r.split_at_checked(8)?;
-        let n = usize::try_from(u64::from_le_bytes(head.try_into().ok()?)).ok()?;
-        if rest.len() != n || scores.len() <= EOS_ID as usize || !trie.is_consistent(scores.len()) {
+        let units = words(file, &mut at, &mut u64_)?;
+        let replacements: Words<u8> = words(file, &mut at, &mut u64_)?;
+        if at != bytes.len() || scores.len() <= EOS_ID as usize || !trie.is_consistent(scores.len())
+        {
             return None;
         }
         Some(Self {
@@ -289,7 +299,7 @@ impl SentencePiece {
             unk_score,
             normalizer: Normalizer {
                 units,
-                replacements: rest.to_vec(),
+                replacements,
             },
         })
     }
@@ -391,11 +401,11 @@ impl TokenCounter for SentencePiece {
 /// loads from a cache file without rebuilding (building it costs more than the rest of loading
 /// the model together).
 struct PieceTrie {
-    first: Vec<u32>,
-    labels: Vec<u32>,
-    targets: Vec<u32>,
+    first: Words<u32>,
+    labels: Words<u32>,
+    targets: Words<u32>,
     /// Piece id ending at each node, `u32::MAX` when none.
-    piece_at: Vec<u32>,
+    piece_at: Words<u32>,
 }
 
 impl PieceTrie {
@@ -434,10 +444,10 @@ impl PieceTrie {
             first[n + 1] += first[n];
         }
         Self {
-            first,
-            labels: list.iter().map(|e| e.1).collect(),
-            targets: list.iter().map(|e| e.2).collect(),
-            piece_at,
+            first: Words::Owned(first),
+            labels: Words::Owned(list.iter().map(|e| e.1).collect()),
+            targets: Words::Owned(list.iter().map(|e| e.2).collect()),
+            piece_at: Words::Owned(piece_at),
         }
     }
 
@@ -478,15 +488,15 @@ impl PieceTrie {
 
 /// The precompiled-charsmap normaliser.
 struct Normalizer {
-    units: Vec<u32>,
-    replacements: Vec<u8>,
+    units: Words<u32>,
+    replacements: Words<u8>,
 }
 
 impl Normalizer {
     fn identity() -> Self {
         Self {
-            units: Vec::new(),
-            replacements: Vec::new(),
+            units: Words::Owned(Vec::new()),
+            replacements: Words::Owned(Vec::new()),
         }
     }
 
@@ -499,8 +509,8 @@ impl Normalizer {
             .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
             .collect();
         Some(Self {
-            units,
-            replacements: map[4 + size..].to_vec(),
+            units: Words::Owned(units),
+            replacements: Words::Owned(map[4 + size..].to_vec()),
         })
     }
 
@@ -660,22 +670,28 @@ mod tests {
         let first = SentencePiece::load_cached(&model, &cache).unwrap();
         let written = std::fs::read(&cache).expect("the cache is written on first load");
         let stamp = file_stamp(&model).unwrap();
-        let cached = SentencePiece::from_cache_bytes(&written, stamp).expect("cache reads back");
+        let from_cache_bytes = |bytes: &[u8], stamp| {
+            let p = dir.path().join("probe.cache");
+            std::fs::write(&p, bytes).unwrap();
+            SentencePiece::from_cache(&MappedFile::open(&p).unwrap(), stamp)
+        };
+        let cached = from_cache_bytes(&written, stamp).expect("cache reads back");
+        assert!(cached.trie.first.is_mapped(), "read in place");
         for text in ["ab", "  a   b ", "aé", "ñu ab", ""] {
             assert_eq!(cached.encode(text), parsed.encode(text), "{text:?}");
             assert_eq!(first.encode(text), parsed.encode(text), "{text:?}");
         }
-        assert_eq!(cached.scores, parsed.scores);
+        assert_eq!(*cached.scores, *parsed.scores);
         assert_eq!(cached.unk_score, parsed.unk_score);
         // Made from another file, truncated or inconsistent: not used.
-        assert!(SentencePiece::from_cache_bytes(&written, [stamp[0] + 1, stamp[1]]).is_none());
+        assert!(from_cache_bytes(&written, [stamp[0] + 1, stamp[1]]).is_none());
         for cut in [0, 8, 40, written.len() / 2, written.len() - 1] {
-            assert!(SentencePiece::from_cache_bytes(&written[..cut], stamp).is_none());
+            assert!(from_cache_bytes(&written[..cut], stamp).is_none());
         }
         let mut broken = written.clone();
         let n = broken.len();
         broken[n - 30..n - 26].copy_from_slice(&u32::MAX.to_le_bytes());
-        let _ = SentencePiece::from_cache_bytes(&broken, stamp).map(|sp| sp.encode("ab ñu"));
+        let _ = from_cache_bytes(&broken, stamp).map(|sp| sp.encode("ab ñu"));
         // A garbage cache falls back to parsing the model (and is rewritten).
         std::fs::write(&cache, b"BIBSPM01 garbage").unwrap();
         let again = SentencePiece::load_cached(&model, &cache).unwrap();

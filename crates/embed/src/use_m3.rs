@@ -24,9 +24,10 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use bib_text::tokens::TokenCounter;
-use ndarray::{s, Array1, Array2, ArrayView2, ArrayViewMut2, Axis};
+use ndarray::{aview1, s, Array2, ArrayView1, ArrayView2, ArrayViewMut2, Axis};
 use rayon::prelude::*;
 
+use crate::mapped::{f32_le, MappedFile, Words};
 use crate::npy::{read_npz, NpyArray, NpyData};
 use crate::spm::{SentencePiece, EOS_ID};
 use crate::{EmbedError, EmbedKind, Embedder};
@@ -60,6 +61,9 @@ pub const SP_CACHE_FILE: &str = "sp.cache";
 
 const PACK_MAGIC: &[u8; 8] = b"BIBUSEM3";
 const PACK_VERSION: u32 = 1;
+/// [`pack_weights`] pads the header so the tensors start at a multiple of this, which lets
+/// [`Weights::from_packed`] read them straight from a memory map.
+const PACK_ALIGN: usize = 64;
 
 fn bad(path: &Path, reason: impl Into<String>) -> EmbedError {
     EmbedError::BadModelFile {
@@ -69,113 +73,87 @@ fn bad(path: &Path, reason: impl Into<String>) -> EmbedError {
 }
 
 /// The dequantisation table: `rows × 512` bytes (65 MB). From the npz it is in memory; from the
-/// packed file it stays on disk until needed: a batch of a few tokens (a query) reads just its
-/// rows, the first large batch (ingest) reads the whole table once. So a fresh process that
-/// embeds one question never reads the 65 MB.
+/// packed file it is a window of the memory map, so a batch of a few tokens (a query) touches
+/// just the pages of its rows and a fresh process that embeds one question never reads the
+/// whole 65 MB.
 struct Table {
     rows: usize,
-    source: TableSource,
-}
-
-enum TableSource {
-    Memory(Vec<u8>),
-    File {
-        path: PathBuf,
-        file: std::sync::Mutex<std::fs::File>,
-        offset: u64,
-        all: std::sync::OnceLock<Result<Vec<u8>, String>>,
-        /// Rows read one by one so far.
-        singly: std::sync::atomic::AtomicUsize,
-    },
-}
-
-/// Rows read one by one from the packed file before the whole table is read instead: a read
-/// of one row costs a system call, the whole table about as much as ten thousand of them.
-const ROWS_READ_SINGLY: usize = 8192;
-
-/// Rows for one micro-batch: the whole table, or just the batch's rows in token order.
-enum Rows<'a> {
-    All(&'a [u8]),
-    Picked(Vec<u8>),
-}
-
-impl Rows<'_> {
-    #[inline]
-    fn row(&self, token: usize, row: usize) -> &[u8] {
-        match self {
-            Rows::All(buf) => &buf[row * EMB..(row + 1) * EMB],
-            Rows::Picked(buf) => &buf[token * EMB..(token + 1) * EMB],
-        }
-    }
+    bytes: Words<u8>,
 }
 
 impl Table {
-    /// The rows `ids` (each `< self.rows`) need: read one by one while few have been, the
-    /// whole table once many have (an ingest), so a question never reads the 65 MB.
-    fn rows_for(&self, ids: &[usize]) -> Result<Rows<'_>, EmbedError> {
-        let (path, file, offset, all, singly) = match &self.source {
-            TableSource::Memory(buf) => return Ok(Rows::All(buf)),
-            TableSource::File {
-                path,
-                file,
-                offset,
-                all,
-                singly,
-            } => (path, file, offset, all, singly),
-        };
-        let read = |at: u64, buf: &mut [u8]| -> Result<(), EmbedError> {
-            use std::io::{Read, Seek, SeekFrom};
-            let mut f = file.lock().unwrap_or_else(|p| p.into_inner());
-            f.seek(SeekFrom::Start(at))
-                .and_then(|_| f.read_exact(buf))
-                .map_err(|e| bad(path, format!("reading the embedding table: {e}")))
-        };
-        let few = || {
-            let before = singly.fetch_add(ids.len(), std::sync::atomic::Ordering::Relaxed);
-            before + ids.len() <= ROWS_READ_SINGLY
-        };
-        if all.get().is_none() && few() {
-            let mut buf = vec![0u8; ids.len() * EMB];
-            for (&row, dst) in ids.iter().zip(buf.chunks_exact_mut(EMB)) {
-                read(offset + (row * EMB) as u64, dst)?;
-            }
-            return Ok(Rows::Picked(buf));
-        }
-        let whole = all.get_or_init(|| {
-            let mut buf = vec![0u8; self.rows * EMB];
-            read(*offset, &mut buf)
-                .map(|()| buf)
-                .map_err(|e| e.to_string())
-        });
-        match whole {
-            Ok(buf) => Ok(Rows::All(buf)),
-            Err(e) => Err(bad(path, e.clone())),
-        }
+    /// Row `row` (`< self.rows`).
+    #[inline]
+    fn row(&self, row: usize) -> &[u8] {
+        &self.bytes[row * EMB..(row + 1) * EMB]
     }
 }
+
+/// A row-major weight matrix.
+struct Mat {
+    w: Words<f32>,
+    rows: usize,
+    cols: usize,
+}
+
+impl Mat {
+    fn new(w: Words<f32>, rows: usize, cols: usize) -> Option<Self> {
+        (w.len() == rows * cols).then_some(Self { w, rows, cols })
+    }
+
+    /// The matrix as an `ndarray` view (its length was checked in [`Mat::new`]).
+    fn view(&self) -> Result<ArrayView2<'_, f32>, EmbedError> {
+        ArrayView2::from_shape((self.rows, self.cols), &self.w)
+            .map_err(|e| EmbedError::Other(format!("use-m3 weight matrix: {e}")))
+    }
+
+    /// `x · self`. A GEMM kernel first copies the whole weight matrix into packed panels,
+    /// which for the few rows of a question costs more than the product; up to
+    /// [`SMALL_PRODUCT_ROWS`] rows, each weight row is instead read once and added, scaled,
+    /// into every output row (the same sums in another order: equal to within rounding).
+    fn apply(&self, x: ArrayView2<'_, f32>) -> Result<Array2<f32>, EmbedError> {
+        let w = self.view()?;
+        if x.nrows() > SMALL_PRODUCT_ROWS {
+            return Ok(x.dot(&w));
+        }
+        let mut y = Array2::<f32>::zeros((x.nrows(), self.cols));
+        for (k, w_row) in w.outer_iter().enumerate() {
+            for (mut y_row, &a) in y.outer_iter_mut().zip(x.column(k)) {
+                if a != 0.0 {
+                    y_row.scaled_add(a, &w_row);
+                }
+            }
+        }
+        Ok(y)
+    }
+}
+
+/// Products with at most this many rows (tokens or texts) skip the GEMM kernel's packing; see
+/// [`Mat::apply`].
+const SMALL_PRODUCT_ROWS: usize = 24;
 
 struct Weights {
     table: Table,
     scale: [f32; NUM_CHUNKS],
     lo: [f32; NUM_CHUNKS],
-    proj_w: Array2<f32>,
-    proj_b: Array1<f32>,
-    ln1_g: Array1<f32>,
-    ln1_b: Array1<f32>,
-    w1: [Array2<f32>; 3],
-    b1: [Array1<f32>; 3],
-    w2: [Array2<f32>; 3],
-    b2: [Array1<f32>; 3],
-    ln_g: Array1<f32>,
-    ln_b: Array1<f32>,
-    cnn_w: Array2<f32>,
-    cnn_b: Array1<f32>,
-    d0: Array2<f32>,
-    d1: Array2<f32>,
-    p1: Array2<f32>,
-    d2: Array2<f32>,
-    p3: Array2<f32>,
-    d3: Array2<f32>,
+    proj_w: Mat,
+    proj_b: Words<f32>,
+    ln1_g: Words<f32>,
+    ln1_b: Words<f32>,
+    w1: [Mat; 3],
+    b1: [Words<f32>; 3],
+    w2: [Mat; 3],
+    b2: [Words<f32>; 3],
+    ln_g: Words<f32>,
+    ln_b: Words<f32>,
+    cnn_w: Mat,
+    cnn_b: Words<f32>,
+    d0: Mat,
+    d1: Mat,
+    p1: Mat,
+    d2: Mat,
+    p3: Mat,
+    d3: Mat,
     eps: f32,
 }
 
@@ -214,12 +192,12 @@ const F32_TENSORS: [(&str, &[usize]); 28] = [
 impl Weights {
     /// Assemble from named f32 tensors, the table buffer and eps.
     fn assemble(
-        mut f32s: HashMap<String, Vec<f32>>,
+        mut f32s: HashMap<String, Words<f32>>,
         table: Table,
         eps: f32,
         path: &Path,
     ) -> Result<Self, EmbedError> {
-        let mut take = |name: &str, shape: &[usize]| -> Result<Vec<f32>, EmbedError> {
+        let mut take = |name: &str, shape: &[usize]| -> Result<Words<f32>, EmbedError> {
             let v = f32s
                 .remove(name)
                 .ok_or_else(|| bad(path, format!("missing tensor `{name}`")))?;
@@ -228,10 +206,10 @@ impl Weights {
             }
             Ok(v)
         };
-        let mut m = |name: &str, shape: &[usize]| -> Result<Array2<f32>, EmbedError> {
+        let mut m = |name: &str, shape: &[usize]| -> Result<Mat, EmbedError> {
             let v = take(name, shape)?;
-            Array2::from_shape_vec((shape[0], shape[1]), v)
-                .map_err(|e| bad(path, format!("tensor `{name}`: {e}")))
+            Mat::new(v, shape[0], shape[1])
+                .ok_or_else(|| bad(path, format!("tensor `{name}` is not {shape:?}")))
         };
         let proj_w = m("proj_w", &[EMB, 3 * CNN])?;
         let w1 = [
@@ -251,9 +229,7 @@ impl Weights {
         let d2 = m("d2", &[320, EMB])?;
         let p3 = m("p3", &[320, EMB])?;
         let d3 = m("d3", &[EMB, EMB])?;
-        let mut v = |name: &str, len: usize| -> Result<Array1<f32>, EmbedError> {
-            Ok(Array1::from_vec(take(name, &[len])?))
-        };
+        let mut v = |name: &str, len: usize| take(name, &[len]);
         let proj_b = v("proj_b", 3 * CNN)?;
         let ln1_g = v("ln1_g", 3 * CNN)?;
         let ln1_b = v("ln1_b", 3 * CNN)?;
@@ -296,77 +272,98 @@ impl Weights {
     fn from_npz(path: &Path) -> Result<Self, EmbedError> {
         let (f32s, table, eps) = npz_tensors(path)?;
         let rows = table.len() / EMB;
+        let f32s = f32s
+            .into_iter()
+            .map(|(k, v)| (k, Words::Owned(v)))
+            .collect();
         Self::assemble(
             f32s,
             Table {
                 rows,
-                source: TableSource::Memory(table),
+                bytes: Words::Owned(table),
             },
             eps,
             path,
         )
     }
 
-    /// Read a file written by [`pack_weights`]: the header and the f32 tensors (14 MB) now, the
-    /// table rows when a batch needs them (see [`Table`]).
-    fn from_packed(path: &Path) -> Result<Self, EmbedError> {
-        use std::io::Read;
-        let io = |e: std::io::Error| bad(path, e.to_string());
-        let mut file = std::fs::File::open(path).map_err(io)?;
-        let file_len = file.metadata().map_err(io)?.len();
-        let mut head = [0u8; 16];
-        file.read_exact(&mut head)
-            .map_err(|_| bad(path, "not a packed use-m3 file"))?;
-        if &head[..8] != PACK_MAGIC {
-            return Err(bad(path, "not a packed use-m3 file"));
-        }
-        let word =
-            |at: usize| u32::from_le_bytes([head[at], head[at + 1], head[at + 2], head[at + 3]]);
-        if word(8) != PACK_VERSION {
-            return Err(bad(path, "unsupported packed file version"));
-        }
-        let header_len = word(12) as usize;
-        if header_len as u64 > file_len {
-            return Err(bad(path, "unreadable packed header"));
-        }
-        let mut header = vec![0u8; header_len];
-        file.read_exact(&mut header)
-            .map_err(|_| bad(path, "unreadable packed header"))?;
-        let header: PackHeader =
-            serde_json::from_slice(&header).map_err(|_| bad(path, "unreadable packed header"))?;
-        let data_start = 16 + header_len;
-        let table_start = data_start as u64 + header.table_offset as u64;
-        let table_len = (header.table_rows as u64).saturating_mul(EMB as u64);
-        if file_len < table_start.saturating_add(table_len) {
-            return Err(bad(path, "table out of bounds"));
-        }
-        let mut data = vec![0u8; header.table_offset];
-        file.read_exact(&mut data).map_err(io)?;
+    /// Read a file written by [`pack_weights`] through a memory map: the header is parsed
+    /// now; the f32 tensors (14 MB) and the table (65 MB) are windows of the map, read by the
+    /// forward pass page by page. Tensors of a file packed without alignment (older installs)
+    /// are copied instead; `mapped` then reports false.
+    fn from_packed(path: &Path) -> Result<(Self, bool), EmbedError> {
+        let file = MappedFile::open(path).map_err(|e| bad(path, e.to_string()))?;
+        let (header, data_start) = packed_header(file.bytes(), path)?;
         let mut f32s = HashMap::new();
+        let mut mapped = true;
         for t in &header.tensors {
-            let bytes = t
-                .len
-                .checked_mul(4)
-                .and_then(|n| data.get(t.offset..t.offset.checked_add(n)?))
+            let w = data_start
+                .checked_add(t.offset)
+                .and_then(|start| Words::mapped_or_copied(&file, start, t.len, f32_le))
                 .ok_or_else(|| bad(path, format!("tensor `{}` out of bounds", t.name)))?;
-            let v: Vec<f32> = bytes
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect();
-            f32s.insert(t.name.clone(), v);
+            mapped &= w.is_mapped();
+            f32s.insert(t.name.clone(), w);
         }
+        let bytes = data_start
+            .checked_add(header.table_offset)
+            .zip(header.table_rows.checked_mul(EMB))
+            .and_then(|(start, len)| Words::mapped(&file, start, len))
+            .ok_or_else(|| bad(path, "table out of bounds"))?;
         let table = Table {
             rows: header.table_rows,
-            source: TableSource::File {
-                path: path.to_path_buf(),
-                file: std::sync::Mutex::new(file),
-                offset: table_start,
-                all: std::sync::OnceLock::new(),
-                singly: std::sync::atomic::AtomicUsize::new(0),
-            },
+            bytes,
         };
-        Self::assemble(f32s, table, header.eps, path)
+        Ok((Self::assemble(f32s, table, header.eps, path)?, mapped))
     }
+}
+
+/// The header of a packed file and the byte offset where its data starts.
+fn packed_header(bytes: &[u8], path: &Path) -> Result<(PackHeader, usize), EmbedError> {
+    let not_packed = || bad(path, "not a packed use-m3 file");
+    let head = bytes.get(..16).ok_or_else(not_packed)?;
+    if &head[..8] != PACK_MAGIC {
+        return Err(not_packed());
+    }
+    let word = |at: usize| u32::from_le_bytes([head[at], head[at + 1], head[at + 2], head[at + 3]]);
+    if word(8) != PACK_VERSION {
+        return Err(bad(path, "unsupported packed file version"));
+    }
+    let data_start = 16 + word(12) as usize;
+    let header = bytes
+        .get(16..data_start)
+        .and_then(|h| serde_json::from_slice(h).ok())
+        .ok_or_else(|| bad(path, "unreadable packed header"))?;
+    Ok((header, data_start))
+}
+
+/// Rewrite a packed file whose tensors are not aligned (written before [`PACK_ALIGN`]) so the
+/// next load maps it instead of copying 14 MB. Same tensors, same bytes; only the header's
+/// padding changes. Best effort: a read-only model directory just stays as it is.
+fn realign_packed(path: &Path) -> Result<(), EmbedError> {
+    let io = |e: std::io::Error| bad(path, e.to_string());
+    let bytes = std::fs::read(path).map_err(io)?;
+    let (header, data_start) = packed_header(&bytes, path)?;
+    let out = packed_file(&header, &bytes[data_start..], path)?;
+    let tmp = crate::models::private_tmp(path);
+    std::fs::write(&tmp, &out).map_err(io)?;
+    std::fs::rename(&tmp, path).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        io(e)
+    })
+}
+
+/// The bytes of a packed file: magic, version, header length, the JSON header padded with
+/// spaces so `data` starts at a multiple of [`PACK_ALIGN`], then `data` (tensors and table).
+fn packed_file(header: &PackHeader, data: &[u8], path: &Path) -> Result<Vec<u8>, EmbedError> {
+    let mut json = serde_json::to_vec(header).map_err(|e| bad(path, e.to_string()))?;
+    json.resize((16 + json.len()).next_multiple_of(PACK_ALIGN) - 16, b' ');
+    let mut file = Vec::with_capacity(16 + json.len() + data.len());
+    file.extend_from_slice(PACK_MAGIC);
+    file.extend_from_slice(&PACK_VERSION.to_le_bytes());
+    file.extend_from_slice(&(json.len() as u32).to_le_bytes());
+    file.extend_from_slice(&json);
+    file.extend_from_slice(data);
+    Ok(file)
 }
 
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -507,15 +504,9 @@ pub fn pack_weights(npz: &Path, out: &Path) -> Result<(), EmbedError> {
         table_rows: table.len() / EMB,
         eps,
     };
-    let header = serde_json::to_vec(&header).map_err(|e| bad(out, e.to_string()))?;
-    let mut file = Vec::with_capacity(16 + header.len() + data.len() + table.len());
-    file.extend_from_slice(PACK_MAGIC);
-    file.extend_from_slice(&PACK_VERSION.to_le_bytes());
-    file.extend_from_slice(&(header.len() as u32).to_le_bytes());
-    file.extend_from_slice(&header);
-    file.extend_from_slice(&data);
-    file.extend_from_slice(&table);
-    let tmp = out.with_extension("bin.tmp");
+    data.extend_from_slice(&table);
+    let file = packed_file(&header, &data, out)?;
+    let tmp = crate::models::private_tmp(out);
     std::fs::write(&tmp, &file).map_err(|e| bad(&tmp, e.to_string()))?;
     std::fs::rename(&tmp, out).map_err(|e| bad(out, e.to_string()))
 }
@@ -550,7 +541,12 @@ impl UseM3 {
             || SentencePiece::load_cached(&sp_path, &dir.join(SP_CACHE_FILE)),
             || {
                 if packed.is_file() {
-                    Weights::from_packed(&packed)
+                    let (w, mapped) = Weights::from_packed(&packed)?;
+                    if !mapped {
+                        // Packed by an older bib: align it once so later loads map it.
+                        let _ = realign_packed(&packed);
+                    }
+                    Ok(w)
                 } else {
                     Weights::from_npz(&npz)
                 }
@@ -616,10 +612,16 @@ impl UseM3 {
         if start < seqs.len() {
             groups.push(start..seqs.len());
         }
-        let outputs: Vec<Array2<f32>> = groups
-            .par_iter()
-            .map(|g| self.forward(&seqs[g.clone()]))
-            .collect::<Result<_, _>>()?;
+        // One group (a question) runs on this thread: handing it to the pool costs a thread
+        // wake-up, which on a busy machine is more than the forward pass itself.
+        let outputs: Vec<Array2<f32>> = if groups.len() == 1 {
+            vec![self.forward(seqs)?]
+        } else {
+            groups
+                .par_iter()
+                .map(|g| self.forward(&seqs[g.clone()]))
+                .collect::<Result<_, _>>()?
+        };
         Ok(outputs
             .into_iter()
             .flat_map(|a| a.outer_iter().map(|r| r.to_vec()).collect::<Vec<_>>())
@@ -651,32 +653,31 @@ impl UseM3 {
                 }
             })
             .collect();
-        let rows = w.table.rows_for(&ids)?;
         let mut feats = Array2::<f32>::zeros((n_tok, FEAT));
         for (t, &row) in ids.iter().enumerate() {
             let c = row % NUM_CHUNKS;
             let (sc, lo) = (w.scale[c], w.lo[c]);
-            let q = rows.row(t, row);
+            let q = w.table.row(row);
             let mut dst = feats.row_mut(t);
             for (d, &b) in dst.iter_mut().take(EMB).zip(q) {
                 *d = f32::from(b) * sc + lo;
             }
         }
 
-        let mut x = feats.slice(s![.., ..EMB]).dot(&w.proj_w);
-        x += &w.proj_b;
-        layer_norm(x.view_mut(), &w.ln1_g, &w.ln1_b, w.eps);
+        let mut x = w.proj_w.apply(feats.slice(s![.., ..EMB]))?;
+        x += &aview1(&w.proj_b);
+        layer_norm(x.view_mut(), aview1(&w.ln1_g), aview1(&w.ln1_b), w.eps);
 
         for (i, &(order, left)) in ORDERS.iter().enumerate() {
             let xs = x.slice(s![.., i * CNN..(i + 1) * CNN]);
             let cols = im2col(xs, order, left, &bounds);
-            let mut h = cols.dot(&w.w1[i]);
-            h += &w.b1[i];
+            let mut h = w.w1[i].apply(cols.view())?;
+            h += &aview1(&w.b1[i]);
             h.mapv_inplace(|v| v.max(0.0));
             h += &xs;
             let cols = im2col(h.view(), order, left, &bounds);
-            let mut c2 = cols.dot(&w.w2[i]);
-            c2 += &w.b2[i];
+            let mut c2 = w.w2[i].apply(cols.view())?;
+            c2 += &aview1(&w.b2[i]);
             c2.mapv_inplace(|v| v.max(0.0));
             c2 += &h;
             feats
@@ -684,7 +685,7 @@ impl UseM3 {
                 .assign(&c2);
         }
         drop(x);
-        layer_norm(feats.view_mut(), &w.ln_g, &w.ln_b, w.eps);
+        layer_norm(feats.view_mut(), aview1(&w.ln_g), aview1(&w.ln_b), w.eps);
 
         let mut sums = Array2::<f32>::zeros((seqs.len(), FEAT));
         let mut at = 0;
@@ -695,24 +696,25 @@ impl UseM3 {
             }
             at += s.len();
         }
-        let mut mean = sums.dot(&w.cnn_w);
+        let mut mean = w.cnn_w.apply(sums.view())?;
+        let cnn_b = aview1(&w.cnn_b);
         for (j, s) in seqs.iter().enumerate() {
             let len = s.len() as f32;
             let inv = 1.0 / len.sqrt();
             let mut row = mean.row_mut(j);
-            row.zip_mut_with(&w.cnn_b, |m, &b| *m = (*m + len * b) * inv);
+            row.zip_mut_with(&cnn_b, |m, &b| *m = (*m + len * b) * inv);
         }
 
         let relu = |a: &mut Array2<f32>| a.mapv_inplace(|v| v.max(0.0));
-        let mut y0 = mean.dot(&w.d0);
+        let mut y0 = w.d0.apply(mean.view())?;
         relu(&mut y0);
-        let mut y1 = mean.dot(&w.p1);
-        y1 += &y0.dot(&w.d1);
+        let mut y1 = w.p1.apply(mean.view())?;
+        y1 += &w.d1.apply(y0.view())?;
         relu(&mut y1);
-        let mut y2 = y1.dot(&w.d2);
+        let mut y2 = w.d2.apply(y1.view())?;
         relu(&mut y2);
-        let mut z = y1.dot(&w.p3);
-        z += &y2.dot(&w.d3);
+        let mut z = w.p3.apply(y1.view())?;
+        z += &w.d3.apply(y2.view())?;
         z.mapv_inplace(f32::tanh);
         for mut row in z.outer_iter_mut() {
             let norm2: f32 = row.iter().map(|v| v * v).sum();
@@ -724,7 +726,12 @@ impl UseM3 {
 }
 
 /// Row-wise layer normalisation in place.
-fn layer_norm(mut x: ArrayViewMut2<'_, f32>, gamma: &Array1<f32>, beta: &Array1<f32>, eps: f32) {
+fn layer_norm(
+    mut x: ArrayViewMut2<'_, f32>,
+    gamma: ArrayView1<'_, f32>,
+    beta: ArrayView1<'_, f32>,
+    eps: f32,
+) {
     let width = x.ncols() as f32;
     for mut row in x.axis_iter_mut(Axis(0)) {
         let mean = row.sum() / width;
@@ -732,8 +739,8 @@ fn layer_norm(mut x: ArrayViewMut2<'_, f32>, gamma: &Array1<f32>, beta: &Array1<
         let var = row.iter().map(|v| v * v).sum::<f32>() / width;
         let inv = 1.0 / (var + eps).sqrt();
         ndarray::Zip::from(&mut row)
-            .and(gamma)
-            .and(beta)
+            .and(&gamma)
+            .and(&beta)
             .for_each(|v, &g, &b| *v = *v * inv * g + b);
     }
 }
@@ -788,16 +795,9 @@ impl Embedder for UseM3 {
     }
 
     fn embed(&self, texts: &[&str], _kind: EmbedKind) -> Result<Vec<Vec<f32>>, EmbedError> {
-        let tokenized: Vec<(Vec<u32>, bool)> =
-            texts.par_iter().map(|t| self.input_ids(t)).collect();
-        let truncated = tokenized.iter().filter(|(_, t)| *t).count();
-        if truncated > 0 {
-            eprintln!(
-                "warning: {truncated} text(s) longer than {MAX_INPUT_TOKENS} tokens were truncated \
-                 for {MODEL_ID}"
-            );
-        }
-        let seqs: Vec<Vec<u32>> = tokenized.into_iter().map(|(ids, _)| ids).collect();
+        // Texts over MAX_INPUT_TOKENS are cut; saying so is the caller's (ingest names the
+        // file and chunk), since a library printing to stderr breaks through progress bars.
+        let seqs: Vec<Vec<u32>> = texts.par_iter().map(|t| self.input_ids(t).0).collect();
         self.embed_ids(&seqs)
     }
 }
@@ -826,11 +826,34 @@ mod tests {
     }
 
     #[test]
+    fn small_products_equal_the_gemm_kernel() {
+        let (k, n) = (37, 29);
+        let w: Vec<f32> = (0..k * n)
+            .map(|i| ((i * 7919) % 97) as f32 / 97.0 - 0.5)
+            .collect();
+        let m = Mat::new(Words::Owned(w), k, n).unwrap();
+        for rows in [1, 3, SMALL_PRODUCT_ROWS, SMALL_PRODUCT_ROWS + 1] {
+            let x = Array2::from_shape_fn((rows, k), |(r, c)| {
+                if (r + c) % 5 == 0 {
+                    0.0
+                } else {
+                    ((r * 31 + c * 17) % 23) as f32 / 23.0 - 0.4
+                }
+            });
+            let want = x.dot(&m.view().unwrap());
+            let got = m.apply(x.view()).unwrap();
+            assert_eq!(got.dim(), want.dim());
+            for (a, b) in got.iter().zip(&want) {
+                assert!((a - b).abs() < 1e-5, "{rows} rows: {a} vs {b}");
+            }
+        }
+    }
+
+    #[test]
     fn layer_norm_centres_and_scales() {
         let mut x = Array2::from_shape_vec((1, 4), vec![1.0f32, 2.0, 3.0, 4.0]).unwrap();
-        let g = Array1::from_vec(vec![1.0f32; 4]);
-        let b = Array1::from_vec(vec![0.5f32; 4]);
-        layer_norm(x.view_mut(), &g, &b, 0.0);
+        let (g, b) = ([1.0f32; 4], [0.5f32; 4]);
+        layer_norm(x.view_mut(), aview1(&g), aview1(&b), 0.0);
         let row = x.row(0);
         assert!((row.sum() - 2.0).abs() < 1e-5);
         assert!((row[3] - 0.5 - 3.0 / 5f32.sqrt()).abs() < 1e-5);

@@ -103,17 +103,47 @@ fn cross_lingual_paraphrases_are_close_and_unrelated_texts_are_not() {
 }
 
 #[test]
-fn rows_read_on_demand_equal_the_whole_table() {
-    // A fresh model reads a short query's table rows one by one; once a large batch has read the
-    // whole table, the same query must embed to the same vector.
-    let Some(fresh) = load_model() else { return };
+fn a_misaligned_packed_file_embeds_the_same_and_is_realigned() {
+    // Installs made before the header was padded have tensors at unaligned offsets: they
+    // load by copying, give the same vectors, and are rewritten aligned for the next load.
+    let Some(installed) = load_model() else {
+        return;
+    };
+    let src = bib_embed::models::installed_path("use-m3").expect("installed");
+    let dir = tempfile::tempdir().unwrap();
+    for f in [
+        bib_embed::use_m3::SP_MODEL_FILE,
+        bib_embed::use_m3::PACKED_FILE,
+    ] {
+        std::fs::copy(src.join(f), dir.path().join(f)).unwrap();
+    }
+    let packed = dir.path().join(bib_embed::use_m3::PACKED_FILE);
+    let bytes = std::fs::read(&packed).unwrap();
+    let header_len = u32::from_le_bytes(bytes[12..16].try_into().unwrap()) as usize;
+    let json = std::str::from_utf8(&bytes[16..16 + header_len])
+        .unwrap()
+        .trim_end();
+    assert_eq!((16 + header_len) % 64, 0, "installs are aligned");
+    // One space more than the bare JSON, and an odd length: misaligned for f32.
+    let mut header = json.as_bytes().to_vec();
+    header.push(b' ');
+    if (16 + header.len()) % 4 == 0 {
+        header.push(b' ');
+    }
+    let mut old = bytes[..12].to_vec();
+    old.extend_from_slice(&(header.len() as u32).to_le_bytes());
+    old.extend_from_slice(&header);
+    old.extend_from_slice(&bytes[16 + header_len..]);
+    std::fs::write(&packed, &old).unwrap();
+
     let q = "¿Cómo firmo un paquete NuGet con un certificado?";
-    let lazy = fresh.embed(&[q], EmbedKind::Query).unwrap();
-    let Some(warm) = load_model() else { return };
-    let long =
-        "Packages are restored from the configured sources and cached globally. ".repeat(120);
-    let texts: Vec<&str> = vec![long.as_str(); 12];
-    assert_eq!(warm.embed(&texts, EmbedKind::Passage).unwrap().len(), 12);
-    let whole = warm.embed(&[q], EmbedKind::Query).unwrap();
-    assert_eq!(lazy, whole, "identical, not just close");
+    let want = installed.embed(&[q], EmbedKind::Query).unwrap();
+    let copied = UseM3::load(dir.path()).unwrap();
+    assert_eq!(copied.embed(&[q], EmbedKind::Query).unwrap(), want);
+    let now = std::fs::read(&packed).unwrap();
+    let realigned = u32::from_le_bytes(now[12..16].try_into().unwrap()) as usize;
+    assert_eq!((16 + realigned) % 64, 0, "rewritten aligned");
+    assert_eq!(now.len() - realigned, bytes.len() - header_len, "same data");
+    let mapped = UseM3::load(dir.path()).unwrap();
+    assert_eq!(mapped.embed(&[q], EmbedKind::Query).unwrap(), want);
 }

@@ -116,21 +116,31 @@ pub fn load_golden(path: &Path) -> Result<Vec<GoldenItem>, EvalError> {
     parse_golden(&text, &path.display().to_string())
 }
 
-/// The last `n` logged questions, oldest first (the order they were asked). A question asked
-/// several times among them counts once (its latest occurrence).
+/// The last `n` distinct logged questions, oldest first (the order they were asked). A
+/// question asked several times counts once (its latest occurrence), so repeats never crowd
+/// out older questions: the log is read further back until `n` distinct ones are found or it
+/// ends.
 pub fn from_query_log(store: &dyn Store, n: usize) -> Result<Vec<GoldenItem>, EvalError> {
-    let entries = store.recent_queries(n)?;
-    let mut seen = std::collections::HashSet::new();
-    let mut out: Vec<GoldenItem> = entries
-        .into_iter()
-        .filter(|e| !e.query.trim().is_empty() && seen.insert(e.query.clone()))
-        .map(|e| GoldenItem {
-            id: Some(format!("log-{}", e.id)),
-            ..GoldenItem::question(e.query)
-        })
-        .collect();
-    out.reverse();
-    Ok(out)
+    let mut limit = n.max(1);
+    loop {
+        let entries = store.recent_queries(limit)?;
+        let exhausted = entries.len() < limit;
+        let mut seen = std::collections::HashSet::new();
+        let mut out: Vec<GoldenItem> = entries
+            .into_iter()
+            .filter(|e| !e.query.trim().is_empty() && seen.insert(e.query.clone()))
+            .take(n)
+            .map(|e| GoldenItem {
+                id: Some(format!("log-{}", e.id)),
+                ..GoldenItem::question(e.query)
+            })
+            .collect();
+        if out.len() >= n || exhausted {
+            out.reverse();
+            return Ok(out);
+        }
+        limit = limit.saturating_mul(4);
+    }
 }
 
 #[cfg(test)]

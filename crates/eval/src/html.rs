@@ -1,13 +1,24 @@
-//! A self-contained HTML report: settings, verdicts, aggregates, the calibration chart (inline
-//! SVG, one point per threshold and window, the chosen operating point marked) and its table,
-//! and the per-question metrics. No external assets; the only script records JavaScript errors
-//! into the page (`data-js-errors`) and marks it rendered (`data-report-ready`), so a headless
-//! browser test can check both.
+//! A self-contained HTML report: settings, verdicts, aggregates, a chart of tokens sent against
+//! evidence kept per variant, the calibration chart (inline SVG, one point per threshold and
+//! window, the chosen operating point marked) and its table, and per question the metrics, the
+//! sources (linked to their files when the caller can say where they are) and the trimmed text
+//! with the removed sentences struck through. No external assets; the only script records
+//! JavaScript errors into the page (`data-js-errors`) and marks it rendered
+//! (`data-report-ready`), so a headless browser test can check both.
 
 use std::fmt::Write as _;
 
-use crate::report::{EvalReport, Status};
+use crate::passage::Passage;
+use crate::report::{EvalReport, VariantMetrics};
 use crate::sweep::SweepReport;
+
+/// Where a source document can be opened: `path` (as stored) to a URL, when known.
+pub type Links<'a> = &'a dyn Fn(&str) -> Option<String>;
+
+/// No links (sources are shown as text).
+pub fn no_links(_: &str) -> Option<String> {
+    None
+}
 
 /// Escape text for HTML content and attribute values.
 pub fn esc(s: &str) -> String {
@@ -36,11 +47,14 @@ const COLORS: [&str; 6] = [
 const STYLE: &str = "body{font:14px/1.45 system-ui,sans-serif;margin:24px;color:#222;max-width:1100px}\
 h1{font-size:20px}h2{font-size:16px;margin-top:28px}table{border-collapse:collapse;margin:8px 0}\
 td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}td:first-child,th:first-child{text-align:left}\
-tr.chosen td{background:#fff3c4;font-weight:600}.pass{color:#1a7f37}.fail{color:#c62828}.inconclusive{color:#8a6d00}\
-svg text{font:12px system-ui,sans-serif}.muted{color:#666}details{margin:4px 0}";
+tr.chosen td{background:#fff3c4;font-weight:600}.pass{color:#1a7f37}.fail{color:#c62828}.unknown{color:#8a6d00}\
+svg text{font:12px system-ui,sans-serif}.muted{color:#666}details{margin:4px 0}\
+.passage{border-left:3px solid #d0d7de;padding:2px 10px;margin:6px 0;white-space:pre-wrap}\
+.passage del{color:#9a9a9a;text-decoration:line-through}.passage .prefix{color:#666;font-size:12px}\
+body.hide-removed .passage del{display:none}";
 
-/// Render the report as one HTML document.
-pub fn render(r: &EvalReport) -> String {
+/// Render the report as one HTML document; `links` turns a source path into a URL.
+pub fn render(r: &EvalReport, links: Links<'_>) -> String {
     let s = &r.settings;
     let mut h = String::new();
     let _ = write!(
@@ -70,11 +84,7 @@ pub fn render(r: &EvalReport) -> String {
 
     h.push_str("<h2>Verdict (reduction &gt; 20%, overlap &gt; 70%, quality not worse)</h2><table id=\"verdicts\"><tr><th>variant</th><th>status</th><th>numbers</th></tr>");
     for v in &r.verdicts {
-        let cls = match v.status {
-            Status::Pass => "pass",
-            Status::Fail => "fail",
-            Status::Inconclusive => "inconclusive",
-        };
+        let cls = v.status.as_str();
         let _ = write!(
             h,
             "<tr><td>{}</td><td class=\"{cls}\">{cls}</td><td style=\"text-align:left\">{}</td></tr>",
@@ -106,6 +116,7 @@ pub fn render(r: &EvalReport) -> String {
         );
     }
     h.push_str("</table>");
+    h.push_str(&variants_chart(r));
 
     if let Some(sw) = &r.sweep {
         h.push_str("<h2>Calibration sweep</h2>");
@@ -134,11 +145,31 @@ pub fn render(r: &EvalReport) -> String {
         h.push_str("</table>");
     }
 
-    h.push_str("<h2>Per question</h2>");
+    per_question(&mut h, r, links);
+    h.push_str(
+        "<script>(function(){var pts=document.querySelectorAll('#sweep-chart .pt');\
+         pts.forEach(function(p){p.addEventListener('mouseenter',function(){var r=document.getElementById('pt-row-'+p.getAttribute('data-index'));\
+         if(r){r.style.outline='2px solid #1f77b4';}});p.addEventListener('mouseleave',function(){\
+         var r=document.getElementById('pt-row-'+p.getAttribute('data-index'));if(r){r.style.outline='';}});});\
+         document.documentElement.setAttribute('data-report-ready',String(pts.length));})();</script>",
+    );
+    h.push_str("</body></html>\n");
+    h
+}
+
+/// Per question: its metrics per variant, the sources linked, and the trimmed text.
+fn per_question(h: &mut String, r: &EvalReport, links: Links<'_>) {
+    h.push_str(
+        "<h2>Per question</h2><p><label><input type=\"checkbox\" id=\"hide-removed\" \
+         onchange=\"document.body.classList.toggle('hide-removed',this.checked)\"> hide the \
+         sentences trimming removed</label></p>",
+    );
     for (i, q) in r.questions.iter().enumerate() {
+        // The first question open, so the report shows at once what trimming does.
+        let open = if i == 0 { " open" } else { "" };
         let _ = write!(
             h,
-            "<details><summary>[{}] {}</summary><table><tr><th>variant</th><th>tokens</th><th>before</th>\
+            "<details class=\"question\"{open}><summary>[{}] {}</summary><table><tr><th>variant</th><th>tokens</th><th>before</th>\
              <th>overlap</th><th>top score</th><th>evidence before</th><th>evidence after</th><th>answer kept</th><th>sources</th></tr>",
             i + 1,
             esc(&q.question)
@@ -154,20 +185,179 @@ pub fn render(r: &EvalReport) -> String {
                 opt(m.evidence_in_topk),
                 opt(m.evidence_kept),
                 m.answer_kept.map_or("–", |b| if b { "yes" } else { "no" }),
-                esc(&m.sources.join(", "))
+                sources(m, links)
             );
         }
-        h.push_str("</table></details>");
+        h.push_str("</table>");
+        for (v, m) in q.variants.iter().filter(|(_, m)| !m.passages.is_empty()) {
+            trimmed_text(h, &v.to_string(), m, links, i == 0);
+        }
+        h.push_str("</details>");
     }
-    h.push_str(
-        "<script>(function(){var pts=document.querySelectorAll('#sweep-chart .pt');\
-         pts.forEach(function(p){p.addEventListener('mouseenter',function(){var r=document.getElementById('pt-row-'+p.getAttribute('data-index'));\
-         if(r){r.style.outline='2px solid #1f77b4';}});p.addEventListener('mouseleave',function(){\
-         var r=document.getElementById('pt-row-'+p.getAttribute('data-index'));if(r){r.style.outline='';}});});\
-         document.documentElement.setAttribute('data-report-ready',String(pts.length));})();</script>",
+}
+
+/// `path#chunk` sources, each a link when its file is known.
+fn sources(m: &VariantMetrics, links: Links<'_>) -> String {
+    m.sources
+        .iter()
+        .map(|src| {
+            let path = src.rsplit_once('#').map_or(src.as_str(), |(p, _)| p);
+            match links(path) {
+                Some(url) => format!("<a href=\"{}\">{}</a>", esc(&url), esc(src)),
+                None => esc(src),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The context a trimming variant sent, chunk by chunk: kept sentences as text, removed ones
+/// struck through (hidden by the checkbox), each chunk under its citation.
+fn trimmed_text(h: &mut String, variant: &str, m: &VariantMetrics, links: Links<'_>, open: bool) {
+    let (kept, total) = m
+        .passages
+        .iter()
+        .map(Passage::kept_of_total)
+        .fold((0, 0), |(a, b), (k, t)| (a + k, b + t));
+    let _ = write!(
+        h,
+        "<details class=\"trimmed\" data-variant=\"{}\"{}><summary>trimmed text ({}): {kept} of {total} sentences kept, {} of {} tokens</summary>",
+        esc(variant),
+        if open { " open" } else { "" },
+        esc(variant),
+        m.tokens,
+        m.tokens_before
     );
-    h.push_str("</body></html>\n");
-    h
+    for p in &m.passages {
+        let cite = if p.line_start > 0 {
+            format!("{}:{}-{}", p.path, p.line_start, p.line_end)
+        } else {
+            p.path.clone()
+        };
+        let cite = match links(&p.path) {
+            Some(url) => format!("<a href=\"{}\">{}</a>", esc(&url), esc(&cite)),
+            None => esc(&cite),
+        };
+        let _ = write!(
+            h,
+            "<div class=\"passage\"><div class=\"prefix\">{cite} · {}</div>",
+            esc(&p.prefix)
+        );
+        for piece in &p.pieces {
+            if piece.kept {
+                h.push_str(&esc(&piece.text));
+            } else {
+                let _ = write!(h, "<del>{}</del>", esc(&piece.text));
+            }
+        }
+        h.push_str("</div>");
+    }
+    h.push_str("</details>");
+}
+
+/// Tokens sent against quality, one point per variant: evidence kept (else answers kept; else,
+/// with no quality data, overlap with the baseline's chunks, and the axis says so).
+pub fn variants_chart(r: &EvalReport) -> String {
+    let aggs = &r.aggregates;
+    let ev = aggs.iter().any(|a| a.evidence_recall_after.is_some());
+    let ans = aggs.iter().any(|a| a.answer_recall_after.is_some());
+    let (ylabel, y_of): (&str, fn(&crate::report::VariantAggregate) -> f64) = if ev {
+        ("evidence kept (recall)", |a| {
+            a.evidence_recall_after.unwrap_or(0.0)
+        })
+    } else if ans {
+        ("answers kept (recall)", |a| {
+            a.answer_recall_after.unwrap_or(0.0)
+        })
+    } else {
+        (
+            "overlap with the baseline's chunks (quality unknown)",
+            |a| a.avg_overlap_vs_baseline,
+        )
+    };
+    let (w, hgt, ml, mr, mt, mb) = (820.0, 360.0, 70.0, 150.0, 20.0, 50.0);
+    let (pw, ph) = (w - ml - mr, hgt - mt - mb);
+    let x1 = aggs.iter().map(|a| a.avg_tokens).fold(1.0, f64::max) * 1.1;
+    let sx = |x: f64| ml + x / x1 * pw;
+    let sy = |y: f64| mt + ph - y.clamp(0.0, 1.0) * ph;
+    let mut s = String::from("<h2>Tokens sent and evidence kept, per variant</h2>");
+    let _ = write!(
+        s,
+        "<svg id=\"variants-chart\" xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{hgt}\" \
+         viewBox=\"0 0 {w} {hgt}\" role=\"img\" aria-label=\"{} against average tokens sent\">\
+         <rect x=\"{ml}\" y=\"{mt}\" width=\"{pw}\" height=\"{ph}\" fill=\"#fafafa\" stroke=\"#999\"/>",
+        esc(ylabel)
+    );
+    for i in 0..=5 {
+        let (fx, fy) = (x1 * f64::from(i) / 5.0, f64::from(i) / 5.0);
+        let _ = write!(
+            s,
+            "<line x1=\"{0:.1}\" y1=\"{mt}\" x2=\"{0:.1}\" y2=\"{1:.1}\" stroke=\"#e3e3e3\"/>\
+             <text x=\"{0:.1}\" y=\"{2:.1}\" text-anchor=\"middle\">{3:.0}</text>\
+             <line x1=\"{ml}\" y1=\"{4:.1}\" x2=\"{5:.1}\" y2=\"{4:.1}\" stroke=\"#e3e3e3\"/>\
+             <text x=\"{6:.1}\" y=\"{7:.1}\" text-anchor=\"end\">{8:.1}</text>",
+            sx(fx),
+            mt + ph,
+            mt + ph + 16.0,
+            fx,
+            sy(fy),
+            ml + pw,
+            ml - 6.0,
+            sy(fy) + 4.0,
+            fy
+        );
+    }
+    let _ = write!(
+        s,
+        "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\">average tokens sent per question</text>\
+         <text transform=\"translate(16,{:.1}) rotate(-90)\" text-anchor=\"middle\">{}</text>",
+        ml + pw / 2.0,
+        hgt - 10.0,
+        mt + ph / 2.0,
+        esc(ylabel)
+    );
+    // Variants at the same spot share one label ("baseline, bm25, hybrid").
+    let mut labels: Vec<(f64, f64, Vec<String>)> = Vec::new();
+    for (i, a) in aggs.iter().enumerate() {
+        let (x, y) = (sx(a.avg_tokens), sy(y_of(a)));
+        let color = COLORS[i % COLORS.len()];
+        let _ = write!(
+            s,
+            "<circle class=\"variant-pt\" data-variant=\"{v}\" cx=\"{x:.1}\" cy=\"{y:.1}\" r=\"6\" fill=\"{color}\" fill-opacity=\"0.8\">\
+             <title>{v}: {:.0} tokens, {}: {:.3}</title></circle>",
+            a.avg_tokens,
+            esc(ylabel),
+            y_of(a),
+            v = a.variant,
+        );
+        match labels
+            .iter_mut()
+            .find(|(lx, ly, _)| (lx - x).abs() < 12.0 && (ly - y).abs() < 12.0)
+        {
+            Some((_, _, names)) => names.push(a.variant.to_string()),
+            None => labels.push((x, y, vec![a.variant.to_string()])),
+        }
+    }
+    // Left to right, a label close to the one before goes on the other side of its point.
+    labels.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let (mut last_x, mut last_above) = (f64::NEG_INFINITY, false);
+    for (x, y, names) in &labels {
+        let above = if x - last_x < 120.0 {
+            !last_above
+        } else {
+            true
+        };
+        (last_x, last_above) = (*x, above);
+        let _ = write!(
+            s,
+            "<text x=\"{:.1}\" y=\"{:.1}\">{}</text>",
+            x + 9.0,
+            if above { y - 8.0 } else { y + 18.0 },
+            esc(&names.join(", "))
+        );
+    }
+    s.push_str("</svg>");
+    s
 }
 
 /// The sweep chart: x = token reduction %, y = evidence recall after trimming (answer recall
@@ -410,6 +600,98 @@ mod tests {
         assert!(svg.contains("baseline 1.000"));
         assert!(!chart(&sweep(None)).contains("chosen-point"));
         assert!(svg.starts_with("<svg") && svg.ends_with("</svg>"));
+    }
+
+    #[test]
+    fn trimmed_text_strikes_removed_sentences_and_links_sources() {
+        use crate::passage::Piece;
+        use crate::report::QuestionReport;
+        use crate::variant::Variant;
+        let p = Passage {
+            path: "push.md".into(),
+            line_start: 3,
+            line_end: 9,
+            prefix: "[Doc: Push]".into(),
+            pieces: vec![
+                Piece {
+                    text: "Kept <one>.".into(),
+                    kept: true,
+                },
+                Piece {
+                    text: " Gone.".into(),
+                    kept: false,
+                },
+            ],
+        };
+        let m = VariantMetrics {
+            chunk_ids: vec![1],
+            sources: vec!["push.md#0".into()],
+            top_score: None,
+            tokens: 5,
+            tokens_before: 9,
+            exact_tokens: None,
+            exact_tokens_before: None,
+            overlap_vs_baseline: 1.0,
+            evidence_in_topk: None,
+            evidence_kept: None,
+            answer_in_topk: None,
+            answer_kept: None,
+            file_hit: None,
+            answer: None,
+            passages: vec![p],
+            ms: 1.0,
+        };
+        let links = |path: &str| (path == "push.md").then(|| "file:///kb/push.md".to_string());
+        let mut h = String::new();
+        trimmed_text(&mut h, "trim", &m, &links, false);
+        assert!(h.contains("Kept &lt;one&gt;.<del> Gone.</del>"), "{h}");
+        assert!(h.contains("1 of 2 sentences kept, 5 of 9 tokens"), "{h}");
+        assert!(
+            h.contains("<a href=\"file:///kb/push.md\">push.md:3-9</a>"),
+            "{h}"
+        );
+        assert_eq!(
+            sources(&m, &links),
+            "<a href=\"file:///kb/push.md\">push.md#0</a>"
+        );
+        assert_eq!(sources(&m, &no_links), "push.md#0");
+        // The variants chart has one point per variant, on a quality axis that says what it is.
+        let q = QuestionReport {
+            id: None,
+            question: "q".into(),
+            variants: [(Variant::Baseline, m.clone()), (Variant::Trim, m)]
+                .into_iter()
+                .collect(),
+        };
+        let aggregates = crate::report::aggregate(&[q], &[Variant::Baseline, Variant::Trim]);
+        let r = EvalReport {
+            settings: crate::report::EvalSettings {
+                source: "questions".into(),
+                model: None,
+                top_k: 5,
+                mode: "hybrid".into(),
+                trim_threshold: 0.2,
+                trim_window: 0,
+                trim_min_sentences: 0,
+                small_to_big_hits: 10,
+                quality_tolerance: 0.05,
+                filters: vec![],
+                variants: vec![Variant::Baseline, Variant::Trim],
+                synthesize: false,
+                questions: 1,
+            },
+            summary: serde_json::Value::Null,
+            aggregates,
+            verdicts: vec![],
+            questions: vec![],
+            sweep: None,
+        };
+        let svg = variants_chart(&r);
+        assert_eq!(svg.matches("class=\"variant-pt\"").count(), 2);
+        assert!(
+            svg.contains("quality unknown"),
+            "no evidence: the axis says so"
+        );
     }
 
     #[test]

@@ -17,6 +17,7 @@ pub mod error;
 pub mod golden;
 pub mod html;
 pub mod matching;
+pub mod passage;
 pub mod report;
 pub mod small_to_big;
 pub mod sweep;
@@ -147,6 +148,7 @@ impl EvalArgs {
             window: self.trim_window,
             scorer,
             lexical_top: self.trim_lexical_top,
+            structure: bib_retrieve::trim::ASK_PROFILE.structure,
             ..TrimOptions::default()
         }
     }
@@ -166,14 +168,29 @@ impl EvalArgs {
     }
 }
 
+/// Told how far an evaluation is (the CLI draws a bar on a terminal; [`NoProgress`] is
+/// silent). One step at a time: `questions`, one unit per question.
+pub trait Progress {
+    fn start(&self, _step: &str, _total: u64) {}
+    fn advance(&self, _n: u64) {}
+    fn finish(&self) {}
+}
+
+/// Silent progress.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoProgress;
+
+impl Progress for NoProgress {}
+
 /// What the harness reads from: an index, optionally every chunk (small-to-big), the embedder,
-/// a cache shared across variants, and a chat endpoint for synthesis.
+/// a cache shared across variants, a chat endpoint for synthesis, and where progress goes.
 pub struct Kb<'a> {
     pub index: &'a dyn ChunkIndex,
     pub corpus: Option<&'a dyn Corpus>,
     pub embedder: Option<&'a dyn Embedder>,
     pub cache: &'a EmbeddingCache,
     pub synth: Option<&'a SynthConfig>,
+    pub progress: &'a dyn Progress,
 }
 
 impl std::fmt::Debug for Kb<'_> {
@@ -207,7 +224,7 @@ pub fn resolve_questions(
             ));
         };
         let items = from_query_log(store, args.last_n)?;
-        (items, format!("query_log:last {}", args.last_n))
+        (items, format!("query_log:last {} distinct", args.last_n))
     };
     if let Some(l) = args.limit {
         items.truncate(l);
@@ -231,6 +248,7 @@ pub fn evaluate_store(
     cache: &EmbeddingCache,
     synth: Option<&SynthConfig>,
     args: &EvalArgs,
+    progress: &dyn Progress,
 ) -> Result<EvalReport, EvalError> {
     let (items, source) = resolve_questions(args, Some(store))?;
     let index = StoreIndex::new(store);
@@ -241,6 +259,7 @@ pub fn evaluate_store(
         embedder,
         cache,
         synth,
+        progress,
     };
     evaluate(&kb, &items, &source, args)
 }
@@ -346,6 +365,7 @@ pub fn evaluate(
     };
     let mut questions = Vec::with_capacity(items.len());
     let mut sweep_inputs = Vec::new();
+    kb.progress.start("questions", items.len() as u64);
     for item in items {
         let mut per: BTreeMap<Variant, VariantMetrics> = BTreeMap::new();
         let mut base_ids: Vec<i64> = Vec::new();
@@ -386,6 +406,7 @@ pub fn evaluate(
                     answer_kept: after.answer,
                     file_hit: file_hit(item, &paths),
                     answer: None,
+                    passages: Vec::new(),
                     ms: 0.0,
                 }
             } else {
@@ -422,12 +443,15 @@ pub fn evaluate(
                 let ids: Vec<i64> = r.chunks.iter().map(|c| c.chunk.id).collect();
                 let cut: Vec<&str> = r.chunks.iter().map(|c| c.chunk.content.as_str()).collect();
                 let after = measure(&cut, item, kb.embedder);
-                let before = if opts.trim.is_some() {
+                let (before, passages) = if opts.trim.is_some() {
                     let originals = kb.index.chunks(&ids)?;
                     let whole: Vec<&str> = originals.iter().map(|c| c.content.as_str()).collect();
-                    measure(&whole, item, kb.embedder)
+                    (
+                        measure(&whole, item, kb.embedder),
+                        passage::passages(&r, &originals),
+                    )
                 } else {
-                    measure(&cut, item, kb.embedder)
+                    (measure(&cut, item, kb.embedder), Vec::new())
                 };
                 let paths: Vec<&str> = r.chunks.iter().map(|c| c.chunk.path.as_str()).collect();
                 if v == Variant::Baseline {
@@ -460,6 +484,7 @@ pub fn evaluate(
                     answer_kept: after.answer,
                     file_hit: file_hit(item, &paths),
                     answer,
+                    passages,
                     ms: 0.0,
                 }
             };
@@ -471,7 +496,9 @@ pub fn evaluate(
             question: item.question.clone(),
             variants: per,
         });
+        kb.progress.advance(1);
     }
+    kb.progress.finish();
     let aggregates = report::aggregate(&questions, &variants);
     let verdicts = report::verdicts(&aggregates, args.quality_tolerance);
     let sweep = args.sweep.as_ref().map(|spec| {

@@ -46,6 +46,9 @@ pub struct VariantMetrics {
     /// The synthesised answer, when synthesis is on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub answer: Option<String>,
+    /// Trimming variants: each chunk with the sentences kept and removed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub passages: Vec<crate::passage::Passage>,
     /// Wall time of this variant for this question, milliseconds.
     pub ms: f64,
 }
@@ -87,9 +90,24 @@ pub struct VariantAggregate {
 #[serde(rename_all = "lowercase")]
 pub enum Status {
     Pass,
+    /// A criterion that can be measured failed: quality measured worse, or (for a
+    /// token-saving variant) too few tokens saved.
     Fail,
-    /// Tokens and overlap pass but there is no reference data to judge quality.
-    Inconclusive,
+    /// Quality cannot be measured (the questions carry no evidence or answers, e.g. replayed
+    /// from the query log) and nothing measurable failed.
+    #[serde(alias = "inconclusive")]
+    Unknown,
+}
+
+impl Status {
+    /// How the terminal table and the HTML report name it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Pass => "pass",
+            Status::Fail => "fail",
+            Status::Unknown => "unknown",
+        }
+    }
 }
 
 /// The verdict for one variant against the spec's criteria, with the numbers.
@@ -259,16 +277,22 @@ pub fn verdicts(aggs: &[VariantAggregate], tol: f64) -> Vec<Verdict> {
                 }
             }
             if quality.is_none() {
-                parts.push("quality unknown: the questions carry no evidence or answers".into());
+                parts.push(
+                    "quality unknown: the questions carry no evidence or answers (use --golden)"
+                        .into(),
+                );
             }
             let shape_ok = !a.variant.saves_tokens() || (reduction_ok && overlap_ok);
             if !a.variant.saves_tokens() {
                 parts.push("(a retrieval variant: judged on quality only)".into());
             }
-            let status = match (shape_ok, quality) {
-                (false, _) | (true, Some(false)) => Status::Fail,
-                (true, Some(true)) => Status::Pass,
-                (true, None) => Status::Inconclusive,
+            // Without quality data only the token criterion can fail for sure: low overlap
+            // says the variant sends other chunks, not that they are worse.
+            let status = match quality {
+                Some(true) if shape_ok => Status::Pass,
+                Some(_) => Status::Fail,
+                None if a.variant.saves_tokens() && !reduction_ok => Status::Fail,
+                None => Status::Unknown,
             };
             Verdict {
                 variant: a.variant,
@@ -346,7 +370,7 @@ pub fn render_text(r: &EvalReport) -> String {
             out,
             "{:<13} {:<12} {}",
             v.variant.as_str(),
-            format!("{:?}", v.status).to_uppercase(),
+            v.status.as_str().to_uppercase(),
             v.text
         );
     }
@@ -405,6 +429,7 @@ mod tests {
             answer_kept: None,
             file_hit: None,
             answer: None,
+            passages: Vec::new(),
             ms: 1.0,
         }
     }
@@ -453,7 +478,9 @@ mod tests {
             (70, 1.0, Some(1.0), Status::Pass),
             (85, 1.0, Some(1.0), Status::Fail), // only 15% saved
             (50, 0.5, Some(1.0), Status::Fail), // overlap too low
-            (50, 1.0, None, Status::Inconclusive),
+            (50, 1.0, None, Status::Unknown),
+            (50, 0.5, None, Status::Unknown), // other chunks, maybe not worse
+            (85, 1.0, None, Status::Fail),    // too few tokens saved, whatever the quality
         ];
         for (t, o, ev, want) in cases {
             let base_ev = ev.map(|_| 1.0);
@@ -476,5 +503,20 @@ mod tests {
             let a = aggregate(&qs, &[Variant::Baseline, Variant::Bm25]);
             assert_eq!(verdicts(&a, 0.0)[0].status, want, "bm25 evidence {ev}");
         }
+        // Logged questions: a retrieval variant with other chunks is unknown, not failed.
+        let qs = vec![QuestionReport {
+            id: None,
+            question: "q".into(),
+            variants: [
+                (Variant::Baseline, m(100, 1.0, None)),
+                (Variant::Vector, m(100, 0.2, None)),
+            ]
+            .into_iter()
+            .collect(),
+        }];
+        let a = aggregate(&qs, &[Variant::Baseline, Variant::Vector]);
+        let v = &verdicts(&a, 0.0)[0];
+        assert_eq!((v.status, v.quality_ok), (Status::Unknown, None));
+        assert!(v.text.contains("quality unknown"), "{}", v.text);
     }
 }

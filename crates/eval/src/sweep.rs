@@ -209,6 +209,7 @@ pub fn run(
                 window,
                 scorer,
                 lexical_top,
+                structure: bib_retrieve::trim::ASK_PROFILE.structure,
                 ..TrimOptions::default()
             };
             let (mut tok, mut ev, mut ans) = (0usize, Vec::new(), Vec::new());

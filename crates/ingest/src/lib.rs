@@ -192,6 +192,10 @@ pub struct RunReport {
     /// Chunks written (created + updated) per second of wall time.
     pub chunks_per_sec: f64,
     pub errors: Vec<FileIssue>,
+    /// What the run did but a reader should know, per file (e.g. a chunk longer than the
+    /// model reads, embedded from its first tokens only).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<FileIssue>,
     /// Why the run failed, when it did.
     pub failure: Option<String>,
     /// The term function of the lexical index after the run ([`bib_text::terms::TermConfig::id`]).
@@ -213,14 +217,26 @@ pub enum IngestError {
     Watch(String),
 }
 
+/// What a phase's units of work count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unit {
+    /// Files (registering).
+    Files,
+    /// Bytes of Markdown (indexing: chunking, embedding and writing take time in proportion
+    /// to the text, not to the number of documents).
+    Bytes,
+}
+
 /// Progress reporting seam (the CLI draws bars on a terminal; the default is silent).
 pub trait Progress: Send + Sync {
     /// A phase starts with `total` units of work.
-    fn start(&self, _phase: &str, _total: u64) {}
+    fn start(&self, _phase: &str, _total: u64, _unit: Unit) {}
     /// `n` units done.
     fn advance(&self, _n: u64) {}
     /// The current phase is over.
     fn finish(&self) {}
+    /// A warning about one file, as it happens (it is in the run record's `warnings` too).
+    fn warn(&self, _issue: &FileIssue) {}
 }
 
 /// Silent progress.

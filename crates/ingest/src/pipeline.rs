@@ -13,7 +13,9 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 use crate::scan::{scan_with, FoundFile};
-use crate::{FileIssue, IngestError, IngestOptions, PhaseA, PhaseB, PhaseC, Progress, RunReport};
+use crate::{
+    FileIssue, IngestError, IngestOptions, PhaseA, PhaseB, PhaseC, Progress, RunReport, Unit,
+};
 
 /// A registered document (Phase A output).
 #[derive(Debug, Clone, PartialEq)]
@@ -21,8 +23,12 @@ pub struct ParsedDoc {
     pub path: String,
     pub title: String,
     pub metadata: Value,
-    /// The whole source text (front-matter included).
+    /// The text the chunker reads: the file with its `[!INCLUDE]`s expanded (front-matter
+    /// included).
     pub text: String,
+    /// The file as written (BOM dropped): what `content_hash` hashes, what citations count
+    /// lines in, and what the store keeps for `bib get`.
+    pub source: String,
     /// Byte offset of the body within `text`.
     pub body_offset: usize,
     /// SHA-256 of the source text.
@@ -72,6 +78,7 @@ pub fn read_document(root: &Path, file: &FoundFile, max_bytes: u64) -> Result<Pa
     // The hash is of the file as written, so an edit to an included file alone is not seen as a
     // change of this document (the chunk hashes still are).
     let content_hash = sha256_hex(&text);
+    let source = text.clone();
     let text = resolve_includes(root, file, text, body_offset, max_bytes)?;
     Ok(ParsedDoc {
         path: file.path.clone(),
@@ -80,6 +87,7 @@ pub fn read_document(root: &Path, file: &FoundFile, max_bytes: u64) -> Result<Pa
         content_hash,
         body_offset,
         text,
+        source,
     })
 }
 
@@ -222,6 +230,7 @@ struct Ctx<'a> {
     docs: &'a [ParsedDoc],
     b: PhaseB,
     issues: Vec<FileIssue>,
+    warnings: Vec<FileIssue>,
     /// Paths written successfully, with the chunk count written.
     written: HashMap<String, u32>,
     /// The collection the run writes into.
@@ -271,8 +280,24 @@ impl Ctx<'_> {
         let tokenizer = self.embedder.tokenizer();
         let cap = self.embedder.max_input_tokens().max(1);
         for &(d, c) in &need {
+            let doc_idx = window[d].doc_idx;
             let pc = &mut window[d].chunks[c];
             pc.tokens_model = tokenizer.count_tokens(&pc.text) as u32;
+            if pc.tokens_model as usize > cap {
+                let issue = FileIssue {
+                    path: self.docs[doc_idx].path.clone(),
+                    phase: "B".into(),
+                    reason: format!(
+                        "chunk {} has {} tokens; {} reads the first {cap}, so the rest of it \
+                         is found by keywords only",
+                        pc.index,
+                        pc.tokens_model,
+                        self.embedder.model_id()
+                    ),
+                };
+                self.progress.warn(&issue);
+                self.warnings.push(issue);
+            }
         }
         let padded: Vec<usize> = need
             .iter()
@@ -345,7 +370,7 @@ impl Ctx<'_> {
                 self.b.documents_unchanged += 1;
                 self.written
                     .insert(doc.path.clone(), plan.chunks.len() as u32);
-                self.progress.advance(1);
+                self.progress.advance(doc.text.len() as u64);
                 continue;
             }
             let to_write = plan.chunks.iter().filter(|c| c.write).count() as u64;
@@ -356,7 +381,7 @@ impl Ctx<'_> {
                     phase: "B".into(),
                     reason,
                 });
-                self.progress.advance(1);
+                self.progress.advance(doc.text.len() as u64);
                 continue;
             }
             let mut upserts = Vec::new();
@@ -390,6 +415,7 @@ impl Ctx<'_> {
                 content_hash: doc.content_hash.clone(),
                 chunk_count: plan.chunks.len() as u32,
                 upserts,
+                source: Some(doc.source.clone()),
             };
             match self.store.apply_document(&change) {
                 Ok(out) => {
@@ -408,7 +434,7 @@ impl Ctx<'_> {
                     });
                 }
             }
-            self.progress.advance(1);
+            self.progress.advance(doc.text.len() as u64);
         }
         // 4. Sentence vectors for trimming, after the chunks are safely written.
         self.embed_sentences(&sentence_sources);
@@ -568,7 +594,7 @@ pub fn ingest(
     })?;
     let mut issues = scanned.issues;
     let scan_issues = issues.len();
-    progress.start("register", scanned.files.len() as u64);
+    progress.start("register", scanned.files.len() as u64, Unit::Files);
     let mut docs: Vec<ParsedDoc> = Vec::new();
     let mut seen: HashSet<String> = HashSet::new();
     let found: HashSet<String> = scanned.files.iter().map(|f| f.path.clone()).collect();
@@ -578,11 +604,6 @@ pub fn ingest(
         .iter()
         .filter(|d| d.collection != collection)
         .map(|d| (d.path.as_str(), d.collection.as_str()))
-        .collect();
-    let abs_of: HashMap<&str, &Path> = scanned
-        .files
-        .iter()
-        .map(|f| (f.path.as_str(), f.abs.as_path()))
         .collect();
     for f in &scanned.files {
         if let Some(other) = foreign.get(f.path.as_str()) {
@@ -646,11 +667,19 @@ pub fn ingest(
         .filter(|d| !found.contains(&d.path))
         .map(|d| d.path.clone())
         .collect();
-    let failure = if candidates == 0 && !own.is_empty() {
+    let failure = if candidates == 0 {
+        // An empty folder is almost always the wrong path: say so, and never prune on it.
+        let kept = if own.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; the {} stored documents of collection `{collection}` are kept",
+                own.len()
+            )
+        };
         Some(format!(
-            "no Markdown files found under {root_shown}; refusing to prune the {} stored \
-             documents of collection `{collection}`",
-            own.len()
+            "no Markdown files (*.md) found under {root_shown} (hidden entries, .gitignore, \
+             .bibignore and --exclude patterns are skipped); nothing was changed{kept}"
         ))
     } else if !opts.allow_prune
         && vanished.len() > crate::PRUNE_GUARD_MIN
@@ -697,31 +726,23 @@ pub fn ingest(
         docs: &docs,
         b: PhaseB::default(),
         issues: Vec::new(),
+        warnings: Vec::new(),
         written: HashMap::new(),
         collection: collection.clone(),
     };
-    progress.start("index", docs.len() as u64);
+    progress.start(
+        "index",
+        docs.iter().map(|d| d.text.len() as u64).sum(),
+        Unit::Bytes,
+    );
     let mut window: Vec<DocPlan> = Vec::new();
     let mut pending = 0usize;
     for (i, doc) in docs.iter().enumerate() {
         let body = &doc.text[doc.body_offset..];
         let chunks = chunk_markdown(&doc.title, body, doc.body_offset, &opts.chunk);
         // Spans of a document with includes refer to the expanded text; cite the file's lines
-        // (crate::lines). The stored hash is of the file as written, so equal hashes mean no
-        // include was expanded.
-        let raw: Option<String> = if sha256_hex(&doc.text) == doc.content_hash {
-            None
-        } else {
-            abs_of
-                .get(doc.path.as_str())
-                .and_then(|p| std::fs::read_to_string(p).ok())
-                .map(|t| t.strip_prefix('\u{feff}').map(str::to_string).unwrap_or(t))
-        };
-        let line_map = crate::lines::LineMap::new(
-            raw.as_deref().unwrap_or(&doc.text),
-            &doc.text,
-            doc.body_offset,
-        );
+        // (crate::lines).
+        let line_map = crate::lines::LineMap::new(&doc.source, &doc.text, doc.body_offset);
         let old: HashMap<u32, &ChunkState> = by_path
             .get(&doc.path)
             .map(|v| v.iter().map(|s| (s.chunk_index, s)).collect())
@@ -759,6 +780,7 @@ pub fn ingest(
                 && d.metadata == doc.metadata
                 && d.content_hash == doc.content_hash
                 && d.chunk_count as usize == planned.len()
+                && d.has_source
         });
         let write = !row_same || planned.iter().any(|c| c.write) || old.len() != planned.len();
         window.push(DocPlan {
@@ -777,6 +799,7 @@ pub fn ingest(
     let mut b = ctx.b;
     let written = ctx.written;
     issues.extend(ctx.issues);
+    report.warnings = ctx.warnings;
     let ok = b.chunks_created + b.chunks_updated + b.chunks_skipped;
     report.coverage.chunks = if b.chunks_total == 0 {
         1.0

@@ -475,13 +475,19 @@ fn public_prefix_never_registers_twice_and_empty_root_refuses_to_prune() {
     assert!(paths.contains(&"only.md".to_string()));
     assert_eq!(paths.iter().filter(|p| *p == "p0.md").count(), 1);
     assert!(r.errors.iter().any(|e| e.reason.contains("normalization")));
-    // An empty directory is another (empty) collection: it removes nothing.
+    // An empty directory is almost always a wrong path: the run fails saying so, and
+    // removes nothing.
     let empty = t.path().join("empty");
     std::fs::create_dir_all(&empty).unwrap();
     let r = run(&empty, &store, &emb);
     assert_eq!(
         (r.status.as_str(), r.collection.as_str()),
-        ("completed", "empty")
+        ("failed", "empty")
+    );
+    let f = r.failure.as_deref().unwrap();
+    assert!(
+        f.contains("no Markdown files") && f.contains("nothing was changed"),
+        "{f}"
     );
     assert_eq!(store.documents().unwrap().len(), 10);
     // The wiki's own root emptied must not wipe its collection.
@@ -489,8 +495,9 @@ fn public_prefix_never_registers_twice_and_empty_root_refuses_to_prune() {
     std::fs::create_dir_all(&root).unwrap();
     let r = run(&root, &store, &emb);
     assert_eq!(r.status, "failed");
+    let f = r.failure.as_deref().unwrap();
     assert!(
-        r.failure.as_deref().unwrap().contains("no Markdown files"),
+        f.contains("no Markdown files") && f.contains("10 stored documents"),
         "{r:?}"
     );
     assert_eq!(store.documents().unwrap().len(), 10);

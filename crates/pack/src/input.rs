@@ -1,5 +1,7 @@
 //! Histories from JSON: OpenAI-style `[{role, content, ts?}]` and Anthropic-style content
-//! blocks, flattened to plain text messages the packer understands.
+//! blocks, flattened to plain text messages the packer understands. [`history_from_value`] is
+//! the one reader of this format: `bib pack` (stdin) and HTTP `/pack` / MCP `bib_pack`
+//! (`messages`) all go through it.
 //!
 //! - The top level is an array of messages, or an object with a `messages` array.
 //! - `content` is a string, `null`, or an array of blocks: `text` blocks are joined; each
@@ -9,12 +11,16 @@
 //!   its call so "the call just before the result" holds even for parallel calls.
 //! - OpenAI `tool_calls` on an assistant message are flattened the same way; `role: "tool"`
 //!   messages get the `[Tool result]: ` prefix.
-//! - The timestamp is read from `ts`, `time`, `timestamp`, `date` or `createdAt` (epoch s/ms or
-//!   a date string).
+//! - `role` is a non-empty string.
+//! - A message's time is `ts` or `timestamp` (one of them), as [`timestamp_ms`] reads it: an
+//!   RFC 3339 date-time string (`2026-08-07T12:00:00Z`, `2026-08-07T14:00:00+02:00`) or a
+//!   number of epoch **milliseconds**. Seconds are never guessed: a number in the range of
+//!   epoch seconds (1e8 to 1e11, 1973 to 5138 as seconds) is refused with the milliseconds it
+//!   probably meant, as are numbers too large for milliseconds (micro- or nanoseconds) and
+//!   anything else. `time`, `date` and `createdAt` are refused, naming `ts`.
 
 use serde_json::{Map, Value};
 
-use crate::dates::time_value;
 use crate::Message;
 
 /// Why a history could not be read. Messages name the index and field at fault.
@@ -28,6 +34,71 @@ pub enum InputError {
     TopLevel(&'static str),
     #[error("message {index}: {reason}")]
     Message { index: usize, reason: String },
+}
+
+/// The keys a message's time is read from.
+pub const TIME_KEYS: [&str; 2] = ["ts", "timestamp"];
+
+/// Keys that look like a time but are not read (refused so a time is never silently lost).
+const NOT_TIME_KEYS: [&str; 3] = ["time", "date", "createdAt"];
+
+/// Epoch milliseconds accepted: from 1e11 (1973-03-03) to below 1e14 (year 5138).
+const MS_RANGE: std::ops::Range<f64> = 1e11..1e14;
+
+/// A message's time as epoch milliseconds: an RFC 3339 date-time string, or a number of epoch
+/// milliseconds in [1e11, 1e14). The error says what the value probably was.
+pub fn timestamp_ms(v: &Value) -> Result<i64, String> {
+    match v {
+        Value::Number(n) => {
+            let f = n.as_f64().filter(|f| f.is_finite()).unwrap_or(f64::NAN);
+            if MS_RANGE.contains(&f) {
+                Ok(f as i64)
+            } else if (1e8..1e11).contains(&f) {
+                Err(format!(
+                    "{n} looks like epoch seconds; give epoch milliseconds ({}) or an RFC 3339 \
+                     date-time",
+                    (f * 1000.0) as i64
+                ))
+            } else if f >= 1e14 {
+                Err(format!(
+                    "{n} is too large for epoch milliseconds (micro- or nanoseconds?)"
+                ))
+            } else {
+                Err(format!(
+                    "{n} is not a time: give epoch milliseconds or an RFC 3339 date-time"
+                ))
+            }
+        }
+        Value::String(s) => chrono::DateTime::parse_from_rfc3339(s.trim())
+            .map(|d| d.timestamp_millis())
+            .map_err(|_| {
+                format!("`{s}` is not an RFC 3339 date-time such as 2026-08-07T12:00:00Z")
+            }),
+        other => Err(format!(
+            "must be an RFC 3339 string or epoch milliseconds, found {}",
+            kind(other)
+        )),
+    }
+}
+
+/// The time of one message object, if it has one.
+fn message_time(obj: &Map<String, Value>) -> Result<Option<i64>, String> {
+    if let Some(k) = NOT_TIME_KEYS.iter().find(|k| obj.contains_key(**k)) {
+        return Err(format!(
+            "field `{k}` is not read: put the message's time in `ts` (or `timestamp`)"
+        ));
+    }
+    let given: Vec<(&str, &Value)> = TIME_KEYS
+        .iter()
+        .filter_map(|k| obj.get(*k).filter(|v| !v.is_null()).map(|v| (*k, v)))
+        .collect();
+    match given.as_slice() {
+        [] => Ok(None),
+        [(k, v)] => timestamp_ms(v)
+            .map(Some)
+            .map_err(|e| format!("field `{k}`: {e}")),
+        _ => Err("give `ts` or `timestamp`, not both".into()),
+    }
 }
 
 /// The prefix that marks a flattened tool result (one of the default `tool_prefixes`).
@@ -70,6 +141,9 @@ pub fn history_from_value(v: &Value) -> Result<Vec<Message>, InputError> {
             .as_object()
             .ok_or_else(|| err(format!("must be an object, found {}", kind(m))))?;
         let role = match obj.get("role") {
+            Some(Value::String(r)) if r.trim().is_empty() => {
+                return Err(err("field `role` is empty".into()))
+            }
             Some(Value::String(r)) => r.clone(),
             Some(other) => {
                 return Err(err(format!(
@@ -79,10 +153,7 @@ pub fn history_from_value(v: &Value) -> Result<Vec<Message>, InputError> {
             }
             None => return Err(err("missing field `role`".into())),
         };
-        let ts = ["ts", "time", "timestamp", "date", "createdAt"]
-            .iter()
-            .find_map(|k| obj.get(*k).filter(|v| !v.is_null()))
-            .and_then(time_value);
+        let ts = message_time(obj).map_err(err)?;
         let mk = |role: &str, content: String| Message {
             role: role.to_owned(),
             content,
@@ -265,13 +336,56 @@ mod tests {
     #[test]
     fn openai_style_with_timestamps() {
         let h = parse_history(
-            r#"[{"role":"user","content":"hola","ts":1786104000},
-                {"role":"assistant","content":"hi","timestamp":"2026-08-07T12:00:00Z"}]"#,
+            r#"[{"role":"user","content":"hola","ts":1786104000000},
+                {"role":"assistant","content":"hi","timestamp":"2026-08-07T14:00:00+02:00"},
+                {"role":"user","content":"no time","ts":null}]"#,
         )
         .unwrap();
-        assert_eq!(h.len(), 2);
+        assert_eq!(h.len(), 3);
         assert_eq!(h[0].ts, Some(1_786_104_000_000));
         assert_eq!(h[1].ts, Some(1_786_104_000_000));
+        assert_eq!(h[2].ts, None);
+    }
+
+    /// Issue 18: HTTP read `ts` 1786104000 (seconds) as milliseconds, i.e. 1970.
+    #[test]
+    fn times_are_never_guessed() {
+        let one = |m: &str| parse_history(&format!("[{m}]")).map(|h| h[0].ts);
+        let e = one(r#"{"role":"user","content":"x","ts":1786104000}"#).unwrap_err();
+        assert!(
+            e.to_string().contains("looks like epoch seconds")
+                && e.to_string().contains("1786104000000"),
+            "{e}"
+        );
+        for (m, says) in [
+            (
+                r#"{"role":"user","content":"x","ts":1786104000000000}"#,
+                "too large",
+            ),
+            (r#"{"role":"user","content":"x","ts":-5}"#, "not a time"),
+            (
+                r#"{"role":"user","content":"x","ts":"2026-08-07"}"#,
+                "RFC 3339",
+            ),
+            (
+                r#"{"role":"user","content":"x","ts":"yesterday"}"#,
+                "RFC 3339",
+            ),
+            (r#"{"role":"user","content":"x","ts":true}"#, "a boolean"),
+            (
+                r#"{"role":"user","content":"x","createdAt":1786104000000}"#,
+                "`ts`",
+            ),
+            (
+                r#"{"role":"user","content":"x","ts":1786104000000,"timestamp":1}"#,
+                "not both",
+            ),
+            (r#"{"role":" ","content":"x"}"#, "`role` is empty"),
+        ] {
+            let e = one(m).unwrap_err().to_string();
+            assert!(e.starts_with("message 0: "), "{e}");
+            assert!(e.contains(says), "{m}: {e}");
+        }
     }
 
     #[test]

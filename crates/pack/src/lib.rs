@@ -15,7 +15,9 @@
 //! - [`options`]: the reference's DEFAULTS as a typed struct, and autotune;
 //! - [`packer`]: recent reserve with its floor, head reserve, superseded tool results,
 //!   pinning, MMR, the elastic window, the budget contract, omission markers, the hybrid path;
-//! - [`input`]: OpenAI- and Anthropic-style histories from JSON.
+//! - [`lang`]: the history's language, for the omission notes;
+//! - [`input`]: OpenAI- and Anthropic-style histories from JSON (the one input format of the
+//!   CLI, HTTP and MCP).
 //!
 //! The budget contract holds in this port: with `strict_budget` (default) the packed output
 //! never exceeds the budget by [`estimate_tokens`] (+4 per message), where the reference
@@ -36,6 +38,7 @@
 pub mod dates;
 pub mod embed_cache;
 pub mod input;
+pub mod lang;
 pub mod ledger;
 pub mod options;
 pub mod packer;

@@ -276,3 +276,48 @@ fn multilingual_terms_match_across_inflection() {
     let p = Packer::default().pack(&h, 300);
     assert!(joined(&p).contains("7781-XK"), "{}", joined(&p));
 }
+
+/// Issue 18: omitted messages are `system` notes in their place, one per run when the budget
+/// has room, one for all when it is tight; their counts add up to the messages omitted.
+#[test]
+fn omission_notes_sit_where_the_messages_were_and_fit_the_budget() {
+    let facts = [
+        "the passport is stored in the blue folder of the attic",
+        "the passport renewal form is in the drawer under the printer",
+    ];
+    let mut h = filler(60);
+    h.insert(20, Message::new("user", facts[0]));
+    h.insert(45, Message::new("user", facts[1]));
+    h.push(Message::new("user", "where is the passport stored?"));
+    let count = |c: &str| -> Option<usize> {
+        let n = c.strip_prefix("[…")?.split(' ').next()?;
+        c.contains("omitted").then(|| n.parse().ok()).flatten()
+    };
+    for budget in [120, 400] {
+        let p = Packer::default().pack(&h, budget);
+        assert!(p.stats.output_tokens <= budget);
+        let notes: Vec<(usize, usize)> = p
+            .messages
+            .iter()
+            .enumerate()
+            .filter_map(|(i, m)| count(&m.content).map(|n| (i, n)))
+            .collect();
+        assert!(!notes.is_empty(), "{budget}: {:?}", p.messages);
+        assert!(notes.iter().all(|&(i, _)| p.messages[i].role == "system"));
+        if notes.len() > 1 {
+            let total: usize = notes.iter().map(|&(_, n)| n).sum();
+            assert_eq!(total, p.stats.dropped_msgs, "{budget}: {:?}", p.messages);
+        }
+        // A note never follows a kept message that came later in the history.
+        let first_fact = p
+            .messages
+            .iter()
+            .position(|m| m.content.contains("blue folder"));
+        if let (Some(f), Some(&(n, _))) = (first_fact, notes.first()) {
+            assert!(
+                n < f,
+                "{budget}: the first note is after the first kept turn"
+            );
+        }
+    }
+}

@@ -18,16 +18,19 @@
 //!    weighted and switchable, and explains every part of a score ([`signals::Explain`]).
 //! 5. [`retrieve::Retriever`] chains them and accounts for tokens before and after trimming
 //!    (the spec's estimate and the model tokenizer's exact count).
+//!    Trimmed results that keep no sentence give their slot to the next result, and
+//!    [`relevance`] says whether anything is close to the question at all (the floor).
 //! 6. [`synth`] optionally sends the context to an OpenAI-compatible chat endpoint and streams
 //!    the answer; [`log::log_entry`] is what every ask records.
 
 pub mod cache;
-pub mod config;
 pub mod error;
 pub mod filter;
 pub mod fusion;
 pub mod index;
 pub mod log;
+pub mod relevance;
+mod rescore;
 pub mod retrieve;
 pub mod signals;
 pub mod store_index;
@@ -40,6 +43,7 @@ pub use filter::Filter;
 pub use fusion::{rrf_fuse, rrf_fuse_weighted, FusedHit, ListHit, DEFAULT_RRF_K};
 pub use index::{ChunkId, ChunkIndex, ChunkRecord, Hit, MemoryIndex};
 pub use log::{log_entry, QueryLogEntry};
+pub use relevance::Relevance;
 pub use retrieve::{Fusion, Mode, RetrievalResult, RetrieveOptions, Retriever, ScoredChunk};
 pub use signals::{Explain, Signals};
 pub use store_index::StoreIndex;

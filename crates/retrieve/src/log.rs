@@ -32,6 +32,8 @@ pub fn log_entry(r: &RetrievalResult, opts: &RetrieveOptions, filter: &Filter) -
             "exact_tokens_before": r.exact_tokens_before,
             "exact_tokens_in_context": r.exact_tokens_in_context,
             "timings": r.timings,
+            "relevance": r.relevance,
+            "trim_dropped": r.trim_dropped,
         }),
     }
 }

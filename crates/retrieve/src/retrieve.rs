@@ -11,22 +11,30 @@ use crate::error::RetrieveError;
 use crate::filter::Filter;
 use crate::fusion::{rrf_fuse, ListHit, DEFAULT_RRF_K};
 use crate::index::{ChunkId, ChunkIndex, ChunkRecord, Hit};
-use crate::signals::{
-    best_other_of_doc, exact_items, field_text, min_max, normalize_exact, phrase_score, Explain,
-    QueryTerms, SignalPart, Signals,
-};
-use crate::trim::{trim_texts, Prepared, TrimOptions};
+use crate::relevance::{floor_for, term_coverage, Relevance};
+use crate::signals::{exact_items, Explain, Signals};
+use crate::trim::{trim_texts, TrimOptions};
 
 /// Which lists feed the result.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
-    /// BM25 and vector lists fused by RRF.
+    /// Keywords (BM25) and vectors, combined (see `Fusion`).
     #[default]
+    #[cfg_attr(
+        feature = "clap",
+        value(help = "keywords (BM25) and vectors, combined")
+    )]
     Hybrid,
-    /// BM25 only.
+    /// Keywords (BM25) only; needs no embedding model.
+    #[cfg_attr(
+        feature = "clap",
+        value(help = "keywords only; loads no embedding model")
+    )]
     Bm25,
-    /// Vector (cosine) only.
+    /// Vectors (cosine similarity) only.
+    #[cfg_attr(feature = "clap", value(help = "vectors (similarity) only"))]
     Vector,
 }
 
@@ -64,16 +72,22 @@ impl std::str::FromStr for Mode {
 
 /// How hybrid mode combines the BM25 and vector lists.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum Fusion {
     /// Reciprocal rank fusion (`Σ w / (k + rank)`): ranks only, robust when both lists are
-    /// of comparable quality (spec 003).
+    /// of comparable quality.
+    #[cfg_attr(feature = "clap", value(help = "reciprocal rank fusion: ranks only"))]
     Rrf,
     /// Convex combination of normalised scores: `α · bm25 / max bm25 + (1 − α) · cosine`
     /// min-max scaled over the candidates. Keeps *how much* better a hit is, not only its
     /// place, so a weaker list nudges instead of reshuffling; on SciFact with the default
     /// model it is the only fusion above BM25 alone (BENCHMARKS.md, "Ask").
     #[default]
+    #[cfg_attr(
+        feature = "clap",
+        value(help = "weighted sum of normalised scores (best measured with the default model)")
+    )]
     Convex,
 }
 
@@ -192,7 +206,8 @@ pub struct RetrievalResult {
     pub mode: Mode,
     /// Best first.
     pub chunks: Vec<ScoredChunk>,
-    /// Spec estimate (words × 1.3) of the chunks as retrieved.
+    /// Spec estimate (words × 1.3) of the top-k chunks as retrieved, untrimmed: what the
+    /// answer would be without trimming (results trimming dropped included).
     pub tokens_before: usize,
     /// Spec estimate of the chunks after trimming (equal to `tokens_before` without trimming).
     pub tokens_in_context: usize,
@@ -200,13 +215,18 @@ pub struct RetrievalResult {
     pub exact_tokens_before: Option<usize>,
     pub exact_tokens_in_context: Option<usize>,
     pub timings: Timings,
+    /// Whether anything is close to the question at all ([`crate::relevance`]).
+    pub relevance: Relevance,
+    /// Results dropped because trimming kept none of their sentences; each slot went to the
+    /// next result.
+    pub trim_dropped: usize,
 }
 
 /// Hybrid retrieval over a [`ChunkIndex`].
 pub struct Retriever<'a> {
-    index: &'a dyn ChunkIndex,
-    embedder: Option<&'a dyn Embedder>,
-    cache: &'a EmbeddingCache,
+    pub(crate) index: &'a dyn ChunkIndex,
+    pub(crate) embedder: Option<&'a dyn Embedder>,
+    pub(crate) cache: &'a EmbeddingCache,
 }
 
 impl std::fmt::Debug for Retriever<'_> {
@@ -245,8 +265,8 @@ impl<'a> Retriever<'a> {
         Ok(v.first().map(|v| v.to_vec()).unwrap_or_default())
     }
 
-    /// Ranked hits without trimming: the fused lists, re-scored by the ranking signals. The
-    /// query vector is computed when needed.
+    /// Ranked hits without fetching or trimming: the fused lists, re-scored by the ranking
+    /// signals. The query vector is computed when needed (pass it when known).
     pub fn search(
         &self,
         query: &str,
@@ -254,18 +274,18 @@ impl<'a> Retriever<'a> {
         filter: &Filter,
         query_vec: Option<&[f32]>,
     ) -> Result<Vec<ScoredHit>, RetrieveError> {
-        Ok(self.ranked(query, opts, filter, query_vec)?.0)
+        Ok(self.search_lists(query, opts, filter, query_vec)?.0)
     }
 
-    /// [`Self::search`], plus the records the signals fetched (so `retrieve` need not fetch
-    /// them again).
-    fn ranked(
+    /// [`Retriever::search`] plus the cosine of the vector list's first hit (the chunk closest
+    /// to the question; `None` when no vector list ran): the relevance signal.
+    fn search_lists(
         &self,
         query: &str,
         opts: &RetrieveOptions,
         filter: &Filter,
         query_vec: Option<&[f32]>,
-    ) -> Result<(Vec<ScoredHit>, Vec<ChunkRecord>), RetrieveError> {
+    ) -> Result<(Vec<ScoredHit>, Option<f64>), RetrieveError> {
         let mode = self.effective_mode(opts.mode);
         let n = opts.candidates.max(opts.top_k);
         let sig = opts.signals;
@@ -279,22 +299,11 @@ impl<'a> Retriever<'a> {
         } else {
             Vec::new()
         };
-        // The question's exact items bring their own BM25 candidates (a pasted error message
-        // shares few words with the whole question).
-        let mut pulled: Vec<ChunkId> = Vec::new();
-        if sig.exact_candidates > 0 && mode != Mode::Vector {
-            let seen: std::collections::HashSet<ChunkId> = bm25.iter().map(|h| h.id).collect();
-            for it in items.iter().filter(|i| i.strong) {
-                for h in self
-                    .index
-                    .bm25_top(&it.text, sig.exact_candidates, filter)?
-                {
-                    if !seen.contains(&h.id) && !pulled.contains(&h.id) {
-                        pulled.push(h.id);
-                    }
-                }
-            }
-        }
+        let pulled = if mode != Mode::Vector {
+            self.pulled_by_exact_items(&items, &bm25, sig.exact_candidates, filter)?
+        } else {
+            Vec::new()
+        };
         let mut qv = None;
         let vector = if mode != Mode::Bm25 {
             let v = match query_vec {
@@ -307,13 +316,15 @@ impl<'a> Retriever<'a> {
         } else {
             Vec::new()
         };
+        let best_cosine = qv.as_ref().and_then(|_| vector.first()).map(|h| h.score);
+        // The signals add to scores on the [0, 1] scale: convex fusion's, or BM25 over its best.
         let signals_apply = sig.any()
             && match mode {
                 Mode::Hybrid => opts.fusion == Fusion::Convex && qv.is_some(),
                 Mode::Bm25 => true,
                 Mode::Vector => false,
             };
-        let fused = match (mode, opts.fusion, &qv) {
+        let mut fused = match (mode, opts.fusion, &qv) {
             (Mode::Hybrid, Fusion::Convex, Some(qv)) => {
                 // Candidates outside the vector list need their cosine too.
                 let in_vec: std::collections::HashSet<_> = vector.iter().map(|h| h.id).collect();
@@ -337,195 +348,109 @@ impl<'a> Retriever<'a> {
             (Mode::Bm25, _, _) if signals_apply => bm25_scaled(&bm25, &pulled),
             _ => rank(mode, &bm25, &vector, opts.rrf_k, usize::MAX),
         };
-        if !signals_apply {
-            let mut out = fused;
-            out.truncate(opts.top_k);
-            return Ok((out, Vec::new()));
+        if signals_apply {
+            fused = self.rescore(query, opts, fused, &items, qv.as_deref())?;
         }
-        self.rescore(query, opts, fused, &items, qv.as_deref())
-    }
-
-    /// Re-score the best `signals.depth` fused hits with the ranking signals and cut to
-    /// `top_k`.
-    fn rescore(
-        &self,
-        query: &str,
-        opts: &RetrieveOptions,
-        mut fused: Vec<ScoredHit>,
-        items: &[crate::signals::ExactItem],
-        qv: Option<&[f32]>,
-    ) -> Result<(Vec<ScoredHit>, Vec<ChunkRecord>), RetrieveError> {
-        let sig = opts.signals;
-        let depth = sig.depth.max(opts.top_k).min(fused.len());
-        let ids: Vec<ChunkId> = fused[..depth].iter().map(|h| h.id).collect();
-        let records = self.index.chunks(&ids)?;
-        let by_id: std::collections::HashMap<ChunkId, &ChunkRecord> =
-            records.iter().map(|r| (r.id, r)).collect();
-        let cfg = self.index.term_config()?;
-        let qterms = if sig.field > 0.0 {
-            let t = bib_text::terms::terms_with(query, &cfg);
-            let (n, dfs) = self.index.doc_freqs(&t)?;
-            Some(QueryTerms::new(query, &cfg, n, &dfs))
-        } else {
-            None
-        };
-        let want_cos = match (sig.sentence > 0.0, qv, self.embedder) {
-            (true, Some(qv), Some(e)) => Some((e, qv)),
-            _ => None,
-        };
-        let want_lex = (sig.sentence_lex > 0.0).then_some(&cfg);
-        let evidence = if want_cos.is_some() || want_lex.is_some() {
-            self.sentence_evidence(query, want_cos, want_lex, &ids, &by_id)?
-        } else {
-            Vec::new()
-        };
-        // Cosines min-max scaled over the candidates; BM25 over the best sentence's.
-        let raw = |f: &dyn Fn(&SentenceEvidence) -> Option<f64>| -> Vec<f64> {
-            evidence.iter().map(|e| f(e).unwrap_or(f64::NAN)).collect()
-        };
-        let cos_scaled = min_max(&raw(&|e| e.cosine.as_ref().map(|c| c.0)));
-        let lex_raw = raw(&|e| e.lexical.as_ref().map(|c| c.0));
-        let lex_top = lex_raw
-            .iter()
-            .copied()
-            .filter(|x| x.is_finite())
-            .fold(0.0, f64::max);
-        for (i, h) in fused[..depth].iter_mut().enumerate() {
-            let Some(rec) = by_id.get(&h.id) else {
-                continue;
-            };
-            let ex = &mut h.explain;
-            if let Some(q) = &qterms {
-                let f = bib_text::terms::terms_with(&field_text(rec), &cfg);
-                let (v, m) = q.field_score(&f);
-                ex.field = Some(SignalPart::new(v, sig.field, m, None));
-            }
-            if sig.phrase > 0.0 && !items.is_empty() {
-                let (v, m) = phrase_score(items, &normalize_exact(&rec.content));
-                ex.phrase = Some(SignalPart::new(v, sig.phrase, m, None));
-            }
-            if let Some(ev) = evidence.get(i) {
-                if want_cos.is_some() {
-                    ex.sentence = Some(SignalPart::new(
-                        cos_scaled[i],
-                        sig.sentence,
-                        ev.cosine.iter().map(|c| c.1.clone()).collect(),
-                        ev.cosine.as_ref().map(|c| c.0),
-                    ));
-                }
-                if want_lex.is_some() {
-                    let v = match &ev.lexical {
-                        Some((b, _)) if lex_top > 0.0 => b / lex_top,
-                        _ => 0.0,
-                    };
-                    ex.sentence_lex = Some(SignalPart::new(
-                        v,
-                        sig.sentence_lex,
-                        ev.lexical.iter().map(|c| c.1.clone()).collect(),
-                        ev.lexical.as_ref().map(|c| c.0),
-                    ));
-                }
-            }
-            h.score = ex.fused
-                + [&ex.field, &ex.phrase, &ex.sentence, &ex.sentence_lex]
-                    .iter()
-                    .filter_map(|p| p.as_ref().map(|p| p.contribution))
-                    .sum::<f64>();
-        }
-        if sig.doc > 0.0 {
-            let paths: Vec<&str> = fused[..depth]
-                .iter()
-                .map(|h| by_id.get(&h.id).map_or("", |r| r.path.as_str()))
-                .collect();
-            let scores: Vec<f64> = fused[..depth].iter().map(|h| h.score).collect();
-            let top = scores.iter().copied().fold(0.0, f64::max);
-            let other = best_other_of_doc(&paths, &scores);
-            for (h, o) in fused[..depth].iter_mut().zip(other) {
-                // The best other chunk of the same file, relative to the best candidate.
-                let v = if top > 0.0 { o / top } else { 0.0 };
-                let part = SignalPart::new(v, sig.doc, Vec::new(), None);
-                h.score += part.contribution;
-                h.explain.doc = Some(part);
-            }
-        }
-        for h in fused.iter_mut() {
-            h.explain.final_score = h.score;
-        }
-        fused[..depth].sort_by(|a, b| b.score.total_cmp(&a.score).then(a.id.cmp(&b.id)));
         fused.truncate(opts.top_k);
-        Ok((fused, records))
+        Ok((fused, best_cosine))
     }
 
-    /// Per candidate (in `ids` order): its best sentence by cosine to the question (sentence
-    /// vectors the cache already holds, under the trimmer's split and keys) when `qv` is given,
-    /// and its best sentence by BM25 over all the candidates' sentences when `lexical`.
-    fn sentence_evidence(
+    /// The BM25 candidates of the question's strong exact items (quoted or identifier-like)
+    /// that its own BM25 list lacks: a pasted error message shares few words with the whole
+    /// question, so it brings its own page.
+    fn pulled_by_exact_items(
         &self,
-        query: &str,
-        qv: Option<(&dyn Embedder, &[f32])>,
-        lexical: Option<&bib_text::terms::TermConfig>,
-        ids: &[ChunkId],
-        by_id: &std::collections::HashMap<ChunkId, &ChunkRecord>,
-    ) -> Result<Vec<SentenceEvidence>, RetrieveError> {
-        let prepared: Vec<Option<Prepared<'_>>> = ids
-            .iter()
-            .map(|id| by_id.get(id).map(|r| Prepared::new(&r.content)))
-            .collect();
-        let all: Vec<&str> = prepared
-            .iter()
-            .flatten()
-            .flat_map(|p| (0..p.sentences.len()).map(move |i| p.sentence(i)))
-            .collect();
-        // Only vectors already known (stored by ingest, or from an earlier ask): ranking never
-        // embeds sentences, so a store without them costs nothing and gets no sentence signal.
-        let cos: Vec<f64> = match qv {
-            Some((e, qv)) if !all.is_empty() => self
-                .cache
-                .cached(e.model_id(), &all, EmbedKind::Passage)?
-                .iter()
-                .map(|v| {
-                    v.as_ref()
-                        .map_or(f64::NAN, |v| f64::from(bib_embed::cosine(v, qv)))
-                })
-                .collect(),
-            _ => Vec::new(),
-        };
-        let lex: Vec<f64> = match lexical {
-            Some(cfg) if !all.is_empty() => {
-                let ix = bib_text::bm25::Bm25Index::new(
-                    all.iter()
-                        .map(|t| bib_text::terms::term_sequence_with(t, cfg)),
-                    bib_text::bm25::Bm25Params::default(),
-                );
-                let q = bib_text::terms::terms_with(query, cfg);
-                (0..all.len()).map(|i| ix.score(i, &q)).collect()
-            }
-            _ => Vec::new(),
-        };
-        let best_of = |scores: &[f64], at: usize, m: usize| {
-            (0..m)
-                .filter(|i| scores.get(at + i).is_some_and(|x| x.is_finite()))
-                .map(|i| (scores[at + i], i))
-                .max_by(|a, b| a.0.total_cmp(&b.0))
-        };
-        let mut at = 0;
-        let mut out = Vec::with_capacity(ids.len());
-        for p in &prepared {
-            let Some(p) = p else {
-                out.push(SentenceEvidence::default());
-                continue;
-            };
-            let m = p.sentences.len();
-            let pick = |scores: &[f64]| {
-                best_of(scores, at, m).map(|(v, i)| (v, p.sentence(i).to_string()))
-            };
-            out.push(SentenceEvidence {
-                cosine: pick(&cos),
-                lexical: pick(&lex),
-            });
-            at += m;
+        items: &[crate::signals::ExactItem],
+        bm25: &[Hit],
+        per_item: usize,
+        filter: &Filter,
+    ) -> Result<Vec<ChunkId>, RetrieveError> {
+        let mut pulled: Vec<ChunkId> = Vec::new();
+        if per_item == 0 {
+            return Ok(pulled);
         }
-        Ok(out)
+        let seen: std::collections::HashSet<ChunkId> = bm25.iter().map(|h| h.id).collect();
+        for it in items.iter().filter(|i| i.strong) {
+            for h in self.index.bm25_top(&it.text, per_item, filter)? {
+                if !seen.contains(&h.id) && !pulled.contains(&h.id) {
+                    pulled.push(h.id);
+                }
+            }
+        }
+        Ok(pulled)
+    }
+
+    /// The chunks of `hits`, in order (hits whose chunk vanished are skipped).
+    fn fetch(&self, hits: &[ScoredHit]) -> Result<Vec<ScoredChunk>, RetrieveError> {
+        let ids: Vec<_> = hits.iter().map(|h| h.id).collect();
+        let records = self.index.chunks(&ids)?;
+        Ok(hits
+            .iter()
+            .filter_map(|h| {
+                let rec = records.iter().find(|r| r.id == h.id)?.clone();
+                Some(ScoredChunk {
+                    chunk: rec,
+                    score: h.score,
+                    bm25: h.bm25,
+                    vector: h.vector,
+                    trim: None,
+                    explain: h.explain.clone(),
+                })
+            })
+            .collect())
+    }
+
+    /// Trim the ranked `hits` into at most `top_k` results. A result whose trimming keeps no
+    /// sentence is dropped and its slot goes to the next hit, which is trimmed in the pool of
+    /// the answer it joins (trimming's lexical top is over the whole answer), so the first
+    /// round is exactly the untouched top-k trim.
+    fn trim_filling(
+        &self,
+        embedder: &dyn Embedder,
+        query: &str,
+        query_vec: &[f32],
+        topts: &TrimOptions,
+        hits: &[ScoredHit],
+        top_k: usize,
+    ) -> Result<Filled, RetrieveError> {
+        let mut answer: Vec<ScoredChunk> = Vec::new();
+        let mut originals: Vec<String> = Vec::new();
+        let mut baseline: Vec<String> = Vec::new();
+        let (mut dropped, mut next) = (0, 0);
+        let cfg = self.index.term_config()?;
+        while answer.len() < top_k && next < hits.len() {
+            let end = (next + top_k - answer.len()).min(hits.len());
+            let batch = self.fetch(&hits[next..end])?;
+            if next == 0 {
+                baseline = batch.iter().map(|c| c.chunk.content.clone()).collect();
+            }
+            next = end;
+            let texts: Vec<&str> = originals
+                .iter()
+                .map(String::as_str)
+                .chain(batch.iter().map(|c| c.chunk.content.as_str()))
+                .collect();
+            let trimmed = trim_texts(embedder, self.cache, query, query_vec, &texts, topts, &cfg)?;
+            let skip = answer.len();
+            for (mut c, tr) in batch.into_iter().zip(trimmed.into_iter().skip(skip)) {
+                if tr.kept.is_empty() && tr.total > 0 {
+                    dropped += 1;
+                    continue;
+                }
+                originals.push(std::mem::replace(&mut c.chunk.content, tr.content));
+                c.trim = Some(TrimInfo {
+                    sentences_total: tr.total,
+                    sentences_kept: tr.kept,
+                });
+                answer.push(c);
+            }
+        }
+        Ok(Filled {
+            answer,
+            originals,
+            baseline,
+            dropped,
+        })
     }
 
     fn effective_mode(&self, asked: Mode) -> Mode {
@@ -577,59 +502,56 @@ impl<'a> Retriever<'a> {
             None
         };
         let t = Instant::now();
-        let (hits, mut records) = self.ranked(query, opts, filter, qv.as_deref())?;
-        let missing: Vec<_> = hits
-            .iter()
-            .map(|h| h.id)
-            .filter(|id| !records.iter().any(|r| r.id == *id))
-            .collect();
-        if !missing.is_empty() {
-            records.extend(self.index.chunks(&missing)?);
-        }
-        let mut chunks: Vec<ScoredChunk> = hits
-            .into_iter()
-            .filter_map(|h| {
-                let at = records.iter().position(|r| r.id == h.id)?;
-                Some(ScoredChunk {
-                    chunk: records.swap_remove(at),
-                    score: h.score,
-                    bm25: h.bm25,
-                    vector: h.vector,
-                    trim: None,
-                    explain: h.explain,
-                })
-            })
-            .collect();
-        timings.search_ms = ms(t);
-
-        let tokenizer = self.embedder.map(|e| e.tokenizer());
-        let tokens_before = chunks
-            .iter()
-            .map(|c| estimate_tokens(&c.chunk.content))
-            .sum();
-        let exact_tokens_before = tokenizer.map(|tk| {
-            chunks
-                .iter()
-                .map(|c| tk.count_tokens(&c.chunk.content))
-                .sum()
-        });
-
-        if let (Some(topts), Some(qv), Some(e)) = (&opts.trim, &qv, self.embedder) {
-            if !chunks.is_empty() {
-                let t = Instant::now();
-                let texts: Vec<&str> = chunks.iter().map(|c| c.chunk.content.as_str()).collect();
-                let cfg = self.index.term_config()?;
-                let trimmed = trim_texts(e, self.cache, query, qv, &texts, topts, &cfg)?;
-                for (c, tr) in chunks.iter_mut().zip(trimmed) {
-                    c.chunk.content = tr.content;
-                    c.trim = Some(TrimInfo {
-                        sentences_total: tr.total,
-                        sentences_kept: tr.kept,
-                    });
+        let trimming = match (&opts.trim, &qv, self.embedder) {
+            (Some(topts), Some(qv), Some(e)) => Some((topts, qv, e)),
+            _ => None,
+        };
+        // Trimming may drop results: rank some more, whose chunks are fetched only if needed.
+        let ranked = RetrieveOptions {
+            top_k: if trimming.is_some() {
+                (opts.top_k * 3).min(opts.candidates.max(opts.top_k))
+            } else {
+                opts.top_k
+            },
+            ..opts.clone()
+        };
+        let (hits, best_cosine) = self.search_lists(query, &ranked, filter, qv.as_deref())?;
+        let filled = match trimming {
+            None => {
+                let answer = self.fetch(&hits)?;
+                let originals: Vec<String> =
+                    answer.iter().map(|c| c.chunk.content.clone()).collect();
+                timings.search_ms = ms(t);
+                Filled {
+                    answer,
+                    baseline: originals.clone(),
+                    originals,
+                    dropped: 0,
                 }
-                timings.trim_ms = ms(t);
             }
-        }
+            Some((topts, qv, e)) => {
+                timings.search_ms = ms(t);
+                let t = Instant::now();
+                let filled = self.trim_filling(e, query, qv, topts, &hits, opts.top_k)?;
+                timings.trim_ms = ms(t);
+                filled
+            }
+        };
+        let Filled {
+            answer: chunks,
+            originals,
+            baseline,
+            dropped: trim_dropped,
+        } = filled;
+        let tokenizer = self.embedder.map(|e| e.tokenizer());
+        // Before = the untrimmed top-k, what the answer would be without trimming.
+        let tokens_before = baseline.iter().map(|c| estimate_tokens(c)).sum();
+        let exact_tokens_before =
+            tokenizer.map(|tk| baseline.iter().map(|c| tk.count_tokens(c)).sum());
+        let floor = self.embedder.and_then(|e| floor_for(e.model_id()));
+        let texts: Vec<&str> = originals.iter().map(String::as_str).collect();
+        let coverage = term_coverage(query, &texts, &self.index.term_config()?);
+        let relevance = Relevance::judge(best_cosine, floor, coverage, chunks.len());
         let tokens_in_context = chunks
             .iter()
             .map(|c| estimate_tokens(&c.chunk.content))
@@ -650,8 +572,23 @@ impl<'a> Retriever<'a> {
             exact_tokens_before,
             exact_tokens_in_context,
             timings,
+            relevance,
+            trim_dropped,
         })
     }
+}
+
+/// What [`Retriever::retrieve`] answers before token accounting.
+struct Filled {
+    /// The results, trimmed when trimming ran.
+    answer: Vec<ScoredChunk>,
+    /// The untrimmed text of each result.
+    originals: Vec<String>,
+    /// The untrimmed text of the plain top-k (what the answer would be without trimming):
+    /// `tokens_before` counts it.
+    baseline: Vec<String>,
+    /// Results dropped because trimming kept nothing of them.
+    dropped: usize,
 }
 
 /// A ranked hit before fetching: id, ranking score, its place in each list, and every part
@@ -689,13 +626,6 @@ impl ScoredHit {
             },
         }
     }
-}
-
-/// A candidate's best sentences: `(score, text)` by cosine to the question and by BM25.
-#[derive(Debug, Clone, Default)]
-struct SentenceEvidence {
-    cosine: Option<(f64, String)>,
-    lexical: Option<(f64, String)>,
 }
 
 /// Convex fusion of a BM25 list and a vector list (each best first): every candidate scores
@@ -1018,6 +948,88 @@ mod tests {
         assert!(r.retrieve("cat", &bad, &Filter::default()).is_err());
     }
 
+    /// A result whose trimming keeps nothing gives its slot to the next result, which joins
+    /// the answer trimmed; the relevance of the answer is the vector list's best cosine.
+    #[test]
+    fn empty_trims_give_their_slot_to_the_next_result() {
+        let e = FakeEmbedder::default();
+        let mut ix = index(&e);
+        // A chunk whose vector is far from "cat" (it ranks below a.md and b.md), but one short
+        // sentence of it is all about cats.
+        let c = "[Doc: E]\nWeather reports mention rain. My cat.";
+        let (q, w) = (FakeEmbedder::vector("cat"), FakeEmbedder::vector("zebra"));
+        let mixed: Vec<f32> = q.iter().zip(&w).map(|(q, w)| 0.2 * q + w).collect();
+        let n = mixed.iter().map(|x| x * x).sum::<f32>().sqrt();
+        let v: Vec<f32> = mixed.iter().map(|x| x / n).collect();
+        let rec = ChunkRecord {
+            id: 5,
+            path: "e.md".into(),
+            chunk_index: 0,
+            title: "e.md".into(),
+            heading_path: vec![],
+            content: c.into(),
+            metadata: json!({}),
+            citation: Default::default(),
+        };
+        ix.add(rec, Some(v)).unwrap();
+        let cache = EmbeddingCache::default();
+        let r = Retriever::new(&ix, Some(&e), &cache);
+        let vector = |top_k, trim| RetrieveOptions {
+            top_k,
+            mode: Mode::Vector,
+            trim,
+            ..Default::default()
+        };
+        let order: Vec<String> = r
+            .retrieve("cat", &vector(5, None), &Filter::default())
+            .unwrap()
+            .chunks
+            .iter()
+            .map(|c| c.chunk.path.clone())
+            .collect();
+        let e_at = order.iter().position(|p| p == "e.md").unwrap();
+        assert!(e_at >= 2, "e.md must rank below the first two: {order:?}");
+        // Only sentences at cosine ≥ 0.55 survive: "A cat naps." (c.md) and "My cat." (e.md).
+        let strict = TrimOptions {
+            threshold: 0.55,
+            min_sentences: 0,
+            lexical_top: 0,
+            ..TrimOptions::default()
+        };
+        let res = r
+            .retrieve("cat", &vector(2, Some(strict)), &Filter::default())
+            .unwrap();
+        let paths: Vec<&str> = res.chunks.iter().map(|c| c.chunk.path.as_str()).collect();
+        assert_eq!(paths, ["c.md", "e.md"], "ranked {order:?}");
+        assert_eq!(
+            res.trim_dropped,
+            e_at - 1,
+            "everything between c.md and e.md"
+        );
+        assert!(res.chunks.iter().all(|c| c
+            .trim
+            .as_ref()
+            .is_some_and(|t| !t.sentences_kept.is_empty())));
+        assert!(
+            res.chunks[1].chunk.content.ends_with("My cat."),
+            "trimmed in"
+        );
+        // Tokens before count the untrimmed top-k (c.md and a.md), what trimming is
+        // measured against.
+        let plain = r
+            .retrieve("cat", &vector(2, None), &Filter::default())
+            .unwrap();
+        assert_eq!(res.tokens_before, plain.tokens_in_context);
+        let best = res.relevance.best_cosine.unwrap();
+        let top = r
+            .retrieve("cat", &vector(1, None), &Filter::default())
+            .unwrap();
+        assert_eq!(Some(best), top.chunks[0].vector.map(|h| h.score));
+        // The fake model has no calibrated floor: nothing is judged "no good match".
+        assert_eq!(res.relevance.floor, None);
+        assert!(!res.relevance.no_good_match);
+    }
+
     #[test]
     fn trimming_reduces_tokens_and_keeps_metadata() {
         let e = FakeEmbedder::default();
@@ -1040,272 +1052,5 @@ mod tests {
             assert_eq!(a.chunk.path, b.chunk.path);
             assert!(a.trim.is_some());
         }
-    }
-
-    /// Long (so plain BM25 ranks it low), with the identifier and an error message.
-    const NU1101_PAGE: &str = "Unable to find package Foo. NU1101 is raised then. Lorem ipsum dolor \
-        sit amet consectetur adipiscing elit sed do eiusmod tempor incididunt ut labore et dolore \
-        magna aliqua ut enim ad minim veniam quis nostrud exercitation ullamco laboris nisi ut \
-        aliquip ex ea commodo consequat duis aute irure dolor in reprehenderit in voluptate velit \
-        esse cillum dolore eu fugiat nulla pariatur excepteur sint occaecat cupidatat non proident.";
-
-    /// A small wiki where the question's identifier and title words sit in a chunk that plain
-    /// fusion ranks low.
-    fn wiki(e: &FakeEmbedder) -> MemoryIndex {
-        let docs: [(&str, &str, &str); 5] = [
-            ("errors/nu1101.md", "NU1101", NU1101_PAGE),
-            (
-                "guides/restore.md",
-                "Restore",
-                "Restore packages restore restore from every source; restore the packages.",
-            ),
-            (
-                "guides/sources.md",
-                "Sources",
-                "A package source is a feed; restore reads every package source.",
-            ),
-            (
-                "reference/nuspec.md",
-                "nuspec reference",
-                "The manifest lists metadata such as id and version.",
-            ),
-            (
-                "guides/create.md",
-                "Create a package",
-                "Write a nuspec, then pack the nuspec into a package with nuspec tools.",
-            ),
-        ];
-        let mut ix = MemoryIndex::new();
-        for (i, (p, t, c)) in docs.into_iter().enumerate() {
-            let content = format!("[Doc: {t}]\n{c}");
-            let v = e
-                .embed(&[content.as_str()], EmbedKind::Passage)
-                .unwrap()
-                .remove(0);
-            ix.add(
-                ChunkRecord {
-                    id: i as i64 + 1,
-                    path: p.into(),
-                    chunk_index: 0,
-                    title: t.into(),
-                    heading_path: vec![],
-                    content,
-                    metadata: json!({}),
-                    citation: Default::default(),
-                },
-                Some(v),
-            )
-            .unwrap();
-        }
-        ix
-    }
-
-    fn paths(r: &RetrievalResult) -> Vec<&str> {
-        r.chunks.iter().map(|c| c.chunk.path.as_str()).collect()
-    }
-
-    #[test]
-    fn signals_lift_field_and_exact_matches_and_explain_adds_up() {
-        let e = FakeEmbedder::default();
-        let ix = wiki(&e);
-        let cache = EmbeddingCache::default();
-        let r = Retriever::new(&ix, Some(&e), &cache);
-        let run = |q: &str, signals: Signals| {
-            let opts = RetrieveOptions {
-                top_k: 5,
-                signals,
-                ..Default::default()
-            };
-            r.retrieve(q, &opts, &Filter::default()).unwrap()
-        };
-        let field = Signals {
-            field: 1.0,
-            ..Signals::OFF
-        };
-        let rank_of = |r: &RetrievalResult, p: &str| paths(r).iter().position(|x| *x == p);
-        let plain = run("nuspec", Signals::OFF);
-        let boosted = run("nuspec", field);
-        assert!(
-            rank_of(&plain, "reference/nuspec.md") > Some(0),
-            "{:?}",
-            paths(&plain)
-        );
-        assert_eq!(
-            rank_of(&boosted, "reference/nuspec.md"),
-            Some(0),
-            "{:?}",
-            paths(&boosted)
-        );
-        let phrase = Signals {
-            phrase: 1.5,
-            exact_candidates: 5,
-            ..Signals::OFF
-        };
-        let q = "restore says \"Unable to find package\" for my package source";
-        let plain = run(q, Signals::OFF);
-        let boosted = run(q, phrase);
-        assert!(
-            rank_of(&plain, "errors/nu1101.md") > Some(0),
-            "{:?}",
-            paths(&plain)
-        );
-        assert_eq!(
-            rank_of(&boosted, "errors/nu1101.md"),
-            Some(0),
-            "{:?}",
-            paths(&boosted)
-        );
-        let p = boosted.chunks[0].explain.phrase.as_ref().unwrap();
-        assert!(
-            p.matched.contains(&"unable to find package".to_string()),
-            "{p:?}"
-        );
-        let all = Signals {
-            field: 0.3,
-            phrase: 0.3,
-            sentence: 0.3,
-            sentence_lex: 0.3,
-            doc: 0.3,
-            depth: 10,
-            exact_candidates: 5,
-        };
-        for res in [run(q, all), run("nuspec", all)] {
-            for c in &res.chunks {
-                let x = &c.explain;
-                let parts: f64 = [&x.field, &x.phrase, &x.sentence, &x.sentence_lex, &x.doc]
-                    .iter()
-                    .filter_map(|p| p.as_ref().map(|p| p.contribution))
-                    .sum();
-                assert!((x.fused + parts - c.score).abs() < 1e-12, "{x:?}");
-                assert_eq!(x.final_score, c.score);
-                assert!(x.field.is_some() && x.sentence.is_some() && x.doc.is_some());
-                assert!(x.sentence_lex.is_some());
-                assert_eq!(
-                    x.phrase.is_some(),
-                    res.query == q,
-                    "only {q:?} has exact items"
-                );
-                let b = x.bm25_norm.unwrap_or(0.0);
-                let cn = x.cosine_norm.unwrap_or(0.0);
-                assert!(
-                    (x.alpha.unwrap() * b + (1.0 - x.alpha.unwrap()) * cn - x.fused).abs() < 1e-12
-                );
-            }
-            assert!(res.chunks.windows(2).all(|w| w[0].score >= w[1].score));
-        }
-        // Off: nothing but the fusion, and the same order as before the signals existed.
-        let off = run(q, Signals::OFF);
-        assert!(off
-            .chunks
-            .iter()
-            .all(|c| c.explain.field.is_none() && c.explain.doc.is_none()));
-        let bm = ix.bm25_top(q, 50, &Filter::default()).unwrap();
-        let qv = r.embed_query(q).unwrap();
-        let ve = ix.vector_top(&qv, 50, &Filter::default()).unwrap();
-        let missing: Vec<ChunkId> = bm
-            .iter()
-            .map(|h| h.id)
-            .filter(|id| !ve.iter().any(|v| v.id == *id))
-            .collect();
-        let extra: Vec<Hit> = ix
-            .vectors(&missing)
-            .unwrap()
-            .into_iter()
-            .map(|(id, v)| Hit {
-                id,
-                score: f64::from(bib_embed::cosine(&v, &qv)),
-            })
-            .collect();
-        let want: Vec<ChunkId> = convex_fuse(&bm, &ve, &extra, DEFAULT_CONVEX_ALPHA, 5)
-            .iter()
-            .map(|h| h.id)
-            .collect();
-        assert_eq!(
-            off.chunks.iter().map(|c| c.chunk.id).collect::<Vec<_>>(),
-            want
-        );
-    }
-
-    #[test]
-    fn exact_items_pull_their_own_candidates() {
-        let e = FakeEmbedder::default();
-        let ix = wiki(&e);
-        let cache = EmbeddingCache::default();
-        let r = Retriever::new(&ix, Some(&e), &cache);
-        // One BM25 candidate, and it is not the NU1101 page, unless its identifier pulls it in.
-        let q = "NU1101 restore";
-        let top = ix.bm25_top(q, 1, &Filter::default()).unwrap();
-        assert_ne!(
-            top[0].id, 1,
-            "the fixture's long NU1101 page must not lead plain BM25"
-        );
-        let opts = |exact_candidates| RetrieveOptions {
-            top_k: 1,
-            candidates: 1,
-            mode: Mode::Bm25,
-            signals: Signals {
-                phrase: 2.0,
-                exact_candidates,
-                ..Signals::OFF
-            },
-            ..Default::default()
-        };
-        let without = r.retrieve(q, &opts(0), &Filter::default()).unwrap();
-        let with = r.retrieve(q, &opts(3), &Filter::default()).unwrap();
-        assert!(
-            !paths(&without).contains(&"errors/nu1101.md"),
-            "{:?}",
-            paths(&without)
-        );
-        assert!(
-            paths(&with).contains(&"errors/nu1101.md"),
-            "{:?}",
-            paths(&with)
-        );
-        let c = with.chunks.iter().find(|c| c.chunk.id == 1).unwrap();
-        assert_eq!(c.explain.fusion, "bm25");
-        assert!(
-            c.bm25.is_none(),
-            "pulled in: not in the question's BM25 list"
-        );
-        let p = c.explain.phrase.as_ref().unwrap();
-        assert!(p.matched.contains(&"nu1101".to_string()), "{p:?}");
-    }
-
-    #[test]
-    fn sentence_signal_reads_known_vectors_and_never_embeds() {
-        let e = FakeEmbedder::default();
-        let ix = wiki(&e);
-        let cache = EmbeddingCache::default();
-        let r = Retriever::new(&ix, Some(&e), &cache);
-        let q = "which metadata does the manifest list";
-        let opts = RetrieveOptions {
-            top_k: 5,
-            signals: Signals {
-                sentence: 1.0,
-                ..Signals::OFF
-            },
-            ..Default::default()
-        };
-        let calls = e.calls.load(std::sync::atomic::Ordering::SeqCst);
-        let cold = r.retrieve(q, &opts, &Filter::default()).unwrap();
-        assert_eq!(
-            e.calls.load(std::sync::atomic::Ordering::SeqCst),
-            calls + 1,
-            "the query only"
-        );
-        assert!(cold.chunks.iter().all(|c| c
-            .explain
-            .sentence
-            .as_ref()
-            .is_some_and(|p| p.raw.is_none())));
-        let sentence = "The manifest lists metadata such as id and version.";
-        cache.embed(&e, &[sentence], EmbedKind::Passage).unwrap();
-        let warm = r.retrieve(q, &opts, &Filter::default()).unwrap();
-        let top = &warm.chunks[0];
-        assert_eq!(top.chunk.path, "reference/nuspec.md");
-        let p = top.explain.sentence.as_ref().unwrap();
-        assert_eq!(p.matched, [sentence]);
-        assert!(p.raw.is_some_and(|c| c > 0.0) && p.value == 1.0, "{p:?}");
     }
 }

@@ -21,14 +21,16 @@
 use std::collections::HashMap;
 
 use bib_text::bm25::idf;
-use bib_text::terms::{fold_accents, is_stop_word, terms_with, TermConfig};
+use bib_text::terms::{fold_accents, is_stop_word};
 use serde::{Deserialize, Serialize};
 
 use crate::error::RetrieveError;
 use crate::index::ChunkRecord;
 
-/// Weights of the ranking signals (0 turns one off) and how deep they re-score.
+/// Weights of the ranking signals (0 turns one off) and how deep they re-score. Written (in
+/// `bib.toml`, JSON reports) as its `key=value` spec ([`Signals::spec`]).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
 pub struct Signals {
     /// Title, heading path and file name coverage of the question's terms.
     pub field: f64,
@@ -37,7 +39,6 @@ pub struct Signals {
     /// Best sentence cosine (min-max over the re-scored candidates).
     pub sentence: f64,
     /// Best sentence BM25 among the re-scored candidates' sentences (over the best one).
-    #[serde(default)]
     pub sentence_lex: f64,
     /// Best other candidate of the same document.
     pub doc: f64,
@@ -149,6 +150,19 @@ impl Default for Signals {
     }
 }
 
+impl TryFrom<String> for Signals {
+    type Error = RetrieveError;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        Self::parse(&s)
+    }
+}
+
+impl From<Signals> for String {
+    fn from(s: Signals) -> String {
+        s.spec()
+    }
+}
+
 impl std::str::FromStr for Signals {
     type Err = RetrieveError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
@@ -216,6 +230,22 @@ pub struct Explain {
     /// The final score (`fused` + every contribution).
     #[serde(rename = "final")]
     pub final_score: f64,
+}
+
+impl Explain {
+    /// The sum of every signal's contribution (`final − fused`).
+    pub fn contributions(&self) -> f64 {
+        [
+            &self.field,
+            &self.phrase,
+            &self.sentence,
+            &self.sentence_lex,
+            &self.doc,
+        ]
+        .iter()
+        .filter_map(|p| p.as_ref().map(|p| p.contribution))
+        .sum()
+    }
 }
 
 /// The exact items of a question: what must occur verbatim, with its weight.
@@ -424,9 +454,9 @@ pub struct QueryTerms {
 }
 
 impl QueryTerms {
-    /// Terms of `query` under `cfg`, with IDF from `(chunks, document frequencies)`.
-    pub fn new(query: &str, cfg: &TermConfig, n_chunks: usize, dfs: &[usize]) -> Self {
-        let terms = terms_with(query, cfg);
+    /// The question's `terms` (from the index's term function), with IDF from the index's
+    /// chunk count and their document frequencies.
+    pub fn new(terms: Vec<String>, n_chunks: usize, dfs: &[usize]) -> Self {
         let idf = terms
             .iter()
             .enumerate()
@@ -502,6 +532,7 @@ pub fn best_other_of_doc(paths: &[&str], scores: &[f64]) -> Vec<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bib_text::terms::{terms_with, TermConfig};
 
     fn texts(items: &[ExactItem]) -> Vec<&str> {
         items.iter().map(|i| i.text.as_str()).collect()
@@ -578,12 +609,16 @@ mod tests {
             ..TermConfig::V1
         };
         let f = terms_with(&field_text(&rec), &cfg);
-        let q = QueryTerms::new("nuspec metadata version", &cfg, 100, &[5, 10, 50]);
+        let q = QueryTerms::new(
+            terms_with("nuspec metadata version", &cfg),
+            100,
+            &[5, 10, 50],
+        );
         let (s, m) = q.field_score(&f);
         let want = (idf(100, 5) + idf(100, 10)) / (idf(100, 5) + idf(100, 10) + idf(100, 50));
         assert!((s - want).abs() < 1e-12, "{s} vs {want}");
         assert_eq!(m, vec!["nuspec".to_string(), "metadata".to_string()]);
-        let q = QueryTerms::new("", &cfg, 100, &[]);
+        let q = QueryTerms::new(Vec::new(), 100, &[]);
         assert_eq!(q.field_score(&f).0, 0.0);
     }
 

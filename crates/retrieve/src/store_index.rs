@@ -181,6 +181,7 @@ mod tests {
                     content_hash: path.to_string(),
                     chunk_count: chunks.len() as u32,
                     upserts,
+                    source: None,
                 })
                 .unwrap();
         }

@@ -24,7 +24,7 @@ use std::cmp::Ordering;
 
 use bib_embed::{EmbedKind, Embedder};
 use bib_text::bm25::{Bm25Index, Bm25Params};
-use bib_text::sentences::{chunk_sentences, Sentence};
+use bib_text::sentences::{chunk_sentences, structure_of, Sentence, Structure};
 use bib_text::terms::{terms_with, TermConfig};
 use serde::{Deserialize, Serialize};
 
@@ -55,16 +55,23 @@ pub const ASK_PROFILE: TrimOptions = TrimOptions {
     scorer: TrimScorer::Cosine,
     rrf_k: DEFAULT_RRF_K,
     lexical_top: 5,
+    structure: true,
 };
 
 /// How sentences are ranked for selection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "lowercase")]
 pub enum TrimScorer {
-    /// Cosine of sentence and query embeddings (the spec).
+    /// Cosine similarity of sentence and question.
     #[default]
+    #[cfg_attr(feature = "clap", value(help = "similarity of sentence and question"))]
     Cosine,
-    /// RRF of the cosine rank and the sentence-level BM25 rank.
+    /// Keyword (BM25) rank of the sentence fused with its similarity rank.
+    #[cfg_attr(
+        feature = "clap",
+        value(help = "keyword rank of the sentence fused with its similarity rank")
+    )]
     Hybrid,
 }
 
@@ -101,6 +108,11 @@ pub struct TrimOptions {
     /// 0 (the spec's behaviour) turns it off.
     #[serde(default)]
     pub lexical_top: usize,
+    /// Keep the structure that gives a kept sentence its meaning ([`structural_context`]): a
+    /// table's header and delimiter rows with a kept body row, a list's lead-in (a sentence
+    /// ending in `:`) with a kept item, the nearest heading of the body above a kept sentence.
+    #[serde(default)]
+    pub structure: bool,
 }
 
 impl Default for TrimOptions {
@@ -112,6 +124,7 @@ impl Default for TrimOptions {
             scorer: TrimScorer::Cosine,
             rrf_k: DEFAULT_RRF_K,
             lexical_top: 0,
+            structure: false,
         }
     }
 }
@@ -349,6 +362,55 @@ pub fn rebuild(p: &Prepared<'_>, kept: &[usize]) -> String {
     out
 }
 
+/// The sentences that give the `kept` ones their meaning, which a reader of the trimmed text
+/// needs: a table body row means little without the table's header (and the delimiter row
+/// keeps it a Markdown table), a list item without the sentence that introduces the list
+/// ("To sign a package:"), a sentence under a sub-heading of the chunk without that heading.
+pub fn structural_context(p: &Prepared<'_>, kept: &[usize]) -> Vec<usize> {
+    let n = p.sentences.len();
+    let kinds: Vec<Structure> = (0..n).map(|i| structure_of(p.sentence(i))).collect();
+    let body = p.body();
+    // Whether sentences `j` and `j + 1` are in one block (no blank line between them).
+    let joined = |j: usize| {
+        let between = &body[p.sentences[j].end..p.sentences[j + 1].start.max(p.sentences[j].end)];
+        between.matches('\n').count() <= 1
+    };
+    let mut out = Vec::new();
+    for &i in kept.iter().filter(|&&i| i < n) {
+        match kinds[i] {
+            Structure::TableRow | Structure::Prose if p.sentence(i).contains('|') => {
+                // Walk up the rows of this table to its delimiter; the header is just above.
+                let mut j = i;
+                while j > 0 && joined(j - 1) && kinds[j - 1] != Structure::TableDelimiter {
+                    j -= 1;
+                }
+                if j > 1 && joined(j - 1) && kinds[j - 1] == Structure::TableDelimiter {
+                    out.extend([j - 2, j - 1]);
+                }
+            }
+            Structure::ListItem => {
+                let mut j = i;
+                while j > 0 && kinds[j - 1] == Structure::ListItem {
+                    j -= 1;
+                }
+                if j > 0
+                    && kinds[j - 1] == Structure::Prose
+                    && p.sentence(j - 1).trim_end().ends_with(':')
+                {
+                    out.push(j - 1);
+                }
+            }
+            _ => {}
+        }
+        if kinds[i] != Structure::Heading {
+            if let Some(h) = (0..i).rev().find(|&j| kinds[j] == Structure::Heading) {
+                out.push(h);
+            }
+        }
+    }
+    out
+}
+
 /// Select and rebuild one text from its scores.
 pub fn apply(p: &Prepared<'_>, s: &SentenceScores, opts: &TrimOptions) -> TrimmedText {
     let priority = match opts.scorer {
@@ -365,7 +427,7 @@ pub fn apply(p: &Prepared<'_>, s: &SentenceScores, opts: &TrimOptions) -> Trimme
             .map(|(i, _)| i)
             .collect()
     };
-    let kept = select_sentences_with(
+    let mut kept = select_sentences_with(
         &s.cosine,
         &priority,
         &forced,
@@ -373,6 +435,11 @@ pub fn apply(p: &Prepared<'_>, s: &SentenceScores, opts: &TrimOptions) -> Trimme
         opts.min_sentences,
         opts.window,
     );
+    if opts.structure {
+        kept.extend(structural_context(p, &kept));
+        kept.sort_unstable();
+        kept.dedup();
+    }
     TrimmedText {
         content: rebuild(p, &kept),
         total: p.sentences.len(),
@@ -434,6 +501,70 @@ mod tests {
         "Cada tenant veía solo su esquema.",
         "Las queries explícitas mantenían la RLS.",
     ];
+
+    const STRUCTURED: &str =
+        "[Doc: Sign › CLI]\n\nYou can sign packages.\n\nTo sign a package:\n\n\
+        1. Get a certificate.\n2. Run `nuget sign`.\n\n### Options\n\n| Option | Meaning |\n\
+        |---|---|\n| -Timestamper | URL of an RFC 3161 server |\n| -Force | Overwrite |\n";
+
+    #[test]
+    fn structure_brings_lead_in_table_header_and_heading() {
+        let p = Prepared::new(STRUCTURED);
+        let at = |t: &str| {
+            (0..p.sentences.len())
+                .find(|&i| p.sentence(i).starts_with(t))
+                .unwrap_or_else(|| panic!("no sentence starting with {t:?}"))
+        };
+        assert_eq!(structural_context(&p, &[at("2. Run")]), vec![at("To sign")]);
+        let mut got = structural_context(&p, &[at("| -Force")]);
+        got.sort_unstable();
+        assert_eq!(got, vec![at("### Options"), at("| Option"), at("|---")]);
+        // The header row itself, plain prose and the heading need nothing more.
+        assert_eq!(
+            structural_context(&p, &[at("| Option")]),
+            vec![at("### Options")]
+        );
+        assert!(structural_context(&p, &[at("You can")]).is_empty());
+        assert!(structural_context(&p, &[at("### Options")]).is_empty());
+    }
+
+    #[test]
+    fn apply_with_structure_rebuilds_a_readable_table() {
+        let p = Prepared::new(STRUCTURED);
+        let n = p.sentences.len();
+        let force = (0..n)
+            .find(|&i| p.sentence(i).starts_with("| -Force"))
+            .unwrap();
+        let mut cosine = vec![0.0f32; n];
+        cosine[force] = 0.9;
+        let s = SentenceScores {
+            cosine,
+            ..SentenceScores::default()
+        };
+        let opts = TrimOptions {
+            threshold: 0.5,
+            min_sentences: 0,
+            ..TrimOptions::default()
+        };
+        let plain = apply(&p, &s, &opts);
+        assert_eq!(plain.kept, vec![force]);
+        let kept = apply(
+            &p,
+            &s,
+            &TrimOptions {
+                structure: true,
+                ..opts
+            },
+        );
+        assert_eq!(kept.kept.len(), 4);
+        assert!(
+            kept.content.contains(
+                "### Options\n\n| Option | Meaning |\n|---|---|\n[...]\n| -Force | Overwrite |"
+            ),
+            "{}",
+            kept.content
+        );
+    }
 
     #[test]
     fn spec_example_keeps_0_and_2() {

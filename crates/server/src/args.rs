@@ -122,6 +122,29 @@ pub struct AskArgs {
     pub collections: Option<Vec<String>>,
 }
 
+/// `bib_get` / `GET /docs/{path}?from=&to=&collection=`: a document's text or some of its lines.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GetArgs {
+    /// The document's path, as results give it (`guides/restore.md`).
+    pub path: String,
+    /// First line (1-based, inclusive; default 1). A result citing `path:12-30` has
+    /// `line_start` 12 and `line_end` 30.
+    #[serde(default)]
+    pub from: Option<u32>,
+    /// Last line (inclusive; default the last line of the document).
+    #[serde(default)]
+    pub to: Option<u32>,
+    /// Only look in this collection.
+    #[serde(default)]
+    pub collection: Option<String>,
+}
+
+/// `bib_status`: no arguments.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StatusArgs {}
+
 /// `bib_eval_retrieval` / `POST /eval`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -210,24 +233,34 @@ pub struct IndexChunksArgs {
     pub token: Option<String>,
 }
 
-/// One history message of `bib_pack`.
+/// One history message of `bib_pack` (the schema only: messages are read by
+/// `bib_pack::input::history_from_value`, the reader `bib pack` uses, which also takes
+/// Anthropic content blocks and OpenAI `tool_calls`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
-#[serde(deny_unknown_fields)]
 pub struct MessageArg {
-    /// `user`, `assistant`, `system`, `tool` …
+    /// `user`, `assistant`, `system`, `tool` … (not empty).
     pub role: String,
-    pub content: String,
-    /// The message's own time (Unix milliseconds), for relative dates.
+    /// The text: a string, null, or an array of content blocks (`text`, `tool_use`,
+    /// `tool_result`).
     #[serde(default)]
-    pub ts: Option<i64>,
+    pub content: Value,
+    /// The message's time, for relative dates: an RFC 3339 date-time
+    /// (`2026-08-07T12:00:00Z`) or epoch milliseconds. Epoch seconds are refused.
+    #[serde(default)]
+    pub ts: Option<Value>,
+    /// The same as `ts` (give one of them).
+    #[serde(default)]
+    pub timestamp: Option<Value>,
 }
 
 /// `bib_pack` / `POST /pack`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PackArgs {
-    /// The history, oldest first; the live question is the last user message.
-    pub messages: Vec<MessageArg>,
+    /// The history, oldest first; the live question is the last user message. The format of
+    /// `bib pack` (see `bib pack --help`).
+    #[schemars(with = "Vec<MessageArg>")]
+    pub messages: Vec<Value>,
     /// Token budget of the packed output.
     pub budget: usize,
     /// Fuse embeddings with BM25 (needs the model; falls back to lexical without it).

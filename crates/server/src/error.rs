@@ -126,6 +126,18 @@ impl From<bib_store::StoreError> for ServiceError {
     }
 }
 
+impl From<bib_store::read::GetError> for ServiceError {
+    fn from(e: bib_store::read::GetError) -> Self {
+        use bib_store::read::GetError as G;
+        match e {
+            G::UnknownPath { .. } => ServiceError::not_found(e.to_string()),
+            G::BadRange { field, reason } => ServiceError::invalid(field, reason),
+            G::NoSource(_) => ServiceError::not_available(e.to_string()),
+            G::Store(s) => s.into(),
+        }
+    }
+}
+
 impl From<bib_retrieve::RetrieveError> for ServiceError {
     fn from(e: bib_retrieve::RetrieveError) -> Self {
         use bib_retrieve::RetrieveError as R;
@@ -139,6 +151,19 @@ impl From<bib_retrieve::RetrieveError> for ServiceError {
                 ServiceError::not_available(format!(
                     "the embedding model `{model}` is not installed: run `bib model install`"
                 ))
+            }
+            other => ServiceError::internal(other.to_string()),
+        }
+    }
+}
+
+impl From<bib_app::ConfigError> for ServiceError {
+    /// A value out of range names its field as the request spells it (`trim_threshold`).
+    fn from(e: bib_app::ConfigError) -> Self {
+        match e {
+            bib_app::ConfigError::Invalid { key, reason } => {
+                let field = key.rsplit('.').next().unwrap_or(&key).to_string();
+                ServiceError::invalid(field, reason)
             }
             other => ServiceError::internal(other.to_string()),
         }

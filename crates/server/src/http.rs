@@ -2,7 +2,8 @@
 //!
 //! Routes (all JSON; described at `GET /openapi.json`):
 //! `POST /ask`, `POST /pack`, `POST /eval`, `POST /docs` (register, token), `POST /chunks`
-//! (index, token), `GET /docs/{node_id}`, `GET /runs?limit=N`, `GET /healthz`, and MCP at
+//! (index, token), `GET /docs/{node_id}`, `GET /docs/{path}?from=&to=&collection=` (a
+//! document's lines), `GET /runs?limit=N`, `GET /healthz`, and MCP at
 //! `/mcp`. Errors are `{"error": {"code", "message", "field"?}}` ([`crate::error`]).
 //!
 //! Protections, applied to every route: a request-body size limit, a per-request timeout (the
@@ -19,6 +20,11 @@
 //! next check and writes nothing, and the client gets `504 timeout`. If the operation already
 //! started its write, the guard waits for it and answers the real result, so a 504 always
 //! means "nothing was written" (see [`crate::work`]).
+//!
+//! `/mcp` tool calls answer on an SSE stream whose headers go out before the call runs, so the
+//! guard's own timer never sees them finish late. The [`Work`] carries the deadline instead,
+//! and the tool call enforces it ([`crate::mcp`]): past it, the work is cancelled the same
+//! way and the call answers a `timeout` tool error (`isError: true`), nothing written.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -288,12 +294,43 @@ async fn index_chunks(
     blocking(work, move |w| s.index_chunks(a, bearer.as_deref(), w)).await
 }
 
-async fn get_doc(State(app): State<App>, Path(id): Path<String>) -> ApiResult {
-    let id: i64 = id
-        .parse()
-        .map_err(|_| ServiceError::invalid("node_id", format!("`{id}` is not an integer")))?;
+#[derive(Debug, Deserialize)]
+struct LinesQuery {
+    from: Option<String>,
+    to: Option<String>,
+    collection: Option<String>,
+}
+
+/// `GET /docs/{node_id}`: the document record with its chunks. `GET /docs/{path}` (a path ends
+/// in `.md`, so it is never a number) with optional `from`, `to`, `collection`: its text or
+/// those lines, as `bib get` and MCP `bib_get` give them.
+async fn get_doc(
+    State(app): State<App>,
+    Path(rest): Path<String>,
+    Query(q): Query<LinesQuery>,
+) -> ApiResult {
     let s = app.service.clone();
-    blocking(None, move |_| s.get_doc(id)).await
+    let numeric = !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_digit());
+    if numeric && q.from.is_none() && q.to.is_none() {
+        let id: i64 = rest
+            .parse()
+            .map_err(|_| ServiceError::invalid("node_id", format!("`{rest}` is too large")))?;
+        return blocking(None, move |_| s.get_doc(id)).await;
+    }
+    let line = |field: &str, v: Option<String>| -> Result<Option<u32>, ServiceError> {
+        v.map(|v| {
+            v.parse::<u32>()
+                .map_err(|_| ServiceError::invalid(field, format!("`{v}` is not a line number")))
+        })
+        .transpose()
+    };
+    let args = crate::args::GetArgs {
+        path: rest,
+        from: line("from", q.from)?,
+        to: line("to", q.to)?,
+        collection: q.collection,
+    };
+    blocking(None, move |_| s.get_lines(args)).await
 }
 
 #[derive(Debug, Deserialize)]
@@ -347,7 +384,7 @@ async fn guard(State(app): State<App>, mut req: Request, next: Next) -> Response
             return ApiError(e).into_response();
         }
     }
-    let ticket = Arc::new(Work::unbounded());
+    let ticket = Arc::new(Work::with_timeout(app.timeout));
     req.extensions_mut().insert(ticket.clone());
     let work = async {
         let _permit = match app.slots.clone().acquire_owned().await {
@@ -372,14 +409,7 @@ async fn guard(State(app): State<App>, mut req: Request, next: Next) -> Response
                 return work.await;
             }
             tracing::warn!(path = %path, "request timed out after {:?}; its work is cancelled", app.timeout);
-            ApiError(ServiceError::new(
-                ErrorCode::Timeout,
-                format!(
-                    "the request took longer than {} s",
-                    app.timeout.as_secs_f64()
-                ),
-            ))
-            .into_response()
+            ApiError(ticket.timeout_error()).into_response()
         }
     }
 }
@@ -417,7 +447,7 @@ pub fn router(service: Arc<Service>, opts: &HttpOptions, shutdown: CancellationT
         .route("/pack", post(pack))
         .route("/eval", post(eval))
         .route("/docs", post(register))
-        .route("/docs/{node_id}", get(get_doc))
+        .route("/docs/{*path}", get(get_doc))
         .route("/chunks", post(index_chunks))
         .route("/runs", get(runs))
         .nest_service("/mcp", mcp_service)
@@ -620,6 +650,7 @@ mod tests {
             ("GET", "/healthz"),
             ("GET", "/runs"),
             ("GET", "/docs/1"),
+            ("GET", "/docs/guides/restore.md?from=1&to=2"),
             ("GET", "/openapi.json"),
             ("POST", "/docs"),
             ("POST", "/mcp"),
@@ -732,6 +763,176 @@ mod tests {
             .collect();
         assert!(!paths.contains(&"late.md".to_string()), "{paths:?}");
         assert_eq!(slow.calls(), 1, "no embedding after the cancel");
+    }
+
+    /// POST one JSON-RPC message to `/mcp` (in session `session`); returns the status, the
+    /// session id the server gave, and the JSON-RPC messages of the answer (SSE `data:` lines
+    /// or a JSON body).
+    async fn mcp_post(
+        app: &Router,
+        session: Option<&str>,
+        msg: serde_json::Value,
+    ) -> (u16, Option<String>, Vec<serde_json::Value>) {
+        let mut req = axum::http::Request::builder()
+            .method("POST")
+            .uri("/mcp")
+            .header(header::HOST, "127.0.0.1")
+            .header(header::CONTENT_TYPE, "application/json")
+            .header(header::ACCEPT, "application/json, text/event-stream")
+            .header(header::AUTHORIZATION, format!("Bearer {TOKEN}"));
+        if let Some(id) = session {
+            req = req.header("mcp-session-id", id);
+        }
+        let req = req.body(Body::from(msg.to_string())).unwrap();
+        let resp = app.clone().oneshot(req).await.unwrap();
+        let status = resp.status().as_u16();
+        let sid = resp
+            .headers()
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        let text = String::from_utf8_lossy(&bytes);
+        let msgs = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("data:"))
+            .chain(std::iter::once(text.as_ref()))
+            .filter_map(|d| serde_json::from_str::<serde_json::Value>(d.trim()).ok())
+            .collect();
+        (status, sid, msgs)
+    }
+
+    /// An initialized MCP session over `/mcp`.
+    async fn mcp_session(app: &Router) -> String {
+        let init = serde_json::json!({
+            "jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "http-tests", "version": "0"}
+            }
+        });
+        let (st, sid, msgs) = mcp_post(app, None, init).await;
+        assert_eq!(st, 200, "{msgs:?}");
+        let sid = sid.expect("a session id");
+        let note = serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        let (st, _, _) = mcp_post(app, Some(&sid), note).await;
+        assert_eq!(st, 202);
+        sid
+    }
+
+    /// `tools/call` of `name` over `/mcp`: the call's JSON-RPC result, and how long it took.
+    async fn mcp_tool(
+        app: &Router,
+        sid: &str,
+        name: &str,
+        args: serde_json::Value,
+    ) -> (serde_json::Value, Duration) {
+        let call = serde_json::json!({
+            "jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            "params": {"name": name, "arguments": args}
+        });
+        let t = std::time::Instant::now();
+        let (st, _, msgs) = mcp_post(app, Some(sid), call).await;
+        let took = t.elapsed();
+        assert_eq!(st, 200, "{msgs:?}");
+        let answer = msgs
+            .into_iter()
+            .find(|m| m["id"] == 2)
+            .expect("an answer to the call");
+        (answer["result"].clone(), took)
+    }
+
+    /// Issue 14, `/mcp`: a tool call's answer goes out on an SSE stream, so the guard's timer
+    /// saw the request finish at once and never cancelled `bib_register_doc`: past its
+    /// timeout the call went on and committed. Now it answers a `timeout` tool error at the
+    /// deadline and writes nothing, like `POST /docs`.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_timed_out_mcp_registration_writes_nothing() {
+        let slow = FakeEmbedder::new(Duration::from_millis(400));
+        let (svc, store) = service(Some(slow.clone()));
+        let opts = HttpOptions {
+            timeout: Duration::from_millis(150),
+            ..HttpOptions::default()
+        };
+        let app = router(svc, &opts, CancellationToken::new());
+        let sid = mcp_session(&app).await;
+        let args = serde_json::json!({
+            "path": "late.md",
+            "content": "# Late\n\nThis document arrives after its deadline.\n",
+            "index": true,
+        });
+        let (r, took) = mcp_tool(&app, &sid, "bib_register_doc", args).await;
+        assert_eq!(r["isError"], true, "{r}");
+        assert_eq!(r["structuredContent"]["error"]["code"], "timeout", "{r}");
+        assert!(took < Duration::from_millis(380), "answered after {took:?}");
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+        let paths: Vec<String> = store
+            .documents()
+            .unwrap()
+            .into_iter()
+            .map(|d| d.path)
+            .collect();
+        assert!(!paths.contains(&"late.md".to_string()), "{paths:?}");
+        assert_eq!(slow.calls(), 1, "no embedding after the cancel");
+
+        // Within its time the same call registers.
+        let opts = HttpOptions {
+            timeout: Duration::from_secs(30),
+            ..HttpOptions::default()
+        };
+        let (svc, store) = service(Some(FakeEmbedder::new(Duration::ZERO)));
+        let app = router(svc, &opts, CancellationToken::new());
+        let sid = mcp_session(&app).await;
+        let args = serde_json::json!({"path": "on-time.md", "content": "# On time\n\nText.\n", "index": true});
+        let (r, _) = mcp_tool(&app, &sid, "bib_register_doc", args).await;
+        assert_ne!(r["isError"], true, "{r}");
+        assert!(store
+            .documents()
+            .unwrap()
+            .iter()
+            .any(|d| d.path == "on-time.md"));
+    }
+
+    /// Issue 14, `/mcp`: `bib_eval_retrieval` past its timeout must stop embedding, as
+    /// `POST /eval` does.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_timed_out_mcp_eval_stops_working() {
+        let slow = FakeEmbedder::new(Duration::from_millis(50));
+        let (svc, _) = service(Some(slow.clone()));
+        let opts = HttpOptions {
+            timeout: Duration::from_millis(300),
+            ..HttpOptions::default()
+        };
+        let app = router(svc, &opts, CancellationToken::new());
+        let sid = mcp_session(&app).await;
+        let questions: Vec<String> = (0..150)
+            .map(|i| format!("question number {i} about the cache"))
+            .collect();
+        let (r, took) = mcp_tool(
+            &app,
+            &sid,
+            "bib_eval_retrieval",
+            serde_json::json!({"questions": questions}),
+        )
+        .await;
+        assert_eq!(r["structuredContent"]["error"]["code"], "timeout", "{r}");
+        assert!(took < Duration::from_secs(2), "answered after {took:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let at_stop = slow.calls();
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        assert!(at_stop > 0);
+        assert_eq!(
+            slow.calls(),
+            at_stop,
+            "eval kept embedding after its timeout"
+        );
+        assert!(
+            at_stop < 60,
+            "{at_stop} embedding calls: the eval did not stop"
+        );
     }
 
     /// Issue 14: `/eval` kept the CPU busy 10 s after its 504.

@@ -2,9 +2,11 @@
 //!
 //! - [`service::Service`] holds the knowledge base (a [`bib_store::Store`]), the embedding
 //!   model and the settings, and implements every operation as a synchronous method: ask,
-//!   eval, register a document, index chunks, pack a history, read documents and runs.
-//! - [`mcp`] exposes five tools on the official MCP Rust SDK (`rmcp`): `bib_ask`,
-//!   `bib_eval_retrieval`, `bib_register_doc`, `bib_index_chunks`, `bib_pack` — over stdio
+//!   eval, register a document, index chunks, pack a history, read documents (lines of one,
+//!   through `bib_store::read`), the status, and runs.
+//! - [`mcp`] exposes seven tools on the official MCP Rust SDK (`rmcp`): `bib_ask`, `bib_get`,
+//!   `bib_status`, `bib_eval_retrieval`, `bib_register_doc`, `bib_index_chunks`, `bib_pack` —
+//!   over stdio
 //!   ([`mcp::serve_stdio`], `bib mcp`) or streamable HTTP at `/mcp`.
 //! - [`http`] is the axum app of `bib serve`: the JSON API, `/mcp`, `/openapi.json`
 //!   ([`openapi`]), with body-size, timeout and in-flight limits.

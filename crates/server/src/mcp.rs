@@ -1,26 +1,32 @@
-//! The MCP server (official Rust SDK, `rmcp`): five tools over the [`Service`], served over
+//! The MCP server (official Rust SDK, `rmcp`): seven tools over the [`Service`], served over
 //! stdio (`bib mcp`) or streamable HTTP at `/mcp` (`bib serve`, see [`crate::http`]).
 //!
 //! Arguments are typed structs ([`crate::args`]) whose JSON Schemas are the tools'
 //! `inputSchema`. They are decoded by this module's [`Parameters`] extractor, which — unlike the
 //! SDK's own — names the offending field (`invalid_params: invalid argument `top_k`: invalid
 //! type: string "five", expected usize`) and puts `{code, message, field}` in the error's
-//! `data`. Results carry the same JSON both as text and as structured content; failures other
-//! than bad arguments are tool results with `isError: true` and `{"error": {code, message}}`.
+//! `data`. Results carry their JSON as structured content; the text content is that JSON too,
+//! except where an agent reads the text: `bib_ask` answers compact Markdown (per result its
+//! citation `path:lines › heading` and the kept text, no scores — those stay in the structured
+//! content) and `bib_get` the lines themselves under their citation. Failures other than bad
+//! arguments are tool results with `isError: true` and `{"error": {code, message}}`.
 
 use std::sync::Arc;
 
 use rmcp::handler::server::common::FromContextPart;
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::handler::server::tool::{schema_for_output, ToolCallContext};
-use rmcp::model::{CallToolResult, Implementation, ServerCapabilities, ServerConfig};
+use rmcp::model::{CallToolResult, ContentBlock, Implementation, ServerCapabilities, ServerConfig};
 use rmcp::service::RequestContext;
 use rmcp::{tool, tool_handler, tool_router, ErrorData, RoleServer, ServerHandler, ServiceExt};
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use tokio_util::sync::CancellationToken;
 
-use crate::args::{AskArgs, EvalRetrievalArgs, IndexChunksArgs, PackArgs, RegisterDocArgs};
+use crate::args::{
+    AskArgs, EvalRetrievalArgs, GetArgs, IndexChunksArgs, PackArgs, RegisterDocArgs, StatusArgs,
+};
 use crate::error::{ErrorCode, ServiceError};
 use crate::service::{AskOutput, IndexOutput, PackOutput, RegisterOutput, Service};
 use crate::work::Work;
@@ -66,23 +72,87 @@ fn work_of(ctx: &RequestContext<RoleServer>) -> Arc<Work> {
         .unwrap_or_else(|| Arc::new(Work::unbounded()))
 }
 
-/// Run a service call on the blocking pool and shape its answer as a tool result.
-async fn run_tool<T, F>(work: Arc<Work>, f: F) -> Result<CallToolResult, ErrorData>
+/// Run a service call on the blocking pool and shape its answer as a tool result (the JSON as
+/// structured and as text content).
+async fn run_tool<T, F>(
+    work: Arc<Work>,
+    ct: CancellationToken,
+    f: F,
+) -> Result<CallToolResult, ErrorData>
 where
     T: Serialize + Send + 'static,
     F: FnOnce(&Work) -> Result<T, ServiceError> + Send + 'static,
 {
-    let r = match tokio::task::spawn_blocking(move || f(&work)).await {
+    run_tool_text(work, ct, f, None).await
+}
+
+/// [`run_tool`] whose text content is `text(&answer)` instead of the JSON.
+///
+/// The call is cancelled, like a REST request past its timeout ([`crate::work`]), when the
+/// HTTP request's deadline passes or the client cancels the request (`notifications/cancelled`,
+/// which sets `ct`): its [`Work`] is cancelled, so it stops at its next check and writes
+/// nothing, and the answer is a `timeout` tool error. When the call already
+/// started its write, the cancel is refused and its real result is the answer.
+async fn run_tool_text<T, F>(
+    work: Arc<Work>,
+    ct: CancellationToken,
+    f: F,
+    text: Option<fn(&T) -> String>,
+) -> Result<CallToolResult, ErrorData>
+where
+    T: Serialize + Send + 'static,
+    F: FnOnce(&Work) -> Result<T, ServiceError> + Send + 'static,
+{
+    let job = work.clone();
+    let mut task = tokio::task::spawn_blocking(move || f(&job));
+    let deadline = async {
+        match work.deadline() {
+            Some(d) => tokio::time::sleep_until(tokio::time::Instant::from_std(d)).await,
+            None => std::future::pending().await,
+        }
+    };
+    let joined = tokio::select! {
+        r = &mut task => r,
+        stop = async {
+            tokio::select! {
+                () = deadline => work.timeout_error(),
+                // rmcp sends no response to a cancelled request (nor after its session
+                // closed), so this error only reaches the log.
+                () = ct.cancelled() => ServiceError::new(
+                    ErrorCode::Timeout,
+                    "the request was cancelled; its work was stopped and nothing was written",
+                ),
+            }
+        } => {
+            if work.cancel() {
+                tracing::warn!(code = stop.code.as_str(), "tool call stopped: {}", stop.message);
+                Ok(Err(stop))
+            } else {
+                // The call is writing: its result is the truth, wait for it.
+                task.await
+            }
+        }
+    };
+    let r = match joined {
         Ok(r) => r,
         Err(e) => Err(ServiceError::internal(format!("the operation failed: {e}"))),
     };
     match r {
-        Ok(v) => match serde_json::to_value(v) {
-            Ok(v) => Ok(CallToolResult::structured(v)),
-            Err(e) => Ok(CallToolResult::structured_error(
-                ServiceError::internal(e.to_string()).to_json(),
-            )),
-        },
+        Ok(v) => {
+            let shown = text.map(|t| t(&v));
+            match serde_json::to_value(v) {
+                Ok(v) => {
+                    let mut result = CallToolResult::structured(v);
+                    if let Some(t) = shown {
+                        result.content = vec![ContentBlock::text(t)];
+                    }
+                    Ok(result)
+                }
+                Err(e) => Ok(CallToolResult::structured_error(
+                    ServiceError::internal(e.to_string()).to_json(),
+                )),
+            }
+        }
         Err(e) if e.code == ErrorCode::InvalidArgument => Err(to_error_data(&e)),
         Err(e) => {
             tracing::info!(
@@ -131,7 +201,10 @@ impl BibMcp {
     }
 
     /// Ask the knowledge base: hybrid (BM25 + vector) retrieval of the best chunks, optionally
-    /// trimmed to the sentences relevant to the question, with token counts before and after.
+    /// trimmed to the sentences relevant to the question (trim: true). The text answer is
+    /// compact Markdown, per result its citation `path:lines › heading` and its text; open
+    /// more of a document with bib_get. `no_good_match` says that nothing in the knowledge base
+    /// is close to the question. Scores, ranks and token counts are in the structured content.
     #[tool(
         name = "bib_ask",
         output_schema = schema_for_output::<AskOutput>(),
@@ -143,7 +216,50 @@ impl BibMcp {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
         let s = self.service.clone();
-        run_tool(work_of(&ctx), move |w| s.ask(a, w)).await
+        run_tool_text(
+            work_of(&ctx),
+            ctx.ct.clone(),
+            move |w| s.ask(a, w),
+            Some(ask_markdown),
+        )
+        .await
+    }
+
+    /// Read a document of the knowledge base, or lines from..to of it (1-based, inclusive),
+    /// exactly as ingested: a bib_ask result citing `path:12-30` is path with from 12, to 30.
+    /// An unknown path names the closest stored paths.
+    #[tool(
+        name = "bib_get",
+        annotations(read_only_hint = true, open_world_hint = false)
+    )]
+    async fn bib_get(
+        &self,
+        Parameters(a): Parameters<GetArgs>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let s = self.service.clone();
+        run_tool_text(
+            work_of(&ctx),
+            ctx.ct.clone(),
+            move |_| s.get_lines(a),
+            Some(excerpt_text),
+        )
+        .await
+    }
+
+    /// The knowledge base: where it is stored, its collections with document and chunk
+    /// counts, the embedding model, and the last ingest run with its result.
+    #[tool(
+        name = "bib_status",
+        annotations(read_only_hint = true, open_world_hint = false)
+    )]
+    async fn bib_status(
+        &self,
+        Parameters(_): Parameters<StatusArgs>,
+        ctx: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let s = self.service.clone();
+        run_tool(work_of(&ctx), ctx.ct.clone(), move |_| s.status()).await
     }
 
     /// A/B evaluation of retrieval: whole chunks (baseline) against sentence trimming and other
@@ -159,7 +275,7 @@ impl BibMcp {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
         let s = self.service.clone();
-        run_tool(work_of(&ctx), move |w| s.eval(a, w)).await
+        run_tool(work_of(&ctx), ctx.ct.clone(), move |w| s.eval(a, w)).await
     }
 
     /// Create or update one document (path + Markdown, or front-matter + body). Returns its
@@ -176,7 +292,7 @@ impl BibMcp {
     ) -> Result<CallToolResult, ErrorData> {
         let s = self.service.clone();
         let bearer = http_bearer(&ctx);
-        run_tool(work_of(&ctx), move |w| {
+        run_tool(work_of(&ctx), ctx.ct.clone(), move |w| {
             s.register_doc(a, bearer.as_deref(), w)
         })
         .await
@@ -197,7 +313,7 @@ impl BibMcp {
     ) -> Result<CallToolResult, ErrorData> {
         let s = self.service.clone();
         let bearer = http_bearer(&ctx);
-        run_tool(work_of(&ctx), move |w| {
+        run_tool(work_of(&ctx), ctx.ct.clone(), move |w| {
             s.index_chunks(a, bearer.as_deref(), w)
         })
         .await
@@ -216,8 +332,54 @@ impl BibMcp {
         ctx: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
         let s = self.service.clone();
-        run_tool(work_of(&ctx), move |w| s.pack(a, w)).await
+        run_tool(work_of(&ctx), ctx.ct.clone(), move |w| s.pack(a, w)).await
     }
+}
+
+/// The text content of `bib_ask`: per result its citation and text (the `[Doc: …]` prefix
+/// dropped: the citation names the document), nothing else an agent would pay tokens for.
+pub fn ask_markdown(a: &AskOutput) -> String {
+    let mut out = String::new();
+    if a.no_good_match {
+        out.push_str(
+            "No good match: nothing in the knowledge base is close to this question. \
+             The nearest passages follow; they are probably not relevant.\n\n",
+        );
+    }
+    if a.results.is_empty() {
+        out.push_str("No results.\n");
+    }
+    for (i, r) in a.results.iter().enumerate() {
+        let mut cite = match (r.line_start, r.line_end) {
+            (0, _) => r.path.clone(),
+            (s, e) if e <= s => format!("{}:{s}", r.path),
+            (s, e) => format!("{}:{s}-{e}", r.path),
+        };
+        for h in &r.heading_path {
+            cite.push_str(" › ");
+            cite.push_str(h);
+        }
+        let (_, body) = bib_text::sentences::split_chunk_prefix(&r.content);
+        out.push_str(&format!("[{}] {cite}\n{}\n\n", i + 1, body.trim()));
+    }
+    out.truncate(out.trim_end().len());
+    out.push('\n');
+    out
+}
+
+/// The text content of `bib_get`: the citation of the lines, then the lines.
+fn excerpt_text(e: &bib_store::read::Excerpt) -> String {
+    format!(
+        "{} ({} of {} lines)\n\n{}",
+        e.citation(),
+        if e.line_start <= 1 && e.line_end == e.total_lines {
+            "all".to_string()
+        } else {
+            format!("lines {}-{}", e.line_start, e.line_end)
+        },
+        e.total_lines,
+        e.content
+    )
 }
 
 #[tool_handler(router = self.tool_router)]
@@ -232,9 +394,10 @@ impl ServerHandler for BibMcp {
             .with_instructions(
                 "bibliotecario answers questions from a Markdown knowledge base. Use bib_ask to \
                  retrieve the most relevant passages (trim: true keeps only relevant sentences), \
-                 bib_pack to fit a long history into a token budget, bib_eval_retrieval to compare \
-                 retrieval settings. bib_register_doc and bib_index_chunks write and need the \
-                 server's token.",
+                 each cited as path:lines; bib_get to read more of a cited document; bib_status \
+                 to see what the knowledge base holds; bib_pack to fit a long history into a \
+                 token budget; bib_eval_retrieval to compare retrieval settings. \
+                 bib_register_doc and bib_index_chunks write and need the server's token.",
             )
     }
 }
@@ -298,7 +461,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn five_tools_with_object_schemas() {
+    fn seven_tools_with_object_schemas() {
         let tools = BibMcp::tool_router().list_all();
         let mut names: Vec<_> = tools.iter().map(|t| t.name.to_string()).collect();
         names.sort();
@@ -307,9 +470,11 @@ mod tests {
             [
                 "bib_ask",
                 "bib_eval_retrieval",
+                "bib_get",
                 "bib_index_chunks",
                 "bib_pack",
-                "bib_register_doc"
+                "bib_register_doc",
+                "bib_status"
             ]
         );
         for t in &tools {
@@ -336,6 +501,77 @@ mod tests {
             assert!(props.get(k).is_some(), "bib_ask lacks {k}");
         }
         assert!(ask.output_schema.is_some());
+    }
+
+    /// A client's `notifications/cancelled` stops the call's work: rmcp only cancels the
+    /// request's token (it does not drop the handler), so the tool must pass it on to the
+    /// `Work`. Over stdio, where there is no deadline, this is the only way to stop a call.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_cancelled_call_stops_and_writes_nothing() {
+        use crate::testing::{service, FakeEmbedder, TOKEN};
+        use bib_store::Store;
+        use std::time::Duration;
+        use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+
+        let slow = FakeEmbedder::new(Duration::from_millis(400));
+        let (svc, store) = service(Some(slow.clone()));
+        let (client, server) = tokio::io::duplex(1 << 16);
+        let (server_r, server_w) = tokio::io::split(server);
+        let serving = tokio::spawn(serve_lines(svc, server_r, server_w));
+        let (client_r, mut client_w) = tokio::io::split(client);
+        let mut lines = tokio::io::BufReader::new(client_r).lines();
+        let line = |v: serde_json::Value| format!("{v}\n");
+        let init = serde_json::json!({
+            "jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "mcp-tests", "version": "0"}
+            }
+        });
+        let next = |l: Option<String>| -> serde_json::Value {
+            serde_json::from_str(&l.expect("an answer")).unwrap()
+        };
+        for v in [
+            init,
+            serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        ] {
+            client_w.write_all(line(v).as_bytes()).await.unwrap();
+        }
+        assert_eq!(next(lines.next_line().await.unwrap())["id"], 1);
+        let call = serde_json::json!({
+            "jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            "params": {"name": "bib_register_doc", "arguments": {
+                "path": "cancelled.md",
+                "content": "# Cancelled\n\nThe client gives up on this one.\n",
+                "index": true,
+                "token": TOKEN,
+            }}
+        });
+        client_w.write_all(line(call).as_bytes()).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let cancel = serde_json::json!({
+            "jsonrpc": "2.0", "method": "notifications/cancelled",
+            "params": {"requestId": 2, "reason": "test"}
+        });
+        client_w.write_all(line(cancel).as_bytes()).await.unwrap();
+        // Well past the embedding call: not written, and no second batch.
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+        let paths: Vec<String> = store
+            .documents()
+            .unwrap()
+            .into_iter()
+            .map(|d| d.path)
+            .collect();
+        assert!(!paths.contains(&"cancelled.md".to_string()), "{paths:?}");
+        assert_eq!(slow.calls(), 1, "no embedding after the cancel");
+        // Still serving; the cancelled call gets no answer (the next line is the ping's).
+        let ping = serde_json::json!({"jsonrpc": "2.0", "id": 3, "method": "ping"});
+        client_w.write_all(line(ping).as_bytes()).await.unwrap();
+        assert_eq!(next(lines.next_line().await.unwrap())["id"], 3);
+        drop(client_w);
+        drop(lines);
+        let _ = tokio::time::timeout(Duration::from_secs(5), serving).await;
     }
 
     #[test]

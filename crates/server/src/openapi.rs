@@ -15,7 +15,7 @@ pub const ROUTES: &[(&str, &str)] = &[
     ("post", "/pack"),
     ("post", "/eval"),
     ("post", "/docs"),
-    ("get", "/docs/{node_id}"),
+    ("get", "/docs/{doc}"),
     ("post", "/chunks"),
     ("get", "/runs"),
     ("get", "/healthz"),
@@ -154,11 +154,20 @@ pub fn document() -> Value {
                         .as_object().cloned().unwrap_or_default(),
                     "201", ok("Created.", reg_out))
             }},
-            "/docs/{node_id}": {"get": {
-                "summary": "One document with its chunks.",
+            "/docs/{doc}": {"get": {
+                "summary": "A document: by node id, its record with its chunks; by path, its text or lines `from`..`to` (as `bib get`).",
                 "operationId": "getDoc",
-                "parameters": [{"name": "node_id", "in": "path", "required": true, "schema": {"type": "integer"}}],
-                "responses": with(common_errors(&[("404", "No such document.")]), "200", ok("The document.", any_object.clone()))
+                "parameters": [
+                    {"name": "doc", "in": "path", "required": true, "schema": {"type": "string"},
+                     "description": "A node id (digits) or the document's path as results give it; the path's `/` are sent as they are (`/docs/guides/restore.md`)."},
+                    {"name": "from", "in": "query", "required": false, "schema": {"type": "integer", "minimum": 1},
+                     "description": "First line, 1-based, inclusive (default 1); with a path only."},
+                    {"name": "to", "in": "query", "required": false, "schema": {"type": "integer", "minimum": 1},
+                     "description": "Last line, inclusive (default the last line)."},
+                    {"name": "collection", "in": "query", "required": false, "schema": {"type": "string"},
+                     "description": "Only look in this collection."}
+                ],
+                "responses": with(common_errors(&[("404", "No such document (the message names close paths)."), ("501", "The document's text is not stored.")]), "200", ok("The document record, or `{node_id, path, collection, title, line_start, line_end, total_lines, content}`.", any_object.clone()))
             }},
             "/chunks": {"post": {
                 "summary": "Index chunks of registered documents and prune tails.",

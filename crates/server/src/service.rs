@@ -6,10 +6,11 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
+use bib_app::Settings;
 use bib_embed::{EmbedKind, Embedder};
-use bib_retrieve::config::{AskSettings, Layer};
 use bib_retrieve::synth::SynthConfig;
-use bib_retrieve::{log_entry, EmbeddingCache, Filter, Mode, Retriever, StoreIndex};
+use bib_retrieve::{log_entry, EmbeddingCache, Mode, Retriever, StoreIndex};
+use bib_store::read::{Excerpt, KbStatus, LineRange};
 use bib_store::{ChunkWrite, DocRecord, DocumentChange, Store};
 use bib_text::chunk::{chunk_hash, chunk_markdown, doc_prefix, ChunkOptions};
 use bib_text::tokens::estimate_tokens;
@@ -18,7 +19,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
-use crate::args::{AskArgs, EvalRetrievalArgs, IndexChunksArgs, PackArgs, RegisterDocArgs};
+use crate::args::{
+    AskArgs, EvalRetrievalArgs, GetArgs, IndexChunksArgs, PackArgs, RegisterDocArgs,
+};
 use crate::auth::TokenCheck;
 use crate::error::ServiceError;
 use crate::work::{CancelEmbedder, Work};
@@ -42,8 +45,9 @@ pub struct Service {
     /// Why there is no embedder (shown by `health` and in `not_available` errors).
     model_error: Option<String>,
     cache: EmbeddingCache,
-    /// Ask defaults: environment over `bib.toml`.
-    base: Layer,
+    /// Ask defaults: environment over `bib.toml` over the defaults; a request's own
+    /// arguments go over them.
+    settings: Settings,
     tokens: TokenCheck,
     /// Serialises the read-diff-write of registrations and indexing (each write is already
     /// atomic in the store; this keeps two writers from diffing against the same old state).
@@ -108,6 +112,16 @@ pub struct AskOutput {
     pub exact_tokens_before: Option<usize>,
     pub exact_tokens_in_context: Option<usize>,
     pub took_ms: f64,
+    /// Nothing in the knowledge base is close to the question: `best_cosine` is below the
+    /// model's `relevance_floor` (or there is no result). The results are still listed.
+    pub no_good_match: bool,
+    /// The model's cosine between the question and the closest chunk (none in bm25 mode).
+    pub best_cosine: Option<f64>,
+    /// The model's calibrated floor for `best_cosine` (none when the model has no floor).
+    pub relevance_floor: Option<f64>,
+    /// Results dropped because trimming kept none of their sentences (their slots went to
+    /// the next results).
+    pub trim_dropped: usize,
     pub results: Vec<AskHit>,
 }
 
@@ -298,7 +312,7 @@ impl Service {
     pub fn new(
         store: Arc<dyn Store>,
         embedder: Result<Arc<dyn Embedder>, String>,
-        base: Layer,
+        settings: Settings,
         tokens: TokenCheck,
     ) -> Self {
         let (embedder, model_error) = match embedder {
@@ -310,7 +324,7 @@ impl Service {
             embedder,
             model_error,
             cache: EmbeddingCache::default(),
-            base,
+            settings,
             tokens,
             write_lock: Mutex::new(()),
         }
@@ -374,24 +388,20 @@ impl Service {
                 return Err(ServiceError::invalid("filters", format!("bad key `{k}`")));
             }
         }
-        let flags = Layer {
-            top_k: a.top_k,
-            mode: a.mode.map(Mode::from),
-            trim: a.trim,
-            trim_threshold: a.trim_threshold,
-            trim_window: a.trim_window,
-            filters,
-            ..Layer::default()
-        };
-        let settings = AskSettings::resolve(
-            flags,
-            Layer::default(),
-            self.base.clone(),
-            bib_store::DEFAULT_STORE_PATH,
-        )?;
-        let mut filter = Filter::parse(&settings.filters)?;
+        // The request's arguments over the process's settings.
+        let mut ask = self.settings.ask.clone();
+        ask.top_k = a.top_k.unwrap_or(ask.top_k);
+        ask.mode = a.mode.map_or(ask.mode, Mode::from);
+        ask.trim = a.trim.unwrap_or(ask.trim);
+        ask.trim_threshold = a.trim_threshold.unwrap_or(ask.trim_threshold);
+        ask.trim_window = a.trim_window.unwrap_or(ask.trim_window);
+        if let Some(f) = filters {
+            ask.filters = f;
+        }
+        ask.validate()?;
+        let mut filter = ask.filter()?;
         filter.collections = a.collections.clone().unwrap_or_default();
-        let opts = &settings.options;
+        let opts = &ask.retrieve_options();
         if opts.mode == Mode::Vector {
             self.need_embedder("mode `vector`")?;
         }
@@ -446,12 +456,16 @@ impl Service {
             trim: opts.trim.is_some(),
             trim_threshold: opts.trim.map(|t| t.threshold),
             trim_window: opts.trim.map(|t| t.window),
-            filters: settings.filters.clone(),
+            filters: ask.filters.clone(),
             tokens_before: r.tokens_before,
             tokens_in_context: r.tokens_in_context,
             exact_tokens_before: r.exact_tokens_before,
             exact_tokens_in_context: r.exact_tokens_in_context,
             took_ms: r.timings.total_ms,
+            no_good_match: r.relevance.no_good_match,
+            best_cosine: r.relevance.best_cosine,
+            relevance_floor: r.relevance.floor,
+            trim_dropped: r.trim_dropped,
             results,
         })
     }
@@ -496,16 +510,11 @@ impl Service {
         }
         let synth = if a.synthesize.unwrap_or(false) {
             e.synthesize = true;
-            let s = AskSettings::resolve(
-                Layer::default(),
-                Layer::default(),
-                self.base.clone(),
-                bib_store::DEFAULT_STORE_PATH,
-            )?;
+            let llm = self.settings.llm.clone();
             Some(SynthConfig::from_parts(
-                s.llm_base_url,
-                s.llm_model,
-                s.llm_api_key,
+                llm.base_url,
+                llm.model,
+                llm.api_key,
             )?)
         } else {
             None
@@ -520,6 +529,7 @@ impl Service {
             &self.cache,
             synth.as_ref(),
             &e,
+            &bib_eval::NoProgress,
         );
         work.check()?;
         let report = report.map_err(|err| match err {
@@ -686,6 +696,7 @@ impl Service {
             content_hash,
             chunk_count,
             upserts,
+            source: Some(text.clone()),
         };
         // The point of no return: after this a timeout waits for the write instead of
         // answering 504 (see `crate::work`).
@@ -935,6 +946,8 @@ impl Service {
                 content_hash: doc.content_hash.clone(),
                 chunk_count,
                 upserts,
+                // Same content hash: the stored source, if any, stays true.
+                source: None,
             };
             // A deadline that passes before the first write stops everything; once a write
             // started, the rest of the call runs to its end (see `crate::work`).
@@ -972,21 +985,14 @@ impl Service {
         if a.budget == 0 {
             return Err(ServiceError::invalid("budget", "must be at least 1"));
         }
-        if let Some(i) = a.messages.iter().position(|m| m.role.trim().is_empty()) {
-            return Err(ServiceError::invalid(
-                format!("messages[{i}].role"),
-                "is empty",
-            ));
-        }
-        let history: Vec<bib_pack::Message> = a
-            .messages
-            .into_iter()
-            .map(|m| bib_pack::Message {
-                role: m.role,
-                content: m.content,
-                ts: m.ts,
-            })
-            .collect();
+        let history = bib_pack::input::history_from_value(&Value::Array(a.messages)).map_err(
+            |e| match e {
+                bib_pack::InputError::Message { index, reason } => {
+                    ServiceError::invalid(format!("messages[{index}]"), reason)
+                }
+                other => ServiceError::invalid("messages", other),
+            },
+        )?;
         let opts = bib_pack::PackOptions::default();
         let packed = if a.hybrid.unwrap_or(false) {
             match self.embedder.as_deref() {
@@ -1054,6 +1060,40 @@ impl Service {
             serde_json::to_value(&doc).map_err(|e| ServiceError::internal(e.to_string()))?;
         v["chunks"] = Value::Array(chunks);
         Ok(v)
+    }
+
+    /// A document's text, or lines `from..=to` of it, as ingested (`bib_get`,
+    /// `GET /docs/{path}`; the same lookup as `bib get`).
+    pub fn get_lines(&self, a: GetArgs) -> Result<Excerpt, ServiceError> {
+        if a.path.len() > MAX_PATH_BYTES {
+            return Err(ServiceError::invalid(
+                "path",
+                format!("{} bytes, over the limit of {MAX_PATH_BYTES}", a.path.len()),
+            ));
+        }
+        if a.path.trim().is_empty() {
+            return Err(ServiceError::invalid("path", "is empty"));
+        }
+        let collection = match a.collection.as_deref().map(str::trim) {
+            Some("") => return Err(ServiceError::invalid("collection", "is empty")),
+            c => c,
+        };
+        let range = LineRange {
+            from: a.from,
+            to: a.to,
+        };
+        Ok(bib_store::read::get_lines(
+            self.store.as_ref(),
+            &a.path,
+            collection,
+            range,
+        )?)
+    }
+
+    /// Where the knowledge base is, its collections, model and last run (`bib_status`; the
+    /// same report as `bib status --json`).
+    pub fn status(&self) -> Result<KbStatus, ServiceError> {
+        Ok(bib_store::read::status(self.store.as_ref())?)
     }
 
     /// The last `limit` ingest runs, newest first.
@@ -1138,6 +1178,52 @@ mod tests {
             .register_doc(reg("Guides/New.MD", "# New\n", false), Some(TOKEN), &w)
             .unwrap();
         assert_eq!(ok.path, "Guides/New.MD");
+    }
+
+    /// Issue 18: `bib_get` serves the registered text with the line numbers its chunks cite;
+    /// `bib_status` is `bib_store::read::status`.
+    #[test]
+    fn get_lines_serves_the_registered_text_and_status_the_store() {
+        let (svc, store) = service(Some(FakeEmbedder::new(Duration::ZERO)));
+        let w = Work::unbounded();
+        let text = "---\ntitle: Cache\n---\n# Cache\n\nThe cache lives in the profile.\n";
+        svc.register_doc(reg("c.md", text, true), Some(TOKEN), &w)
+            .unwrap();
+        let chunk = store.document_chunks("c.md").unwrap().remove(0);
+        let got = svc
+            .get_lines(GetArgs {
+                path: "c.md".into(),
+                from: Some(chunk.line_start),
+                to: Some(chunk.line_end),
+                collection: Some("api".into()),
+            })
+            .unwrap();
+        let expect: String = text
+            .split_inclusive('\n')
+            .skip(chunk.line_start as usize - 1)
+            .take((chunk.line_end - chunk.line_start + 1) as usize)
+            .collect();
+        assert_eq!(got.content, expect);
+        assert!(got.content.contains("The cache lives"), "{got:?}");
+        let e = svc
+            .get_lines(GetArgs {
+                path: "c.md".into(),
+                to: Some(99),
+                ..GetArgs::default()
+            })
+            .unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("to"));
+        let e = svc
+            .get_lines(GetArgs {
+                path: "cc.md".into(),
+                ..GetArgs::default()
+            })
+            .unwrap_err();
+        assert_eq!(e.code, crate::error::ErrorCode::NotFound);
+        assert!(e.message.contains("c.md"), "{e:?}");
+        let st = svc.status().unwrap();
+        assert_eq!(st, bib_store::read::status(store.as_ref()).unwrap());
+        assert!(st.collections.iter().any(|c| c.name == "api"));
     }
 
     /// Issue 14: registering without `index` left the old chunks under the new hash, so the

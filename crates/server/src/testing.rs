@@ -6,7 +6,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bib_embed::{EmbedError, EmbedKind, Embedder};
-use bib_retrieve::config::Layer;
 use bib_store::conformance::{fake_vector, sample_change};
 use bib_store::{SqliteStore, Store};
 use bib_text::tokens::{EstimateCounter, TokenCounter};
@@ -78,7 +77,7 @@ pub fn service(embedder: Option<Arc<FakeEmbedder>>) -> (Arc<Service>, Arc<Sqlite
     let svc = Service::new(
         store.clone() as Arc<dyn Store>,
         embedder,
-        Layer::default(),
+        bib_app::Settings::default(),
         TokenCheck::new(Some(TOKEN), false).unwrap(),
     );
     (Arc::new(svc), store)

@@ -11,6 +11,7 @@
 //!   and answers its real result instead of a 504. A 504 therefore always means "not written".
 
 use std::sync::atomic::{AtomicU8, Ordering};
+use std::time::{Duration, Instant};
 
 use bib_embed::{EmbedError, EmbedKind, Embedder};
 use bib_text::tokens::TokenCounter;
@@ -25,12 +26,44 @@ const COMMITTING: u8 = 2;
 #[derive(Debug, Default)]
 pub struct Work {
     state: AtomicU8,
+    /// When the request's time runs out, and the timeout it came from (for the message).
+    deadline: Option<(Instant, Duration)>,
 }
 
 impl Work {
     /// Work with no deadline (stdio MCP, library callers).
     pub fn unbounded() -> Self {
         Self::default()
+    }
+
+    /// Work that must finish within `timeout` from now. The deadline is carried so that work
+    /// which outlives its HTTP exchange (an MCP tool call answered on an SSE stream, whose
+    /// response headers go out before the call runs) can still enforce it.
+    pub fn with_timeout(timeout: Duration) -> Self {
+        Self {
+            state: AtomicU8::new(RUNNING),
+            deadline: Instant::now().checked_add(timeout).map(|d| (d, timeout)),
+        }
+    }
+
+    /// When this work's time runs out, if it has a deadline.
+    pub fn deadline(&self) -> Option<Instant> {
+        self.deadline.map(|(d, _)| d)
+    }
+
+    /// The error a caller answers once the deadline passed and [`Work::cancel`] succeeded.
+    pub fn timeout_error(&self) -> ServiceError {
+        match self.deadline {
+            Some((_, t)) => ServiceError::new(
+                ErrorCode::Timeout,
+                format!(
+                    "the request took longer than {} s; its work was stopped and nothing was \
+                     written",
+                    t.as_secs_f64()
+                ),
+            ),
+            None => cancelled_error(),
+        }
     }
 
     /// Whether the deadline passed and the work was cancelled.
@@ -123,6 +156,21 @@ mod tests {
         assert_eq!(w.check().unwrap_err().code, ErrorCode::Timeout);
         assert_eq!(w.begin_commit().unwrap_err().code, ErrorCode::Timeout);
         assert!(w.cancel(), "cancelling twice still reports cancelled");
+    }
+
+    #[test]
+    fn a_deadline_is_carried_and_named() {
+        assert!(Work::unbounded().deadline().is_none());
+        let before = Instant::now();
+        let w = Work::with_timeout(Duration::from_millis(1500));
+        let d = w.deadline().unwrap();
+        assert!(d >= before + Duration::from_millis(1500));
+        assert!(d <= Instant::now() + Duration::from_millis(1500));
+        let e = w.timeout_error();
+        assert_eq!(e.code, ErrorCode::Timeout);
+        assert!(e.message.contains("1.5 s"), "{}", e.message);
+        // A deadline too far to represent is no deadline.
+        assert!(Work::with_timeout(Duration::MAX).deadline().is_none());
     }
 
     #[test]

@@ -105,6 +105,14 @@ ALTER TABLE chunks ADD COLUMN line_start bigint NOT NULL DEFAULT 0;
 ALTER TABLE chunks ADD COLUMN line_end bigint NOT NULL DEFAULT 0;
 CREATE INDEX documents_by_collection ON documents (collection);
 "#,
+    // 3: the source text of each document, kept for the content hash it was written with.
+    r#"
+CREATE TABLE doc_sources (
+    node_id      bigint PRIMARY KEY REFERENCES documents(node_id) ON DELETE CASCADE,
+    content_hash text NOT NULL,
+    source       text NOT NULL
+);
+"#,
 ];
 
 /// The schema version this build writes.

@@ -425,7 +425,13 @@ impl PgStore {
     }
 
     /// PostgreSQL's plan for an unfiltered vector query of `dims` dimensions in this store's
-    /// mode (`EXPLAIN` text), to check which index a query uses.
+    /// mode (`EXPLAIN` text), to check which index a query can use.
+    ///
+    /// Sequential scans are disabled for the one explained statement: on a small table the
+    /// planner rightly prefers scanning and sorting a few thousand rows (an exact answer at
+    /// lower cost), and whether it does depends on when autovacuum last analysed the table.
+    /// What the plan must show is that the query matches the index expression, so that it is
+    /// used once the table grows.
     pub fn vector_plan(&self, dims: i32) -> Result<String, StoreError> {
         let q = Vector::from(vec![1.0_f32; dims.max(1) as usize]);
         let sql = match self.opts.vector_search {
@@ -438,11 +444,17 @@ impl PgStore {
                 .to_string(),
         };
         self.block(async {
+            let mut tx = self.pool.begin().await.map_err(pg("explain"))?;
+            sqlx::query("SET LOCAL enable_seqscan = off")
+                .execute(&mut *tx)
+                .await
+                .map_err(pg("explain"))?;
             let mut query = sqlx::query_scalar::<_, String>(AssertSqlSafe(sql.clone())).bind(&q);
             if sql.contains("$2") {
                 query = query.bind(dims);
             }
-            let lines = query.fetch_all(&self.pool).await.map_err(pg("explain"))?;
+            let lines = query.fetch_all(&mut *tx).await.map_err(pg("explain"))?;
+            tx.rollback().await.map_err(pg("explain"))?;
             Ok(lines.join("\n"))
         })
     }
@@ -647,6 +659,19 @@ impl PgStore {
             document_created: get(&row, 1, "upsert document")?,
             ..ApplyOutcome::default()
         };
+        if let Some(source) = &change.source {
+            sqlx::query(
+                "INSERT INTO doc_sources (node_id, content_hash, source) VALUES ($1, $2, $3) \
+                 ON CONFLICT (node_id) DO UPDATE SET content_hash = EXCLUDED.content_hash, \
+                 source = EXCLUDED.source",
+            )
+            .bind(node_id)
+            .bind(&change.content_hash)
+            .bind(source)
+            .execute(&mut *tx)
+            .await
+            .map_err(pg("store document source"))?;
+        }
 
         if !change.upserts.is_empty() {
             let n = change.upserts.len();
@@ -883,6 +908,7 @@ fn doc_from_row(r: &PgRow) -> Result<DocRecord, StoreError> {
         content_hash: get(r, 5, op)?,
         chunk_count: to_u32(get(r, 6, op)?),
         collection: get(r, 7, op)?,
+        has_source: get(r, 8, op)?,
     })
 }
 
@@ -928,12 +954,23 @@ impl Store for PgStore {
             // COLLATE "C": byte order, the order SQLite gives, whatever the database locale.
             let rows = sqlx::query(
                 "SELECT node_id, qualified_name, path, title, metadata, content_hash, \
-                 chunk_count, collection FROM documents ORDER BY path COLLATE \"C\"",
+                 chunk_count, collection, EXISTS (SELECT 1 FROM doc_sources s \
+                 WHERE s.node_id = d.node_id AND s.content_hash = d.content_hash) \
+                 FROM documents d ORDER BY path COLLATE \"C\"",
             )
             .fetch_all(&self.pool)
             .await
             .map_err(pg("documents"))?;
             rows.iter().map(doc_from_row).collect()
+        })
+    }
+
+    fn embedding_model(&self) -> Result<Option<String>, StoreError> {
+        self.block(async {
+            sqlx::query_scalar("SELECT model_id FROM chunks WHERE model_id <> '' LIMIT 1")
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(pg("embedding model"))
         })
     }
 
@@ -1006,6 +1043,11 @@ impl Store for PgStore {
                 .await
                 .map_err(pg("delete chunks"))?
                 .rows_affected();
+            sqlx::query("DELETE FROM doc_sources WHERE node_id = ANY($1)")
+                .bind(&ids)
+                .execute(&mut *tx)
+                .await
+                .map_err(pg("delete document sources"))?;
             sqlx::query("DELETE FROM documents WHERE node_id = ANY($1)")
                 .bind(&ids)
                 .execute(&mut *tx)
@@ -1013,6 +1055,19 @@ impl Store for PgStore {
                 .map_err(pg("delete documents"))?;
             tx.commit().await.map_err(pg("commit"))?;
             Ok(removed)
+        })
+    }
+
+    fn document_source(&self, path: &str) -> Result<Option<String>, StoreError> {
+        self.block(async {
+            sqlx::query_scalar(
+                "SELECT s.source FROM doc_sources s JOIN documents d ON d.node_id = s.node_id \
+                 WHERE d.path = $1 AND s.content_hash = d.content_hash",
+            )
+            .bind(path)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(pg("document source"))
         })
     }
 

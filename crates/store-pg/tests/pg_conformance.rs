@@ -409,11 +409,12 @@ fn version_1_schemas_migrate_into_the_last_runs_collection() {
         .unwrap();
     a.begin_run(&json!({"root": "/somewhere/kb-en"})).unwrap();
     let schema = a.options().schema.clone();
-    // Turn the schema back into version 1 (no collection, no line columns).
+    // Turn the schema back into version 1 (no collection, no line columns, no sources).
     admin_exec(
         &url,
         &format!(
-            "DROP INDEX {schema}.documents_by_collection; \
+            "DROP TABLE {schema}.doc_sources; \
+             DROP INDEX {schema}.documents_by_collection; \
              ALTER TABLE {schema}.documents DROP COLUMN collection; \
              ALTER TABLE {schema}.chunks DROP COLUMN line_start, DROP COLUMN line_end; \
              UPDATE {schema}.meta SET value = '1' WHERE key = 'schema_version'"
@@ -427,6 +428,9 @@ fn version_1_schemas_migrate_into_the_last_runs_collection() {
     assert_eq!(docs[0].collection, "kb-en");
     let c = b.document_chunks("a.md").unwrap();
     assert_eq!((c[0].line_start, c[0].line_end), (0, 0));
+    // Version 3: a source table, empty until the next ingest writes the text.
+    assert!(!docs[0].has_source);
+    assert_eq!(b.document_source("a.md").unwrap(), None);
     drop(b);
     // Connecting again is a no-op.
     let again = PgStore::connect(&url_schema).unwrap();

@@ -37,6 +37,7 @@ pub fn run_all(make: Factory<'_>) {
         ("vector_cache_by_hash", vector_cache_by_hash),
         ("runs_and_query_log", runs_and_query_log),
         ("collections", collections),
+        ("document_sources", document_sources),
         ("query_log_retention", query_log_retention),
     ];
     for (name, case) in cases {
@@ -114,6 +115,7 @@ pub fn sample_change_meta(path: &str, contents: &[&str], metadata: Value) -> Doc
             .enumerate()
             .map(|(i, c)| sample_chunk(path, i as u32, c))
             .collect(),
+        source: None,
     }
 }
 
@@ -125,6 +127,7 @@ fn assert_coherent(s: &dyn Store, when: &str) {
 fn empty_store(s: &dyn Store) {
     assert!(s.documents().unwrap().is_empty());
     assert!(s.chunk_states().unwrap().is_empty());
+    assert_eq!(s.embedding_model().unwrap(), None);
     assert!(s
         .bm25_search("anything", 10, &Filter::none())
         .unwrap()
@@ -166,6 +169,7 @@ fn apply_and_read_back(s: &dyn Store) {
         assert_eq!(st.content_hash, ch.upserts[i].content_hash);
         assert_eq!(st.model_id, "fake-16");
     }
+    assert_eq!(s.embedding_model().unwrap().as_deref(), Some("fake-16"));
     let hits = s.bm25_search("packages", 10, &Filter::none()).unwrap();
     assert_eq!(hits.len(), 1);
     assert_eq!((hits[0].chunk_index, hits[0].rank), (0, 1));
@@ -821,4 +825,51 @@ fn collections(s: &dyn Store) {
     let left: Vec<String> = s.documents().unwrap().into_iter().map(|d| d.path).collect();
     assert_eq!(left, vec!["c.md"]);
     assert_coherent(s, "after removing a collection");
+}
+
+/// A document's source text is kept for its content hash: replaced with the content, kept when
+/// a change brings none, forgotten when the content changes without one, removed with it.
+fn document_sources(s: &dyn Store) {
+    let has_source = |path: &str| {
+        s.documents()
+            .unwrap()
+            .into_iter()
+            .find(|d| d.path == path)
+            .map(|d| d.has_source)
+    };
+    let mut a = sample_change("a.md", &["first", "second"]);
+    let text = "---\ntitle: A\n---\n# A\n\nfirst\n\nsecond, with ünïcode\r\n";
+    a.source = Some(text.to_string());
+    s.apply_document(&a).unwrap();
+    assert_eq!(s.document_source("a.md").unwrap().as_deref(), Some(text));
+    assert_eq!(has_source("a.md"), Some(true));
+    assert_eq!(s.document_source("missing.md").unwrap(), None);
+    // The same content without a source keeps the stored text.
+    a.source = None;
+    a.upserts.clear();
+    s.apply_document(&a).unwrap();
+    assert_eq!(s.document_source("a.md").unwrap().as_deref(), Some(text));
+    // New content without a source: the old text no longer answers.
+    a.content_hash = fake_hash("changed");
+    s.apply_document(&a).unwrap();
+    assert_eq!(s.document_source("a.md").unwrap(), None);
+    assert_eq!(has_source("a.md"), Some(false));
+    a.source = Some("changed\n".into());
+    s.apply_document(&a).unwrap();
+    assert_eq!(
+        s.document_source("a.md").unwrap().as_deref(),
+        Some("changed\n")
+    );
+    // A document written without any source has none.
+    s.apply_document(&sample_change("b.md", &["b"])).unwrap();
+    assert_eq!(has_source("b.md"), Some(false));
+    assert_eq!(s.document_source("b.md").unwrap(), None);
+    s.remove_documents(&["a.md".to_string()]).unwrap();
+    assert_eq!(s.document_source("a.md").unwrap(), None);
+    // A new document at the same path does not inherit the removed one's text.
+    let mut again = sample_change("a.md", &["x"]);
+    again.content_hash = fake_hash("changed");
+    s.apply_document(&again).unwrap();
+    assert_eq!(s.document_source("a.md").unwrap(), None);
+    assert_coherent(s, "after document sources");
 }

@@ -22,6 +22,7 @@ pub mod conformance;
 mod error;
 pub mod filter;
 pub mod lexical;
+pub mod read;
 mod sqlite;
 mod types;
 
@@ -45,6 +46,16 @@ pub trait Store: Send + Sync {
     /// The state of every stored chunk (no text, no vector), ordered by (path, chunk_index).
     /// Ingest diffs against it to decide what to skip.
     fn chunk_states(&self) -> Result<Vec<ChunkState>, StoreError>;
+    /// The embedding model the stored chunks were embedded with (the first non-empty model id
+    /// found), `None` for a store without embedded chunks. An ask needs only this before it
+    /// can load the model, so backends answer it without reading every chunk row.
+    fn embedding_model(&self) -> Result<Option<String>, StoreError> {
+        Ok(self
+            .chunk_states()?
+            .into_iter()
+            .map(|s| s.model_id)
+            .find(|m| !m.is_empty()))
+    }
     /// Atomically create or replace one document: upsert its row (keyed by path), upsert the
     /// given chunks by (document, chunk_index), and delete its chunks with
     /// `chunk_index >= change.chunk_count`. Chunks not in `upserts` but below `chunk_count`
@@ -80,6 +91,11 @@ pub trait Store: Send + Sync {
         }
         Ok(by.into_values().collect())
     }
+    /// The source text of the document at `path` as it was written to the store (front-matter
+    /// included; the text `line_start`/`line_end` of its chunks count in). `None` when there is
+    /// no such document or no text is stored for its current content (documents stored before
+    /// schema version 3 until their next ingest, or written without a source).
+    fn document_source(&self, path: &str) -> Result<Option<String>, StoreError>;
     /// Fetch chunks by id, in the order asked; unknown ids are skipped.
     fn get_chunks(&self, ids: &[ChunkId]) -> Result<Vec<ChunkRecord>, StoreError>;
     /// Ids of every stored chunk, ascending (for exports, migrations and corpus-wide scans).

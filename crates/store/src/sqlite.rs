@@ -33,8 +33,9 @@ use crate::{
 pub const DEFAULT_STORE_PATH: &str = ".bib/kb.sqlite";
 
 /// Version 2 added `documents.collection` and `chunks.line_start`/`line_end` (see
-/// [`migrate_v1`]).
-const SCHEMA_VERSION: i64 = 2;
+/// [`migrate_v1`]); version 3 the `doc_sources` table (a version-2 file gets it when opened
+/// for writing; read-only it is read without sources).
+const SCHEMA_VERSION: i64 = 3;
 
 const SCHEMA: &str = r#"
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -48,6 +49,11 @@ CREATE TABLE IF NOT EXISTS documents (
     content_hash   TEXT NOT NULL,
     chunk_count    INTEGER NOT NULL,
     updated_at_ms  INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS doc_sources (
+    node_id      INTEGER PRIMARY KEY REFERENCES documents(node_id) ON DELETE CASCADE,
+    content_hash TEXT NOT NULL,
+    source       TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS chunks (
     id              INTEGER PRIMARY KEY,
@@ -167,6 +173,8 @@ pub struct SqliteStore {
     own_writes: AtomicU64,
     vectors: Mutex<Option<Arc<VectorCache>>>,
     retention: Mutex<QueryLogRetention>,
+    /// Whether the file has `doc_sources` (a version-2 file opened read-only has not).
+    sources: bool,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -359,6 +367,7 @@ impl SqliteStore {
             )
             .optional()
             .map_err(open_err)?;
+        let mut sources = true;
         match found {
             None if !writable => {
                 return Err(StoreError::Open {
@@ -375,11 +384,27 @@ impl SqliteStore {
             }
             Some(v) => {
                 let found = v.parse::<i64>().unwrap_or(-1);
-                if found == 1 {
+                if found == 1 && !writable {
+                    // The upgrade writes; a read-only open can only say it is needed.
+                    return Err(StoreError::Schema {
+                        path: location,
+                        found,
+                        expected: SCHEMA_VERSION,
+                    });
+                } else if found == 1 {
                     migrate_v1(&conn).map_err(|e| StoreError::Open {
                         path: location.clone(),
                         reason: format!("migrating the schema from version 1: {e}"),
                     })?;
+                } else if found == 2 && writable {
+                    // `SCHEMA` above created `doc_sources`; nothing else changed.
+                    conn.execute(
+                        "UPDATE meta SET value = ?1 WHERE key = 'schema_version'",
+                        params![SCHEMA_VERSION.to_string()],
+                    )
+                    .map_err(open_err)?;
+                } else if found == 2 {
+                    sources = false;
                 } else if found != SCHEMA_VERSION {
                     return Err(StoreError::Schema {
                         path: location,
@@ -396,6 +421,7 @@ impl SqliteStore {
             own_writes: AtomicU64::new(0),
             vectors: Mutex::new(None),
             retention: Mutex::new(QueryLogRetention::default()),
+            sources,
         })
     }
 
@@ -596,6 +622,15 @@ impl SqliteStore {
             }
         };
         out.node_id = node_id;
+        if let Some(source) = &change.source {
+            tx.execute(
+                "INSERT INTO doc_sources (node_id, content_hash, source) VALUES (?1, ?2, ?3) \
+                 ON CONFLICT (node_id) DO UPDATE SET content_hash = excluded.content_hash, \
+                 source = excluded.source",
+                params![node_id, change.content_hash, source],
+            )
+            .map_err(e("store document source"))?;
+        }
         let mut find = tx
             .prepare_cached("SELECT id FROM chunks WHERE node_id = ?1 AND chunk_index = ?2")
             .map_err(e("find chunk"))?;
@@ -790,11 +825,17 @@ impl Store for SqliteStore {
 
     fn documents(&self) -> Result<Vec<DocRecord>, StoreError> {
         let conn = self.conn();
+        let has_source = if self.sources {
+            "EXISTS (SELECT 1 FROM doc_sources s WHERE s.node_id = d.node_id \
+             AND s.content_hash = d.content_hash)"
+        } else {
+            "0"
+        };
         let mut stmt = conn
-            .prepare_cached(
-                "SELECT node_id, qualified_name, path, title, metadata, content_hash, chunk_count, \
-                 collection FROM documents ORDER BY path",
-            )
+            .prepare_cached(&format!(
+                "SELECT node_id, qualified_name, path, title, metadata, content_hash, \
+                 chunk_count, collection, {has_source} FROM documents d ORDER BY path"
+            ))
             .map_err(StoreError::sqlite("documents"))?;
         let rows = stmt
             .query_map([], |r| {
@@ -807,12 +848,13 @@ impl Store for SqliteStore {
                     r.get::<_, String>(5)?,
                     r.get::<_, i64>(6)?,
                     r.get::<_, String>(7)?,
+                    r.get::<_, bool>(8)?,
                 ))
             })
             .map_err(StoreError::sqlite("documents"))?;
         let mut out = Vec::new();
         for row in rows {
-            let (node_id, qn, path, title, meta, hash, n, collection) =
+            let (node_id, qn, path, title, meta, hash, n, collection, has_source) =
                 row.map_err(StoreError::sqlite("documents"))?;
             out.push(DocRecord {
                 node_id,
@@ -823,9 +865,21 @@ impl Store for SqliteStore {
                 metadata: parse_json("document metadata", &meta)?,
                 content_hash: hash,
                 chunk_count: to_u32(n),
+                has_source,
             });
         }
         Ok(out)
+    }
+
+    fn embedding_model(&self) -> Result<Option<String>, StoreError> {
+        self.conn()
+            .query_row(
+                "SELECT model_id FROM chunks WHERE model_id <> '' LIMIT 1",
+                [],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(StoreError::sqlite("embedding model"))
     }
 
     fn chunk_states(&self) -> Result<Vec<ChunkState>, StoreError> {
@@ -892,12 +946,29 @@ impl Store for SqliteStore {
             removed += tx
                 .execute("DELETE FROM chunks WHERE node_id = ?1", params![id])
                 .map_err(e("delete chunks"))? as u64;
+            tx.execute("DELETE FROM doc_sources WHERE node_id = ?1", params![id])
+                .map_err(e("delete document source"))?;
             tx.execute("DELETE FROM documents WHERE node_id = ?1", params![id])
                 .map_err(e("delete document"))?;
         }
         tx.commit().map_err(e("commit"))?;
         self.wrote();
         Ok(removed)
+    }
+
+    fn document_source(&self, path: &str) -> Result<Option<String>, StoreError> {
+        if !self.sources {
+            return Ok(None);
+        }
+        self.conn()
+            .query_row(
+                "SELECT s.source FROM doc_sources s JOIN documents d ON d.node_id = s.node_id \
+                 WHERE d.path = ?1 AND s.content_hash = d.content_hash",
+                params![path],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(StoreError::sqlite("document source"))
     }
 
     fn get_chunks(&self, ids: &[ChunkId]) -> Result<Vec<ChunkRecord>, StoreError> {
@@ -1579,6 +1650,13 @@ mod tests {
                 )
                 .unwrap();
         }
+        // A read-only open cannot upgrade: it says what it found instead of failing to write.
+        match SqliteStore::open_read_only(&p) {
+            Err(StoreError::Schema {
+                found: 1, expected, ..
+            }) => assert_eq!(expected, SCHEMA_VERSION),
+            other => panic!("expected a schema error, got {other:?}"),
+        }
         let s = SqliteStore::open(&p).unwrap();
         let docs = s.documents().unwrap();
         assert_eq!(docs.len(), 1);
@@ -1615,6 +1693,49 @@ mod tests {
         a.apply_document(&crate::conformance::sample_change("b.md", &["y"]))
             .unwrap();
         assert_eq!(b.vector_search(&q, 10, &Filter::none()).unwrap().len(), 2);
+    }
+
+    /// A version-2 file (before document sources) still answers read-only, without sources,
+    /// and becomes version 3 when opened for writing.
+    #[test]
+    fn version_2_files_read_without_sources_and_upgrade_on_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("kb.sqlite");
+        {
+            let s = SqliteStore::open(&p).unwrap();
+            let mut c = crate::conformance::sample_change("a.md", &["hello world"]);
+            c.source = Some("hello world\n".into());
+            s.apply_document(&c).unwrap();
+        }
+        Connection::open(&p)
+            .unwrap()
+            .execute_batch(
+                "DROP TABLE doc_sources; UPDATE meta SET value = '2' WHERE key = 'schema_version';",
+            )
+            .unwrap();
+        let ro = SqliteStore::open_read_only(&p).unwrap();
+        assert!(!ro.documents().unwrap()[0].has_source);
+        assert_eq!(ro.document_source("a.md").unwrap(), None);
+        drop(ro);
+        let rw = SqliteStore::open(&p).unwrap();
+        assert_eq!(rw.document_source("a.md").unwrap(), None);
+        let mut c = crate::conformance::sample_change("a.md", &["hello world"]);
+        c.source = Some("hello world\n".into());
+        rw.apply_document(&c).unwrap();
+        assert_eq!(
+            rw.document_source("a.md").unwrap().as_deref(),
+            Some("hello world\n")
+        );
+        drop(rw);
+        let v: String = Connection::open(&p)
+            .unwrap()
+            .query_row(
+                "SELECT value FROM meta WHERE key = 'schema_version'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(v, SCHEMA_VERSION.to_string());
     }
 
     #[test]

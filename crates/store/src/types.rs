@@ -78,6 +78,10 @@ pub struct DocRecord {
     pub content_hash: String,
     /// Number of chunks the document has (its chunks are `0..chunk_count`).
     pub chunk_count: u32,
+    /// Whether the store holds the document's source text for its current `content_hash`
+    /// ([`crate::Store::document_source`]).
+    #[serde(default)]
+    pub has_source: bool,
 }
 
 /// One collection as listed by [`crate::Store::collections`].
@@ -157,6 +161,12 @@ pub struct DocumentChange {
     pub chunk_count: u32,
     /// New or changed chunks (each `chunk_index < chunk_count`).
     pub upserts: Vec<ChunkWrite>,
+    /// The document's source text, front-matter included: the text its chunks' line numbers
+    /// count in, whose SHA-256 is `content_hash` for ingested files. `Some` stores it under
+    /// `content_hash`; `None` leaves the stored one, which then only answers
+    /// [`crate::Store::document_source`] while `content_hash` stays the same.
+    #[serde(default)]
+    pub source: Option<String>,
 }
 
 impl DocumentChange {

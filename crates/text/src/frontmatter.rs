@@ -824,6 +824,16 @@ mod tests {
                 "```\n[!INCLUDE [f](fenced.md)]\n```\n[!INCLUDE [g](after.md)]",
                 &["after.md"],
             ),
+            (
+                "```\r\n[!INCLUDE [f](fenced.md)]\r\n```  \r\n[!INCLUDE [g](after.md)]",
+                &["after.md"],
+            ),
+            // A vertical tab after the marker does not close the fence (CommonMark,
+            // pulldown-cmark): what follows is still code.
+            (
+                "```\n[!INCLUDE [f](fenced.md)]\n```\x0b\n[!INCLUDE [g](code.md)]",
+                &[],
+            ),
         ];
         for (text, want) in cases {
             let got: Vec<String> = find_includes(text).into_iter().map(|d| d.target).collect();

@@ -359,6 +359,39 @@ mod tests {
         assert!(has_unclosed_fence("````\n```\n"));
     }
 
+    /// What may follow a closing fence's marker: the line rules (`fence_close`, behind
+    /// `has_unclosed_fence`, the chunker and the include scanner) must agree with pulldown-cmark,
+    /// which the chunker's blocks come from. Only spaces (then the line ending) close; a tab,
+    /// vertical tab, form feed or no-break space leaves the fence open (the fourth fuzz
+    /// finding was `````\x0b``, closed by `trim()` in the line rules only).
+    #[test]
+    fn what_follows_a_closing_fence_agrees_with_pulldown() {
+        for (after, closes) in [
+            ("", true),
+            (" ", true),
+            ("   ", true),
+            ("\r", true),
+            ("  \r", true),
+            ("\t", false),
+            (" \t", false),
+            ("\x0b", false),
+            ("\x0c", false),
+            ("\u{a0}", false),
+            ("\u{2003}", false),
+            ("x", false),
+        ] {
+            for marker in ["```", "````", "~~~"] {
+                let md = format!("{marker}\ncode\n{marker}{after}\n\nafter\n");
+                let by_parser = matches!(
+                    parse_blocks(&md).last().map(|b| &b.kind),
+                    Some(BlockKind::Paragraph)
+                );
+                assert_eq!(by_parser, closes, "pulldown-cmark on {md:?}");
+                assert_eq!(!has_unclosed_fence(&md), closes, "line rules on {md:?}");
+            }
+        }
+    }
+
     fn tree_depth(blocks: &[Block]) -> usize {
         // Iterative, so the test itself cannot overflow on a broken tree.
         let mut max = 0;

@@ -218,11 +218,18 @@ pub(crate) fn fence_open(line: &str) -> Option<Fence> {
     Some(Fence { ch, len })
 }
 
-/// Does `line` close the fence `f`?
+/// Does `line` close the fence `f`? `line` may still carry its line ending (`\n`, `\r\n` or
+/// `\r`: callers split differently). After the marker run only spaces may follow, as in
+/// pulldown-cmark, which the chunker's blocks come from: a tab, vertical tab, form feed or
+/// other Unicode whitespace there leaves the fence open (CommonMark 0.31 also allows tabs;
+/// pulldown-cmark 0.13 does not, and the line rules must agree with the parser). `trim()`
+/// here once closed fences on ```` ````\x0b ```` that pulldown-cmark kept open (a fuzz finding).
 pub(crate) fn fence_close(line: &str, f: Fence) -> bool {
     let s = strip_container_prefix(line);
+    let s = s.strip_suffix('\n').unwrap_or(s);
+    let s = s.strip_suffix('\r').unwrap_or(s);
     let len = s.bytes().take_while(|&b| b == f.ch).count();
-    len >= f.len && s[len..].trim().is_empty()
+    len >= f.len && s.bytes().skip(len).all(|b| b == b' ')
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -235,6 +242,41 @@ enum LineKind {
     /// A GFM table delimiter row (`|---|:--:|`).
     TableDelimiter,
     Prose,
+}
+
+/// The Markdown structure a sentence (as [`split_sentences`] cuts it) stands in: trimming keeps
+/// a table's header with a kept row and a list's lead-in with a kept item, and asks this.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Structure {
+    /// An ATX heading line (`## Install`).
+    Heading,
+    /// A list item (`- x`, `1. x`, `•`), continuation lines included.
+    ListItem,
+    /// A blockquote line.
+    Quote,
+    /// A table row (header or body).
+    TableRow,
+    /// A GFM table delimiter row (`|---|:--:|`).
+    TableDelimiter,
+    /// Another one-line structure: HTML, a rule, a directive.
+    OtherLine,
+    /// A sentence of a prose paragraph.
+    Prose,
+}
+
+/// The structure of one sentence, read from its first line.
+pub fn structure_of(sentence: &str) -> Structure {
+    let first = sentence.lines().next().unwrap_or("");
+    let s = first.trim_start();
+    match classify_line(first) {
+        LineKind::TableDelimiter => Structure::TableDelimiter,
+        LineKind::Item if s.starts_with('>') => Structure::Quote,
+        LineKind::Item => Structure::ListItem,
+        LineKind::Line if s.starts_with('#') => Structure::Heading,
+        LineKind::Line if s.starts_with('|') => Structure::TableRow,
+        LineKind::Line => Structure::OtherLine,
+        LineKind::Blank | LineKind::Prose => Structure::Prose,
+    }
 }
 
 fn is_table_delimiter(s: &str) -> bool {
@@ -992,6 +1034,25 @@ fn is_sentence_starter(w: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn structure_of_reads_the_first_line() {
+        use Structure::*;
+        for (text, want) in [
+            ("## Install", Heading),
+            ("- item\n  continued", ListItem),
+            ("12. step", ListItem),
+            ("• bullet", ListItem),
+            ("> quoted", Quote),
+            ("| a | b |", TableRow),
+            ("|---|:-:|", TableDelimiter),
+            ("<div>", OtherLine),
+            ("A sentence. With | a pipe.", Prose),
+            ("#hashtag is prose", Prose),
+        ] {
+            assert_eq!(structure_of(text), want, "{text:?}");
+        }
+    }
 
     fn texts(src: &str, spans: &[Sentence]) -> Vec<String> {
         spans.iter().map(|s| s.text(src).to_string()).collect()

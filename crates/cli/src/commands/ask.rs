@@ -1,30 +1,34 @@
 //! `bib ask "<question>"` — hybrid retrieval over the knowledge base, optional sentence
 //! trimming, token accounting, the query log, and optional answer synthesis.
 //!
-//! Settings come from flags > environment > `bib.toml` > defaults (see `bib_retrieve::config`).
+//! Settings come from flags > environment > `bib.toml` > defaults (`bib_app::Settings`).
 //! `--json` prints one object whose shape is stable (external checks read it):
 //! `{query, mode, top_k, trim, tokens_before, tokens_in_context, exact_tokens_before,
 //!   exact_tokens_in_context, timings, results: [{rank, chunk_id, node_id, path, collection,
 //!   line_start, line_end, chunk_index, title, heading_path, content, score, bm25, vector,
-//!   sentences_total, sentences_kept, explain}], answer?}`; `explain` lists every part of
-//!   `score` (`bib_retrieve::signals::Explain`), which `--explain` prints as text. `line_start`/`line_end` are 1-based lines of
-//!   the file at `path` (see `bib_ingest::lines`).
+//!   sentences_total, sentences_kept, explain}], signals, no_good_match, best_cosine,
+//!   relevance_floor, trim_dropped, answer?}`. `explain` lists every part of `score`
+//!   (`bib_retrieve::signals::Explain`), which `--explain` prints as text; `signals` is the
+//!   weights that ran. `line_start`/`line_end` are 1-based lines of the file at `path` (see
+//!   `bib_ingest::lines`); `no_good_match` is `bib_retrieve::relevance`'s verdict.
 
 use std::io::{IsTerminal, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
-use anyhow::{bail, Context};
+use anyhow::bail;
+use bib_app::{ModelFallback, Settings, StoreSpec};
 use bib_embed::Embedder;
-use bib_retrieve::config::{AskSettings, Layer, ModelFallback};
 use bib_retrieve::retrieve::RetrievalResult;
 use bib_retrieve::synth::{self, SynthConfig};
 use bib_retrieve::{
-    log_entry, EmbeddingCache, Filter, Mode, RetrieveOptions, Retriever, StoreIndex, StoreVectors,
-    TrimScorer,
+    log_entry, EmbeddingCache, Fusion, Mode, RetrieveOptions, Retriever, Signals, StoreIndex,
+    StoreVectors, TrimScorer,
 };
 use bib_store::Store;
 use serde_json::json;
+
+use crate::settings::SettingsArgs;
 
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
@@ -47,136 +51,110 @@ pub struct Args {
     /// The question (quotes optional: `bib ask how do I sign a package`).
     #[arg(required = true, num_args = 1.., value_name = "QUESTION")]
     pub question: Vec<String>,
-    /// Number of chunks to return (default 5).
+    /// Number of chunks to return
     #[arg(long, short = 'k')]
     pub top_k: Option<usize>,
-    /// Retrieval mode: hybrid (default), bm25 or vector.
-    #[arg(long)]
-    pub mode: Option<String>,
-    /// Trim each chunk to the sentences relevant to the question.
+    /// Retrieval mode
+    #[arg(long, value_enum)]
+    pub mode: Option<Mode>,
+    /// Trim each chunk to the sentences relevant to the question
     #[arg(long, overrides_with = "no_trim")]
     pub trim: bool,
-    /// Do not trim (the default unless RETRIEVAL_TRIM=1 or bib.toml says otherwise).
+    /// Do not trim (the default)
     #[arg(long, overrides_with = "trim")]
     pub no_trim: bool,
-    /// Minimum sentence–question cosine kept when trimming (default 0.21, calibrated for use-m3).
+    /// Lowest sentence-to-question similarity (cosine) trimming keeps; calibrated for use-m3
     #[arg(long)]
     pub trim_threshold: Option<f32>,
-    /// Neighbouring sentences kept on each side of a kept sentence (default 0).
+    /// Neighbouring sentences kept on each side of a kept sentence
     #[arg(long)]
     pub trim_window: Option<usize>,
-    /// Sentences kept per chunk even when none reaches the threshold (default 0).
+    /// Sentences kept per chunk even when none is similar enough
     #[arg(long)]
     pub trim_min_sentences: Option<usize>,
-    /// Sentences of the whole context always kept for their sentence-level BM25 rank (default
-    /// 5; 0 = cosine only, as the spec).
+    /// Sentences of all results always kept for their keyword (BM25) rank; 0 keeps by
+    /// similarity only
     #[arg(long)]
     pub trim_lexical_top: Option<usize>,
-    /// Sentence scorer for trimming: cosine (default) or hybrid (BM25 rank fused with cosine).
-    #[arg(long)]
-    pub trim_scorer: Option<String>,
+    /// How trimming ranks sentences: by similarity, or keyword rank fused with similarity
+    #[arg(long, value_enum)]
+    pub trim_scorer: Option<TrimScorer>,
     /// Metadata filter `key=value` (front-matter field, or `path=<prefix>`); repeatable, all
-    /// must hold.
+    /// must hold
     #[arg(long = "filter", value_name = "KEY=VALUE")]
     pub filters: Vec<String>,
-    /// Only documents of this collection (repeatable: any of them; default all).
+    /// Only documents of this collection (repeatable: any of them) [default: all]
     #[arg(long = "collection", value_name = "NAME")]
     pub collections: Vec<String>,
-    /// Reciprocal-rank-fusion constant k (default 60; used with `--fusion rrf`).
+    /// Constant k of reciprocal rank fusion (--fusion rrf)
     #[arg(long)]
     pub rrf_k: Option<f64>,
-    /// How hybrid mode combines BM25 and vectors: convex (default: weighted normalised
-    /// scores) or rrf (reciprocal rank fusion).
-    #[arg(long)]
-    pub fusion: Option<String>,
-    /// BM25 weight α in [0, 1] of convex fusion (default 0.7).
+    /// How hybrid mode combines keyword and vector results
+    #[arg(long, value_enum)]
+    pub fusion: Option<Fusion>,
+    /// Keyword (BM25) weight of convex fusion, from 0 to 1
     #[arg(long)]
     pub fusion_alpha: Option<f64>,
-    /// Ranking signals over the fused list: `off`, `default`, or weights such as
-    /// `field=0.2,phrase=0.3,sentence=0.1,doc=0` (also `[ask] signals`, RETRIEVAL_SIGNALS).
+    /// Ranking signals over the fused list: `off`, `default`, or weights over the defaults
+    /// such as `field=0.2,phrase=0.3,sentence=0,doc=0`
     #[arg(long, value_name = "SPEC")]
-    pub signals: Option<String>,
+    pub signals: Option<Signals>,
     /// Show, per result, every part of its score: BM25 (raw and scaled), cosine, the fusion
-    /// weight, each ranking signal's value, weight and what matched, and the final score.
+    /// weight, each ranking signal's value, weight and what matched, and the final score
     #[arg(long)]
     pub explain: bool,
-    /// Knowledge-base file (default .bib/kb.sqlite, or BIB_STORE, or [store] path).
-    #[arg(long)]
-    pub store: Option<PathBuf>,
-    /// Config file (default ./bib.toml when it exists, or BIB_CONFIG).
-    #[arg(long)]
-    pub config: Option<PathBuf>,
-    /// Print one JSON object instead of text.
+    #[command(flatten)]
+    pub settings: SettingsArgs,
+    /// Print one JSON object instead of text
     #[arg(long)]
     pub json: bool,
-    /// Send the question and context to the configured chat endpoint and stream the answer.
+    /// Send the question and context to the configured chat endpoint and stream the answer
     #[arg(long)]
     pub synthesize: bool,
-    /// Do not write this ask to the query log (also `[ask] log = false`, `BIB_QUERY_LOG=0`).
+    /// Do not write this ask to the query log
     #[arg(long)]
     pub no_log: bool,
-    /// When the knowledge base's model cannot be loaded, run BM25 only (untrimmed) instead of
-    /// failing (also `[ask] fallback = "bm25"`).
+    /// When the knowledge base's model cannot be loaded, answer with keywords only (untrimmed)
+    /// instead of failing
     #[arg(long)]
     pub fallback_bm25: bool,
 }
 
-fn env_var(k: &str) -> Option<String> {
-    std::env::var(k).ok()
-}
-
-/// The config file layer ([`crate::store_url::config_path`]: `--config`, else `BIB_CONFIG`,
-/// else `./bib.toml` when present).
-pub(crate) fn file_layer(explicit: Option<&Path>) -> anyhow::Result<Layer> {
-    let Some(path) = crate::store_url::config_path(explicit) else {
-        return Ok(Layer::default());
+/// The flags of this ask over the merged settings.
+fn apply_flags(a: &Args, s: &mut Settings) {
+    let ask = &mut s.ask;
+    let set = |slot: &mut usize, v: Option<usize>| {
+        if let Some(v) = v {
+            *slot = v;
+        }
     };
-    let text = std::fs::read_to_string(&path)
-        .with_context(|| format!("cannot read config file {}", path.display()))?;
-    Ok(Layer::from_toml(&text, &path.display().to_string())?)
-}
-
-fn flag_layer(a: &Args) -> anyhow::Result<Layer> {
-    Ok(Layer {
-        store: a.store.clone(),
-        top_k: a.top_k,
-        mode: a.mode.as_deref().map(str::parse::<Mode>).transpose()?,
-        trim: if a.trim {
-            Some(true)
-        } else if a.no_trim {
-            Some(false)
-        } else {
-            None
-        },
-        trim_threshold: a.trim_threshold,
-        trim_window: a.trim_window,
-        trim_min_sentences: a.trim_min_sentences,
-        trim_lexical_top: a.trim_lexical_top,
-        trim_scorer: a
-            .trim_scorer
-            .as_deref()
-            .map(str::parse::<TrimScorer>)
-            .transpose()?,
-        rrf_k: a.rrf_k,
-        fusion: a
-            .fusion
-            .as_deref()
-            .map(str::parse::<bib_retrieve::Fusion>)
-            .transpose()?,
-        fusion_alpha: a.fusion_alpha,
-        candidates: None,
-        signals: a
-            .signals
-            .as_deref()
-            .map(str::parse::<bib_retrieve::Signals>)
-            .transpose()?,
-        filters: (!a.filters.is_empty()).then(|| a.filters.clone()),
-        llm_base_url: None,
-        llm_model: None,
-        llm_api_key: None,
-        log: a.no_log.then_some(false),
-        fallback: a.fallback_bm25.then_some(ModelFallback::Bm25),
-    })
+    set(&mut ask.top_k, a.top_k);
+    set(&mut ask.trim_window, a.trim_window);
+    set(&mut ask.trim_min_sentences, a.trim_min_sentences);
+    set(&mut ask.trim_lexical_top, a.trim_lexical_top);
+    ask.mode = a.mode.unwrap_or(ask.mode);
+    ask.trim_scorer = a.trim_scorer.unwrap_or(ask.trim_scorer);
+    ask.fusion = a.fusion.unwrap_or(ask.fusion);
+    ask.fusion_alpha = a.fusion_alpha.unwrap_or(ask.fusion_alpha);
+    ask.rrf_k = a.rrf_k.unwrap_or(ask.rrf_k);
+    ask.trim_threshold = a.trim_threshold.unwrap_or(ask.trim_threshold);
+    if a.trim {
+        ask.trim = true;
+    } else if a.no_trim {
+        ask.trim = false;
+    }
+    if !a.filters.is_empty() {
+        ask.filters = a.filters.clone();
+    }
+    if a.no_log {
+        ask.log = false;
+    }
+    if a.fallback_bm25 {
+        ask.fallback = ModelFallback::Bm25;
+    }
+    if let Some(sig) = a.signals {
+        ask.signals = sig;
+    }
 }
 
 /// Load the embedding model the store was built with.
@@ -205,12 +183,9 @@ fn try_load(model_id: &str) -> Result<Box<dyn Embedder>, ModelUnavailable> {
 }
 
 /// The model the knowledge base's chunks were embedded with (the default when none is recorded).
-fn store_model(store: &dyn Store) -> anyhow::Result<String> {
+pub(crate) fn store_model(store: &dyn Store) -> anyhow::Result<String> {
     Ok(store
-        .chunk_states()?
-        .into_iter()
-        .map(|s| s.model_id)
-        .find(|m| !m.is_empty())
+        .embedding_model()?
         .unwrap_or_else(|| bib_embed::DEFAULT_MODEL.to_string()))
 }
 
@@ -236,18 +211,27 @@ fn marked_read_only(path: &Path) -> bool {
 
 /// Open the store: read-only when nothing will be written (no log), or when the file cannot be
 /// written (then the log is skipped with one notice); read-write otherwise.
-fn open_store(spec: &str, log: bool) -> anyhow::Result<Opened> {
-    if crate::store_url::is_url(spec) {
-        let store = Arc::from(crate::store_url::open(spec)?);
+fn open_store(spec: &StoreSpec, log: bool) -> anyhow::Result<Opened> {
+    let Some(path) = spec.sqlite_path() else {
         return Ok(Opened {
-            store,
+            store: Arc::from(spec.open()?),
             read_only_notice: None,
         });
-    }
+    };
     let read_only = || -> anyhow::Result<Arc<dyn Store>> {
-        let s = bib_store::SqliteStore::open_read_only(spec)
-            .with_context(|| format!("opening the knowledge base {spec}"))?;
-        Ok(Arc::new(s))
+        match spec.open_read_only() {
+            // A store of an older schema upgrades on its first writable open: do that once,
+            // when the file may be written, instead of refusing a read.
+            Some(Err(bib_app::store::OpenError::Open {
+                source:
+                    bib_store::StoreError::Schema {
+                        found, expected, ..
+                    },
+                ..
+            })) if found < expected && !marked_read_only(path) => Ok(Arc::from(spec.open()?)),
+            Some(s) => Ok(Arc::from(s?)),
+            None => Ok(Arc::from(spec.open()?)),
+        }
     };
     let notice = |why: &str| {
         format!("note: {spec} {why}; answering read-only, this ask is not written to the query log (--no-log silences this)")
@@ -258,13 +242,13 @@ fn open_store(spec: &str, log: bool) -> anyhow::Result<Opened> {
             read_only_notice: None,
         });
     }
-    if marked_read_only(Path::new(spec)) {
+    if marked_read_only(path) {
         return Ok(Opened {
             store: read_only()?,
             read_only_notice: Some(notice("is read-only")),
         });
     }
-    match crate::store_url::open(spec) {
+    match spec.open() {
         Ok(s) => Ok(Opened {
             store: Arc::from(s),
             read_only_notice: None,
@@ -275,52 +259,50 @@ fn open_store(spec: &str, log: bool) -> anyhow::Result<Opened> {
                 store,
                 read_only_notice: Some(notice("cannot be opened for writing")),
             }),
-            Err(_) => Err(rw),
+            Err(_) => Err(rw.into()),
         },
     }
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {
-    let settings = AskSettings::resolve(
-        flag_layer(&a)?,
-        Layer::from_env(env_var)?,
-        file_layer(a.config.as_deref())?,
-        bib_store::DEFAULT_STORE_PATH,
-    )?;
+    let settings = a.settings.resolve(|s| apply_flags(&a, s))?;
     let question = a.question.join(" ");
     if question.trim().is_empty() {
         bail!("the question is empty");
     }
-    let mut filter = Filter::parse(&settings.filters)?;
+    let mut filter = settings.ask.filter()?;
     filter.collections = a.collections.clone();
     let synth_cfg = if a.synthesize {
         Some(SynthConfig::from_parts(
-            settings.llm_base_url.clone(),
-            settings.llm_model.clone(),
-            settings.llm_api_key.clone(),
+            settings.llm.base_url.clone(),
+            settings.llm.model.clone(),
+            settings.llm.api_key.clone(),
         )?)
     } else {
         None
     };
 
     // A SQLite file or a postgres:// URL.
-    let spec = settings.store.to_string_lossy().into_owned();
-    if !crate::store_url::exists(&spec) {
-        bail!("no knowledge base at {spec} (run `bib ingest <dir>` first, or pass --store)");
+    let spec = &settings.store;
+    if !spec.exists() {
+        return Err(bib_app::OpenError::NotFound {
+            store: spec.to_string(),
+        }
+        .into());
     }
     let Opened {
         store,
         read_only_notice,
-    } = open_store(&spec, settings.log)?;
+    } = open_store(spec, settings.ask.log)?;
 
     // Load only what the mode needs: BM25 without trimming needs no model at all.
-    let mut options = settings.options.clone();
+    let mut options = settings.ask.retrieve_options();
     let needs_model = options.mode != Mode::Bm25 || options.trim.is_some();
     let mut fallback_reason = None;
     let embedder = if needs_model {
         match try_load(&store_model(store.as_ref())?) {
             Ok(e) => Some(e),
-            Err(u) if settings.fallback == ModelFallback::Bm25 => {
+            Err(u) if settings.ask.fallback == ModelFallback::Bm25 => {
                 let why = format!("model `{}` unavailable: {:#}", u.model, u.error);
                 eprintln!(
                     "warning: {why}; running BM25 only{} (fallback = \"bm25\")",
@@ -361,7 +343,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
 
     if let Some(n) = &read_only_notice {
         eprintln!("{n}");
-    } else if settings.log {
+    } else if settings.ask.log {
         if let Err(e) = store.log_query(&log_entry(&result, &options, &filter)) {
             eprintln!("warning: could not write the query log: {e}");
         }
@@ -371,7 +353,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         let mut v = result_json(&result, &settings, &options);
         if let Some(why) = &fallback_reason {
             v["fallback"] = json!(why);
-            v["mode_requested"] = json!(settings.options.mode);
+            v["mode_requested"] = json!(settings.ask.mode);
         }
         if let Some(cfg) = &synth_cfg {
             let answer = synth::synthesize(cfg, &question, &result.chunks, &mut std::io::sink())?;
@@ -394,7 +376,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn result_json(r: &RetrievalResult, s: &AskSettings, o: &RetrieveOptions) -> serde_json::Value {
+fn result_json(r: &RetrievalResult, s: &Settings, o: &RetrieveOptions) -> serde_json::Value {
     let results: Vec<_> = r
         .chunks
         .iter()
@@ -430,7 +412,7 @@ fn result_json(r: &RetrievalResult, s: &AskSettings, o: &RetrieveOptions) -> ser
             "rrf_k": o.rrf_k,
         })),
         "top_k": o.top_k,
-        "filters": s.filters,
+        "filters": s.ask.filters,
         "trim": o.trim,
         "signals": o.signals,
         "tokens_before": r.tokens_before,
@@ -438,6 +420,10 @@ fn result_json(r: &RetrievalResult, s: &AskSettings, o: &RetrieveOptions) -> ser
         "exact_tokens_before": r.exact_tokens_before,
         "exact_tokens_in_context": r.exact_tokens_in_context,
         "timings": r.timings,
+        "no_good_match": r.relevance.no_good_match,
+        "best_cosine": r.relevance.best_cosine,
+        "relevance_floor": r.relevance.floor,
+        "trim_dropped": r.trim_dropped,
         "results": results,
     })
 }
@@ -500,7 +486,7 @@ fn print_human(
     full: bool,
     explain: bool,
 ) -> anyhow::Result<()> {
-    let color = std::io::stdout().is_terminal() && env_var("NO_COLOR").is_none();
+    let color = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     let (b, d, z) = if color {
         ("\x1b[1m", "\x1b[2m", "\x1b[0m")
     } else {
@@ -508,6 +494,15 @@ fn print_human(
     };
     if r.chunks.is_empty() {
         writeln!(out, "no results for {:?}", r.query)?;
+    } else if r.relevance.no_good_match {
+        writeln!(
+            out,
+            "{b}no good match{z} for {:?}: nothing in the knowledge base is close to it \
+             (best cosine {:.2} < floor {:.2}); the nearest results follow\n",
+            r.query,
+            r.relevance.best_cosine.unwrap_or(0.0),
+            r.relevance.floor.unwrap_or(0.0)
+        )?;
     }
     for (i, c) in r.chunks.iter().enumerate() {
         let mut scores = format!("score {:.4}", c.score);

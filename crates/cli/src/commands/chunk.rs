@@ -12,6 +12,10 @@ use bib_text::chunk::{chunk_markdown, ChunkOptions};
 use bib_text::frontmatter::parse_document;
 
 #[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Examples:
+  bib chunk wiki/getting-started.md
+  bib chunk wiki/getting-started.md --json --max-words 120")]
 pub struct Args {
     /// The Markdown file.
     file: PathBuf,

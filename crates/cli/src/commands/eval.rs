@@ -9,16 +9,27 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context};
+use anyhow::Context;
+use bib_app::Settings;
 use bib_embed::{EmbedKind, Embedder};
 use bib_eval::{EvalArgs, EvalReport, GoldenItem, Kb, SweepSpec, Variant};
-use bib_retrieve::config::Layer;
 use bib_retrieve::synth::SynthConfig;
 use bib_retrieve::{ChunkRecord, EmbeddingCache, MemoryIndex, Mode, TrimScorer};
-use bib_store::{SqliteStore, Store};
 use serde::Deserialize;
 
+use super::ask::{load_embedder, store_model};
+use crate::settings::SettingsArgs;
+
 #[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Examples:
+  bib eval                                     the last 15 distinct questions asked
+  bib eval --golden golden.jsonl --html report.html
+  bib eval -q \"how do I sign a package\" --per-question
+  bib eval --golden golden.jsonl --sweep 0.16:0.50:0.02 --json > sweep.json
+
+Quality (evidence or answer kept) can only be measured against a golden set; over logged
+questions the verdict is \"unknown\" unless tokens alone decide it.")]
 pub struct Args {
     /// Golden set (JSONL: question, optional files, evidence, answer).
     #[arg(long, value_name = "FILE")]
@@ -26,38 +37,38 @@ pub struct Args {
     /// A question to evaluate (repeatable); overrides --golden.
     #[arg(long = "question", short = 'q', value_name = "TEXT")]
     pub questions: Vec<String>,
-    /// Without questions or --golden: replay this many of the latest logged questions.
+    /// Without questions or --golden: replay this many distinct questions, the latest logged
     #[arg(long, default_value_t = bib_eval::DEFAULT_LAST_N)]
     pub last: usize,
     /// Evaluate at most this many questions.
     #[arg(long)]
     pub limit: Option<usize>,
-    /// Chunks per question.
-    #[arg(long, short = 'k', default_value_t = 5)]
-    pub top_k: usize,
-    /// Trimming threshold (default: RETRIEVAL_TRIM_THRESHOLD, bib.toml, or the calibrated value).
+    /// Chunks per question
+    #[arg(long, short = 'k')]
+    pub top_k: Option<usize>,
+    /// Lowest sentence-to-question similarity (cosine) the trimming variants keep
     #[arg(long)]
     pub trim_threshold: Option<f32>,
-    /// Neighbouring sentences kept around each kept sentence.
-    #[arg(long, default_value_t = bib_retrieve::trim::ASK_PROFILE.window)]
-    pub trim_window: usize,
-    /// Sentences kept per chunk even when none passes the threshold.
-    #[arg(long, default_value_t = bib_retrieve::trim::ASK_PROFILE.min_sentences)]
-    pub trim_min_sentences: usize,
-    /// Sentences of the whole context always kept for their sentence-level BM25 rank.
-    #[arg(long, default_value_t = bib_retrieve::trim::ASK_PROFILE.lexical_top)]
-    pub trim_lexical_top: usize,
+    /// Neighbouring sentences kept on each side of a kept sentence
+    #[arg(long)]
+    pub trim_window: Option<usize>,
+    /// Sentences kept per chunk even when none is similar enough
+    #[arg(long)]
+    pub trim_min_sentences: Option<usize>,
+    /// Sentences of all results always kept for their keyword (BM25) rank
+    #[arg(long)]
+    pub trim_lexical_top: Option<usize>,
     /// Neighbours each small-to-big sentence hit expands to inside its chunk.
     #[arg(long, default_value_t = 1)]
     pub small_to_big_window: usize,
-    /// Retrieval mode of the baseline and trimming variants: hybrid, bm25 or vector.
-    #[arg(long, default_value = "hybrid")]
-    pub mode: String,
+    /// Retrieval mode of the baseline and trimming variants
+    #[arg(long, value_enum)]
+    pub mode: Option<Mode>,
     /// Variants to compare (comma-separated, or `all`): baseline, trim, trim-hybrid, bm25,
     /// vector, hybrid, plain (hybrid without the ranking signals), small-to-big.
     #[arg(long, default_value = "all")]
     pub variants: String,
-    /// Sentence hits per question for small-to-big (default 2 × top-k).
+    /// Sentence hits per question for small-to-big [default: 2 × top-k]
     #[arg(long)]
     pub small_to_big_hits: Option<usize>,
     /// How much evidence/answer recall may drop and still count as "not worse".
@@ -72,19 +83,18 @@ pub struct Args {
     /// Windows tried by the sweep.
     #[arg(long, value_delimiter = ',', default_value = "0,1,2")]
     pub sweep_windows: Vec<usize>,
-    /// Sentence scorer swept: cosine (the spec's trimming) or hybrid.
-    #[arg(long, default_value = "cosine")]
-    pub sweep_scorer: String,
+    /// How the sweep ranks sentences: by similarity, or keyword rank fused with similarity
+    #[arg(long, value_enum, default_value_t = TrimScorer::Cosine)]
+    pub sweep_scorer: TrimScorer,
     /// Ranking signals of every variant but `plain`: `off`, `default`, or weights such as
-    /// `field=0.2,phrase=0.3` (as `bib ask --signals`).
-    #[arg(long, default_value = "default", value_name = "SPEC")]
-    pub signals: String,
-    /// Ask the configured chat endpoint for an answer per variant (default: retrieval only).
+    /// `field=0.2,phrase=0.3` (as `bib ask --signals`)
+    #[arg(long, value_name = "SPEC")]
+    pub signals: Option<bib_retrieve::Signals>,
+    /// Also ask the configured chat endpoint for an answer per variant
     #[arg(long)]
     pub synthesize: bool,
-    /// Knowledge-base file (default .bib/kb.sqlite, or BIB_STORE).
-    #[arg(long)]
-    pub store: Option<PathBuf>,
+    #[command(flatten)]
+    pub settings: SettingsArgs,
     /// Evaluate XQuAD from this folder (corpus/queries/answers JSONL) instead of the store.
     #[arg(long, value_name = "DIR")]
     pub xquad: Option<PathBuf>,
@@ -102,27 +112,23 @@ pub struct Args {
     pub per_question: bool,
 }
 
-fn env_var(k: &str) -> Option<String> {
-    std::env::var(k).ok().filter(|v| !v.trim().is_empty())
-}
-
-fn eval_args(a: &Args, env: &Layer) -> anyhow::Result<EvalArgs> {
+/// The harness's arguments: this command's flags over the `[ask]` settings.
+fn eval_args(a: &Args, settings: &Settings) -> anyhow::Result<EvalArgs> {
+    let ask = &settings.ask;
     let sweep = a
         .sweep
         .as_deref()
         .map(|s| SweepSpec::parse(s, a.sweep_windows.clone()))
         .transpose()?;
     Ok(EvalArgs {
-        top_k: a.top_k,
-        trim_threshold: a
-            .trim_threshold
-            .or(env.trim_threshold)
-            .unwrap_or(bib_retrieve::trim::ASK_PROFILE.threshold),
-        trim_window: a.trim_window,
-        trim_min_sentences: a.trim_min_sentences,
-        trim_lexical_top: a.trim_lexical_top,
+        top_k: a.top_k.unwrap_or(ask.top_k),
+        trim_threshold: a.trim_threshold.unwrap_or(ask.trim_threshold),
+        trim_window: a.trim_window.unwrap_or(ask.trim_window),
+        trim_min_sentences: a.trim_min_sentences.unwrap_or(ask.trim_min_sentences),
+        trim_lexical_top: a.trim_lexical_top.unwrap_or(ask.trim_lexical_top),
         small_to_big_window: a.small_to_big_window,
-        mode: a.mode.parse::<Mode>()?,
+        mode: a.mode.unwrap_or(ask.mode),
+        candidates: ask.candidates,
         synthesize: a.synthesize,
         questions: a.questions.clone(),
         golden: a.golden.clone(),
@@ -131,31 +137,25 @@ fn eval_args(a: &Args, env: &Layer) -> anyhow::Result<EvalArgs> {
         variants: Variant::parse_list(&a.variants)?,
         small_to_big_hits: a.small_to_big_hits,
         quality_tolerance: a.quality_tolerance,
-        filters: a.filters.clone(),
+        filters: if a.filters.is_empty() {
+            ask.filters.clone()
+        } else {
+            a.filters.clone()
+        },
         sweep,
-        sweep_scorer: a.sweep_scorer.parse::<TrimScorer>()?,
-        signals: a.signals.parse::<bib_retrieve::Signals>()?,
-        ..EvalArgs::default()
+        sweep_scorer: a.sweep_scorer,
+        signals: a.signals.unwrap_or(ask.signals),
     })
 }
 
-fn load_model(model_id: &str) -> anyhow::Result<Box<dyn Embedder>> {
-    match model_id {
-        "use-m3" => Ok(Box::new(bib_embed::UseM3::load_default()?)),
-        other => {
-            bail!("the knowledge base was embedded with `{other}`, which this build cannot load")
-        }
-    }
-}
-
 pub fn run(a: Args) -> anyhow::Result<()> {
-    let env = Layer::from_env(env_var)?;
-    let args = eval_args(&a, &env)?;
+    let settings = a.settings.resolve(|_| ())?;
+    let args = eval_args(&a, &settings)?;
     let synth = if args.synthesize {
         Some(SynthConfig::from_parts(
-            env.llm_base_url.clone(),
-            env.llm_model.clone(),
-            env.llm_api_key.clone(),
+            settings.llm.base_url.clone(),
+            settings.llm.model.clone(),
+            settings.llm.api_key.clone(),
         )?)
     } else {
         None
@@ -165,64 +165,120 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         .iter()
         .any(|v| v.needs_embedder(args.mode == Mode::Bm25))
         || args.sweep.is_some();
-    let cache = EmbeddingCache::default();
 
-    let report = if let Some(dir) = &a.xquad {
-        let embedder = load_model(bib_embed::DEFAULT_MODEL)?;
-        let (index, items) = xquad(dir, &a.lang, embedder.as_ref(), &cache)?;
-        let mut items = items;
-        if !args.questions.is_empty() {
-            items = args.questions.iter().map(GoldenItem::question).collect();
-        }
-        if let Some(l) = args.limit {
-            items.truncate(l);
-        }
-        let kb = Kb {
-            index: &index,
-            corpus: Some(&index),
-            embedder: Some(embedder.as_ref()),
-            cache: &cache,
-            synth: synth.as_ref(),
-        };
-        let source = format!("xquad:{}:{}", a.lang, dir.display());
-        bib_eval::evaluate(&kb, &items, &source, &args)?
-    } else {
-        let path = a
-            .store
-            .clone()
-            .or(env.store.clone())
-            .unwrap_or_else(|| PathBuf::from(bib_store::DEFAULT_STORE_PATH));
-        if !path.is_file() {
-            bail!(
-                "no knowledge base at {} (run `bib ingest <dir>` first, or pass --store)",
-                path.display()
-            );
-        }
-        let store =
-            SqliteStore::open(&path).with_context(|| format!("opening {}", path.display()))?;
-        let model_id = store
-            .chunk_states()?
-            .into_iter()
-            .map(|s| s.model_id)
-            .find(|m| !m.is_empty())
-            .unwrap_or_else(|| bib_embed::DEFAULT_MODEL.to_string());
-        let embedder = match load_model(&model_id) {
-            Ok(e) => Some(e),
-            Err(e) if needs_model => return Err(e),
-            Err(_) => None,
-        };
-        bib_eval::evaluate_store(&store, embedder.as_deref(), &cache, synth.as_ref(), &args)?
+    let ctx = Ctx {
+        cache: EmbeddingCache::default(),
+        synth,
+        bars: crate::progress::Bars::for_stderr(a.json),
+        needs_model,
     };
-    emit(&a, &report)
+    let (report, links) = match &a.xquad {
+        Some(dir) => (eval_xquad(&a, &args, dir, &ctx)?, HashMap::new()),
+        None => eval_store(&args, &settings, &ctx)?,
+    };
+    emit(&a, &report, &links)
 }
 
-fn emit(a: &Args, report: &EvalReport) -> anyhow::Result<()> {
+/// What both kinds of evaluation share.
+struct Ctx {
+    cache: EmbeddingCache,
+    synth: Option<SynthConfig>,
+    bars: crate::progress::Bars,
+    needs_model: bool,
+}
+
+/// XQuAD converted on the fly into an in-memory knowledge base.
+fn eval_xquad(a: &Args, args: &EvalArgs, dir: &Path, ctx: &Ctx) -> anyhow::Result<EvalReport> {
+    let embedder = load_embedder(bib_embed::DEFAULT_MODEL)?;
+    let (index, mut items) = xquad(dir, &a.lang, embedder.as_ref(), &ctx.cache)?;
+    if !args.questions.is_empty() {
+        items = args.questions.iter().map(GoldenItem::question).collect();
+    }
+    if let Some(l) = args.limit {
+        items.truncate(l);
+    }
+    let kb = Kb {
+        index: &index,
+        corpus: Some(&index),
+        embedder: Some(embedder.as_ref()),
+        cache: &ctx.cache,
+        synth: ctx.synth.as_ref(),
+        progress: &ctx.bars,
+    };
+    let source = format!("xquad:{}:{}", a.lang, dir.display());
+    Ok(bib_eval::evaluate(&kb, &items, &source, args)?)
+}
+
+/// The configured knowledge base, and a `file://` link for each of its documents.
+fn eval_store(
+    args: &EvalArgs,
+    settings: &Settings,
+    ctx: &Ctx,
+) -> anyhow::Result<(EvalReport, HashMap<String, String>)> {
+    let store = settings.store.open_existing()?;
+    let store = store.as_ref();
+    let embedder = match load_embedder(&store_model(store)?) {
+        Ok(e) => Some(e),
+        Err(e) if ctx.needs_model => return Err(e),
+        Err(_) => None,
+    };
+    let report = bib_eval::evaluate_store(
+        store,
+        embedder.as_deref(),
+        &ctx.cache,
+        ctx.synth.as_ref(),
+        args,
+        &ctx.bars,
+    )?;
+    Ok((report, source_links(store)?))
+}
+
+/// `file://` URLs of the documents whose files are on this machine: a collection's folder is
+/// the root its latest ingest run read (documents registered over the API have none).
+fn source_links(store: &dyn bib_store::Store) -> anyhow::Result<HashMap<String, String>> {
+    let mut roots: HashMap<String, PathBuf> = HashMap::new();
+    for run in store.runs(1000)? {
+        let (Some(c), Some(r)) = (
+            run.record["collection"].as_str(),
+            run.record["root"].as_str(),
+        ) else {
+            continue;
+        };
+        if let Ok(abs) = std::fs::canonicalize(r) {
+            roots.entry(c.to_string()).or_insert(abs);
+        }
+    }
+    let mut links = HashMap::new();
+    for d in store.documents()? {
+        if let Some(file) = roots.get(&d.collection).map(|r| r.join(&d.path)) {
+            if file.is_file() {
+                links.insert(d.path, file_url(&file));
+            }
+        }
+    }
+    Ok(links)
+}
+
+/// `file:///…` with everything but unreserved characters and `/` percent-encoded.
+fn file_url(path: &Path) -> String {
+    let mut out = String::from("file://");
+    for b in path.to_string_lossy().bytes() {
+        if b.is_ascii_alphanumeric() || b"/-._~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+fn emit(a: &Args, report: &EvalReport, links: &HashMap<String, String>) -> anyhow::Result<()> {
     if let Some(p) = &a.html {
         if let Some(dir) = p.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         }
-        std::fs::write(p, bib_eval::html::render(report))
-            .with_context(|| format!("writing {}", p.display()))?;
+        let html = bib_eval::html::render(report, &|path| links.get(path).cloned());
+        std::fs::write(p, html).with_context(|| format!("writing {}", p.display()))?;
     }
     if a.json {
         println!("{}", serde_json::to_string_pretty(report)?);

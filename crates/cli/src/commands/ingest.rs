@@ -4,53 +4,63 @@
 //! `watch`), draws progress bars when stderr is a terminal, and prints a summary or, with
 //! `--json`, the run record. Exits non-zero when the run failed.
 
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use anyhow::Context;
-use bib_ingest::{IngestOptions, NoProgress, Progress, RunReport};
-use indicatif::{ProgressBar, ProgressStyle};
+use bib_app::Settings;
+use bib_ingest::{IngestOptions, Progress, RunReport};
+
+use crate::progress::Bars;
+use crate::settings::SettingsArgs;
 
 #[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Examples:
+  bib ingest ~/wikis/kb-en                      into collection kb-en of .bib/kb.sqlite
+  bib ingest notes --collection team-notes --exclude drafts/
+  bib ingest ~/wikis/kb-en --watch              ingest again after every saved change
+  bib ingest docs --store postgres://bib@127.0.0.1/bib?schema=kb --json
+
+A run that would remove more than half of its collection's documents (and more than 5)
+refuses and changes nothing; --allow-prune confirms it. A folder with no Markdown file is an
+error (exit 1), so a typo in the path does not look like an empty wiki.")]
 pub struct Args {
     /// Directory of Markdown files (the wiki root).
     pub dir: PathBuf,
-    /// Knowledge base: a SQLite file or a postgres:// URL (else BIB_STORE, else `store` in
-    /// bib.toml, else .bib/kb.sqlite).
-    #[arg(long)]
-    pub store: Option<String>,
-    /// Print the run record as JSON.
+    #[command(flatten)]
+    pub settings: SettingsArgs,
+    /// Print the run record as JSON
     #[arg(long)]
     pub json: bool,
-    /// Keep running and re-ingest whenever files change (until interrupted).
+    /// Keep running and ingest again whenever a document changes (until interrupted)
     #[arg(long)]
     pub watch: bool,
-    /// Skip (and report) files larger than this many bytes.
-    #[arg(long, default_value_t = 10 * 1024 * 1024)]
-    pub max_file_bytes: u64,
-    /// Chunks embedded before their documents are committed (smaller = less work lost to a crash).
-    #[arg(long, default_value_t = 256)]
-    pub window_chunks: usize,
-    /// Watch mode: wait this long after the last change before re-ingesting.
-    #[arg(long, default_value_t = 500)]
-    pub debounce_ms: u64,
+    /// Skip (and report) files larger than this many bytes
+    #[arg(long, value_name = "BYTES")]
+    pub max_file_bytes: Option<u64>,
+    /// Chunks embedded before their documents are committed (smaller loses less work to a
+    /// crash)
+    #[arg(long, value_name = "N")]
+    pub window_chunks: Option<usize>,
+    /// With --watch: milliseconds of quiet after a change before the next run
+    #[arg(long, value_name = "MS")]
+    pub debounce_ms: Option<u64>,
     /// Do not embed chunk sentences ahead of time (ingest is faster; `bib ask --trim` then
-    /// embeds the sentences of its chunks on first use).
+    /// embeds the sentences of its chunks on first use)
     #[arg(long)]
     pub no_sentence_vectors: bool,
-    /// Collection to ingest into (default: the directory's name). A run only prunes documents
-    /// of its own collection, so several directories can share one knowledge base.
-    #[arg(long)]
+    /// Collection to ingest into. A run only prunes documents of its own collection, so
+    /// several directories can share one knowledge base [default: the directory's name]
+    #[arg(long, value_name = "NAME")]
     pub collection: Option<String>,
     /// Confirm a run that removes more than half of its collection's documents (and more than
-    /// 5); without it such a run refuses and changes nothing.
+    /// 5); without it such a run refuses and changes nothing
     #[arg(long)]
     pub allow_prune: bool,
     /// Leave out files and directories matching this gitignore-style pattern (`drafts/`,
-    /// `*.tmp.md`); repeatable. `.gitignore` and `.bibignore` files are always honoured.
+    /// `*.tmp.md`); repeatable. `.gitignore` and `.bibignore` files always apply
     #[arg(long, value_name = "GLOB")]
     pub exclude: Vec<String>,
     /// Term function of the lexical index: `default`, `v1` (before issue 15: prefix stems, no
@@ -60,31 +70,17 @@ pub struct Args {
     pub terms: String,
 }
 
-/// indicatif bars, one per phase.
-struct Bars {
-    bar: Mutex<Option<ProgressBar>>,
-}
-
-impl Progress for Bars {
-    fn start(&self, phase: &str, total: u64) {
-        let b = ProgressBar::new(total);
-        if let Ok(style) = ProgressStyle::with_template(
-            "{prefix:>9} [{bar:40}] {pos}/{len} {elapsed_precise} eta {eta}",
-        ) {
-            b.set_style(style.progress_chars("=> "));
-        }
-        b.set_prefix(phase.to_string());
-        *self.bar.lock().unwrap_or_else(|p| p.into_inner()) = Some(b);
+/// This run's flags over the `[ingest]` settings.
+fn apply_flags(a: &Args, s: &mut Settings) {
+    let i = &mut s.ingest;
+    i.max_file_bytes = a.max_file_bytes.unwrap_or(i.max_file_bytes);
+    i.window_chunks = a.window_chunks.unwrap_or(i.window_chunks);
+    i.debounce_ms = a.debounce_ms.unwrap_or(i.debounce_ms);
+    if a.no_sentence_vectors {
+        i.sentence_vectors = false;
     }
-    fn advance(&self, n: u64) {
-        if let Some(b) = self.bar.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
-            b.inc(n);
-        }
-    }
-    fn finish(&self) {
-        if let Some(b) = self.bar.lock().unwrap_or_else(|p| p.into_inner()).take() {
-            b.finish_and_clear();
-        }
+    if !a.exclude.is_empty() {
+        i.exclude = a.exclude.clone();
     }
 }
 
@@ -149,6 +145,12 @@ pub fn summary(r: &RunReport) -> String {
     if let Some(g) = &r.git_commit {
         s.push_str(&format!("\n  wiki commit {g}"));
     }
+    if !r.warnings.is_empty() {
+        s.push_str(&format!("\n  {} warnings:", r.warnings.len()));
+        for w in &r.warnings {
+            s.push_str(&format!("\n    {}: {}", w.path, w.reason));
+        }
+    }
     if !r.errors.is_empty() {
         s.push_str(&format!("\n  {} problems:", r.errors.len()));
         for e in &r.errors {
@@ -174,32 +176,19 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if !args.dir.is_dir() {
         anyhow::bail!("cannot ingest {}: not a directory", args.dir.display());
     }
-    let spec = crate::store_url::resolve(args.store.as_deref(), None)?;
-    let store = crate::store_url::open(&spec)
-        .with_context(|| format!("opening the knowledge base {spec}"))?;
+    let settings = args.settings.resolve(|s| apply_flags(&args, s))?;
+    let store = settings.store.open()?;
     let store = store.as_ref();
     let embedder =
         bib_embed::UseM3::load_default().context("loading the default embedding model")?;
     let opts = IngestOptions {
-        max_file_bytes: args.max_file_bytes,
-        window_chunks: args.window_chunks.max(1),
-        sentence_vectors: !args.no_sentence_vectors,
         collection: args.collection.clone(),
         allow_prune: args.allow_prune,
-        scan: bib_ingest::scan::ScanOptions {
-            excludes: args.exclude.clone(),
-        },
         terms: args.terms.parse()?,
-        ..IngestOptions::default()
+        ..settings.ingest.options()
     };
-    let bars = Bars {
-        bar: Mutex::new(None),
-    };
-    let progress: &dyn Progress = if !args.json && std::io::stderr().is_terminal() {
-        &bars
-    } else {
-        &NoProgress
-    };
+    let bars = Bars::for_stderr(args.json);
+    let progress: &dyn Progress = &bars;
     if args.watch {
         let stop = AtomicBool::new(false);
         let mut on_run = |r: &RunReport| {
@@ -219,7 +208,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             &embedder,
             &opts,
             progress,
-            Duration::from_millis(args.debounce_ms),
+            Duration::from_millis(settings.ingest.debounce_ms),
             &stop,
             &mut on_run,
         )?;

@@ -8,6 +8,11 @@
 use super::serve::{build_service, token, CommonArgs};
 
 #[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Examples:
+  bib mcp                                      for a client that starts it (stdio)
+  claude mcp add bib -- bib mcp --store ~/kb/.bib/kb.sqlite
+  bib mcp --no-model                           keyword search only, no model loaded")]
 pub struct Args {
     #[command(flatten)]
     pub common: CommonArgs,

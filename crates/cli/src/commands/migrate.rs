@@ -13,17 +13,25 @@ use std::time::Instant;
 use anyhow::{bail, Context};
 use bib_store::{ChunkId, DocumentChange, Store, StoreError};
 
-use crate::store_url;
+use bib_app::StoreSpec;
+
+use crate::settings::ConfigArg;
 
 #[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Examples:
+  bib migrate --to \"postgres://bib:bib@127.0.0.1:55432/bib?schema=kb\"
+  bib migrate --from old/kb.sqlite --to copy.sqlite --json")]
 pub struct Args {
-    /// Source knowledge base (file path or postgres:// URL).
-    #[arg(long, default_value = bib_store::DEFAULT_STORE_PATH)]
-    pub from: String,
-    /// Target knowledge base (postgres://user:pw@host:port/db[?schema=name], or a file path).
-    #[arg(long)]
+    /// Source knowledge base: a file path or a postgres:// URL [default: the configured store]
+    #[arg(long, value_name = "PATH|URL")]
+    pub from: Option<String>,
+    /// Target knowledge base: postgres://user:pw@host:port/db[?schema=name], or a file path
+    #[arg(long, value_name = "PATH|URL")]
     pub to: String,
-    /// Print the summary as JSON.
+    #[command(flatten)]
+    pub config: ConfigArg,
+    /// Print the summary as JSON
     #[arg(long)]
     pub json: bool,
 }
@@ -41,24 +49,29 @@ struct Summary {
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let t0 = Instant::now();
-    if !store_url::exists(&args.from) {
-        bail!("no knowledge base at {} (--from)", args.from);
+    let settings = args.config.resolve(|_| ())?;
+    let from = match &args.from {
+        Some(f) => StoreSpec::parse(f),
+        None => settings.store,
+    };
+    let to = StoreSpec::parse(&args.to);
+    if !from.exists() {
+        bail!("no knowledge base at {from} (--from)");
     }
-    if args.from == args.to {
+    if from == to {
         bail!("--from and --to are the same store");
     }
-    let src = store_url::open(&args.from)?;
+    let src = from.open()?;
     // Keep the concrete PostgreSQL type: it can import runs with their original times.
-    let pg_target = if store_url::is_url(&args.to) {
-        Some(store_url::open_postgres(&args.to)?)
-    } else {
-        None
+    let pg_target = match &to {
+        StoreSpec::Postgres(_) => Some(to.open_postgres()?),
+        StoreSpec::Sqlite(_) => None,
     };
     let sqlite_target;
     let dst: &dyn Store = match &pg_target {
         Some(p) => p,
         None => {
-            sqlite_target = store_url::open(&args.to)?;
+            sqlite_target = to.open()?;
             sqlite_target.as_ref()
         }
     };
@@ -126,6 +139,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             content_hash: doc.content_hash.clone(),
             chunk_count: doc.chunk_count,
             upserts,
+            source: src.document_source(&doc.path)?,
         };
         dst.apply_document(&change)
             .with_context(|| format!("copying {}", doc.path))?;

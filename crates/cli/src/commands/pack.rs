@@ -1,8 +1,9 @@
 //! `bib pack` — pack a chat/agent history (JSON on stdin) into a token budget (JSON on stdout).
 //!
 //! Input: OpenAI-style `[{role, content, ts?}]` or Anthropic-style content blocks (also
-//! wrapped as `{"messages": [...]}`). Output: `{"messages": [{role, content}], "stats": {...}}`
-//! — a stable shape; `--stats` also prints a one-line summary to stderr.
+//! wrapped as `{"messages": [...]}`), read by `bib_pack::input::history_from_value`, the same
+//! reader HTTP `/pack` and MCP `bib_pack` use. Output: `{"messages": [{role, content}],
+//! "stats": {...}}` — a stable shape; `--stats` also prints a one-line summary to stderr.
 
 use std::io::{Read, Write};
 
@@ -10,6 +11,26 @@ use anyhow::Context;
 use bib_pack::{parse_history, PackOptions, Packer};
 
 #[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Input (stdin or --input), the same for `bib pack`, HTTP POST /pack and MCP bib_pack:
+  a JSON array of messages, or {\"messages\": [...]}; each message is
+  {\"role\": \"user\", \"content\": \"...\", \"ts\": 1786104000000}
+  - role: any non-empty string (user, assistant, system, tool ...)
+  - content: a string, null, or Anthropic-style blocks (text, tool_use, tool_result);
+    OpenAI tool_calls and role \"tool\" messages are read too
+  - ts or timestamp (optional, one of them): the message's time, an RFC 3339 date-time
+    (\"2026-08-07T12:00:00Z\") or epoch milliseconds. Epoch seconds are refused (the error
+    gives the milliseconds), so a time is never misread as 1970.
+
+Output: {\"messages\": [{role, content}], \"stats\": {...}}. Left-out lines become a note in
+their message; left-out messages become `system` notes in their place (one per run when the
+budget has room, else one where the first run was), in the history's language
+(\"[…7 earlier messages omitted…]\").
+
+Examples:
+  bib pack --budget 2000 < chat.json
+  bib pack --budget 800 --hybrid --stats --input session.json
+  echo '[{\"role\":\"user\",\"content\":\"where is the vault?\"}]' | bib pack --budget 100")]
 pub struct Args {
     /// Token budget (packer's own estimate, +4 per message).
     #[arg(long)]
@@ -20,13 +41,14 @@ pub struct Args {
     /// Print a one-line summary of the stats to stderr.
     #[arg(long)]
     stats: bool,
-    /// Fallback time for messages without a timestamp (RFC 3339 or epoch seconds), used to
-    /// annotate relative dates. Without it such messages are not annotated.
+    /// Fallback time for messages without a timestamp (RFC 3339 or epoch milliseconds, as
+    /// `ts`), used to annotate relative dates. Without it such messages are not annotated.
     #[arg(long)]
     now: Option<String>,
-    /// Count tokens the way the spec's reference packer does, for side-by-side comparisons with
-    /// it. The output can then exceed the budget, most at small budgets (measured: +35 % at 20
-    /// tokens, +22 % at 100, +5 % at 400). Without this flag the output never exceeds it.
+    /// Count tokens like the JavaScript packer bib's packer was ported from, to compare the
+    /// two side by side. The output can then exceed the budget, most at small budgets
+    /// (measured: +35 % at 20 tokens, +22 % at 100, +5 % at 400). Without this flag the
+    /// output never exceeds it.
     #[arg(long)]
     reference_budget: bool,
     /// Add the tally card (files read/edited, commands, errors).
@@ -58,13 +80,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let history = parse_history(&text).context("reading the history")?;
     let mut opts = PackOptions::default();
     if let Some(now) = &args.now {
-        let v = match now.parse::<f64>() {
+        let v = match now.parse::<i64>() {
             Ok(n) => serde_json::json!(n),
             Err(_) => serde_json::json!(now),
         };
-        opts.now = Some(bib_pack::dates::time_value(&v).with_context(|| {
-            format!("--now: `{now}` is not a date (RFC 3339 or epoch seconds)")
-        })?);
+        opts.now =
+            Some(bib_pack::input::timestamp_ms(&v).map_err(|e| anyhow::anyhow!("--now: {e}"))?);
     }
     opts.strict_budget = !args.reference_budget;
     opts.summary = args.card;

@@ -4,22 +4,24 @@
 use anyhow::bail;
 
 #[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Examples:
+  bib rm --collection notes
+  bib rm --collection api --json      documents registered over MCP/HTTP")]
 pub struct Args {
     /// The collection to remove (see `bib ingest --collection`; `api` holds documents
     /// registered over MCP/HTTP).
     #[arg(long, required = true)]
     pub collection: String,
-    /// Knowledge base: a SQLite file or a postgres:// URL (else BIB_STORE, else `store` in
-    /// bib.toml, else .bib/kb.sqlite).
-    #[arg(long)]
-    pub store: Option<String>,
+    #[command(flatten)]
+    pub settings: crate::settings::SettingsArgs,
     /// Print `{collection, documents, chunks}` removed as JSON.
     #[arg(long)]
     pub json: bool,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let store = crate::store_url::open_existing(args.store.as_deref())?;
+    let store = args.settings.resolve(|_| ())?.store.open_existing()?;
     let known = store.collections()?;
     if !known.iter().any(|c| c.name == args.collection) {
         let names: Vec<&str> = known.iter().map(|c| c.name.as_str()).collect();

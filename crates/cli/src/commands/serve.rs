@@ -12,45 +12,47 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use bib_retrieve::config::Layer;
 use bib_server::{HttpOptions, Service, TokenCheck};
-use bib_store::{SqliteStore, Store};
+use bib_store::Store;
+
+use crate::settings::SettingsArgs;
 
 #[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Examples:
+  bib serve                                    http://127.0.0.1:8080, MCP at /mcp
+  BIB_TOKEN=secret bib serve --addr 0.0.0.0:8080 --allowed-host kb.internal
+  curl -s localhost:8080/ask -d '{\"query\": \"sign a package\", \"trim\": true}'")]
 pub struct Args {
-    /// Address to listen on (a non-loopback address requires a token).
+    /// Address to listen on (a non-loopback address requires a token)
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub addr: SocketAddr,
     #[command(flatten)]
     pub common: CommonArgs,
-    /// Largest request body, in bytes.
+    /// Largest request body, in bytes
     #[arg(long, default_value_t = 4 * 1024 * 1024)]
     pub body_limit: usize,
-    /// Per-request timeout, in seconds.
+    /// Per-request timeout, in seconds
     #[arg(long, default_value_t = 60.0)]
     pub timeout_secs: f64,
-    /// Requests handled at once (more wait for a slot within the timeout).
+    /// Requests handled at once (more wait for a slot within the timeout)
     #[arg(long, default_value_t = 64)]
     pub max_in_flight: usize,
     /// Extra Host header value accepted on every route (DNS-rebinding guard; localhost,
-    /// 127.0.0.1 and [::1] always are): `name` for any port or `name:port`; repeatable.
-    #[arg(long = "allowed-host")]
+    /// 127.0.0.1 and [::1] always are): `name` for any port or `name:port`; repeatable
+    #[arg(long = "allowed-host", value_name = "HOST")]
     pub allowed_hosts: Vec<String>,
 }
 
 /// Options shared by `bib serve` and `bib mcp`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct CommonArgs {
-    /// Knowledge-base file (default .bib/kb.sqlite, or BIB_STORE, or [store] path).
-    #[arg(long)]
-    pub store: Option<PathBuf>,
-    /// Config file (default ./bib.toml when it exists, or BIB_CONFIG).
-    #[arg(long)]
-    pub config: Option<PathBuf>,
-    /// Read the token from this file instead of BIB_TOKEN.
-    #[arg(long)]
+    #[command(flatten)]
+    pub settings: SettingsArgs,
+    /// Read the write token from this file instead of BIB_TOKEN
+    #[arg(long, value_name = "FILE")]
     pub token_file: Option<PathBuf>,
-    /// Do not load the embedding model (BM25 only; writes and trimming unavailable).
+    /// Do not load the embedding model (keyword search only; writes and trimming unavailable)
     #[arg(long)]
     pub no_model: bool,
 }
@@ -73,27 +75,9 @@ pub fn token(common: &CommonArgs) -> anyhow::Result<Option<String>> {
 
 /// Open the store and the model and build the service.
 pub fn build_service(common: &CommonArgs, tokens: TokenCheck) -> anyhow::Result<Arc<Service>> {
-    let base = Layer::from_env(|k| std::env::var(k).ok())?
-        .over(super::ask::file_layer(common.config.as_deref())?);
-    let store_path = common
-        .store
-        .clone()
-        .or_else(|| base.store.clone())
-        .unwrap_or_else(|| PathBuf::from(bib_store::DEFAULT_STORE_PATH));
-    if !store_path.is_file() {
-        bail!(
-            "no knowledge base at {} (run `bib ingest <dir>` first, or pass --store)",
-            store_path.display()
-        );
-    }
-    let store = SqliteStore::open(&store_path)
-        .with_context(|| format!("opening {}", store_path.display()))?;
-    let model_id = store
-        .chunk_states()?
-        .into_iter()
-        .map(|s| s.model_id)
-        .find(|m| !m.is_empty())
-        .unwrap_or_else(|| bib_embed::DEFAULT_MODEL.to_string());
+    let settings = common.settings.resolve(|_| ())?;
+    let store: Arc<dyn Store> = Arc::from(settings.store.open_existing()?);
+    let model_id = super::ask::store_model(store.as_ref())?;
     let embedder: Result<Arc<dyn bib_embed::Embedder>, String> = if common.no_model {
         Err("started with --no-model".to_string())
     } else {
@@ -105,8 +89,7 @@ pub fn build_service(common: &CommonArgs, tokens: TokenCheck) -> anyhow::Result<
             }
         }
     };
-    let store: Arc<dyn Store> = Arc::new(store);
-    Ok(Arc::new(Service::new(store, embedder, base, tokens)))
+    Ok(Arc::new(Service::new(store, embedder, settings, tokens)))
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {

@@ -9,6 +9,10 @@ use anyhow::Context;
 use bib_text::sentences::{split_prose, split_sentences};
 
 #[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Examples:
+  bib split < guide.md
+  printf 'Dr. Smith arrived. He sat down.' | bib split --prose --json")]
 pub struct Args {
     /// Print a JSON array of strings instead of one sentence per line.
     #[arg(long)]

@@ -1,87 +1,61 @@
 //! `bib status [--json]` — where the knowledge base is, its collections with document and
 //! chunk counts, the embedding model, the term function of its lexical index, and the last
-//! ingest run with its result.
-
-use serde_json::json;
+//! ingest run with its result. The report is `bib_store::read::status`, the same one MCP
+//! `bib_status` returns.
 
 #[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Examples:
+  bib status
+  bib status --json --store postgres://bib@127.0.0.1/bib?schema=kb")]
 pub struct Args {
-    /// Knowledge base: a SQLite file or a postgres:// URL (else BIB_STORE, else `store` in
-    /// bib.toml, else .bib/kb.sqlite).
-    #[arg(long)]
-    pub store: Option<String>,
-    /// Print `{store, backend, model, terms, collections: [{name, documents, chunks}],
-    /// last_run}`.
+    #[command(flatten)]
+    pub settings: crate::settings::SettingsArgs,
+    /// Print `{store, backend, model, terms, collections: [{name, documents, chunks}], last_run}`.
     #[arg(long)]
     pub json: bool,
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let store = crate::store_url::open_existing(args.store.as_deref())?;
-    let collections = store.collections()?;
-    let model = store
-        .chunk_states()?
-        .into_iter()
-        .map(|s| s.model_id)
-        .find(|m| !m.is_empty());
-    let last = store.runs(1)?.into_iter().next();
-    let terms = store.term_config();
+    let store = args.settings.resolve(|_| ())?.store.open_existing()?;
+    let st = bib_store::read::status(store.as_ref())?;
     if args.json {
-        let v = json!({
-            "store": store.location(),
-            "backend": store.backend(),
-            "model": model,
-            "terms": terms.as_ref().ok().map(bib_store::TermConfig::id),
-            "collections": collections,
-            "last_run": last.as_ref().map(|r| json!({
-                "id": r.id,
-                "status": r.status,
-                "started_at": crate::commands::runs::iso_utc(r.started_at_ms),
-                "collection": r.record.get("collection"),
-                "root": r.record.get("root"),
-                "failure": r.record.get("failure"),
-            })),
-        });
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        println!("{}", serde_json::to_string_pretty(&st)?);
         return Ok(());
     }
-    println!("store: {} ({})", store.location(), store.backend());
+    println!("store: {} ({})", st.store, st.backend);
     println!(
         "model: {}",
-        model.as_deref().unwrap_or("none (no chunks yet)")
+        st.model.as_deref().unwrap_or("none (no chunks yet)")
     );
     let default_terms = bib_store::TermConfig::default();
-    match &terms {
-        Ok(t) if *t == default_terms => println!("terms: {t}"),
+    match store.term_config() {
+        Ok(t) if t == default_terms => println!("terms: {t}"),
         Ok(t) => println!(
             "terms: {t} (this bib indexes with {default_terms}; `bib ingest` reindexes, no re-embedding)"
         ),
         Err(e) => println!("terms: {e}"),
     }
-    if collections.is_empty() {
+    if st.collections.is_empty() {
         println!("collections: none");
     }
-    for c in &collections {
+    for c in &st.collections {
         println!(
             "collection {}: {} documents, {} chunks",
             c.name, c.documents, c.chunks
         );
     }
-    match &last {
+    match &st.last_run {
         None => println!("last run: none"),
         Some(r) => {
-            let what = r
-                .record
-                .get("collection")
-                .and_then(|c| c.as_str())
-                .unwrap_or("?");
             println!(
-                "last run: #{} {} at {} (collection {what})",
+                "last run: #{} {} at {} (collection {})",
                 r.id,
                 r.status,
-                crate::commands::runs::iso_utc(r.started_at_ms)
+                r.started_at,
+                r.collection.as_deref().unwrap_or("?")
             );
-            if let Some(f) = r.record.get("failure").and_then(|f| f.as_str()) {
+            if let Some(f) = &r.failure {
                 println!("  failure: {f}");
             }
         }

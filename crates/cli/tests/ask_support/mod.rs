@@ -5,25 +5,21 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-/// Variables that would change an ask's behaviour; every test starts without them.
-pub const ENV_CLEARED: [&str; 11] = [
-    "RETRIEVAL_TRIM",
-    "RETRIEVAL_TRIM_THRESHOLD",
-    "RETRIEVAL_TRIM_WINDOW",
-    "BIB_STORE",
-    "BIB_CONFIG",
-    "BIB_LLM_BASE_URL",
-    "BIB_LLM_MODEL",
-    "BIB_LLM_API_KEY",
-    "BIB_QUERY_LOG",
-    "NO_COLOR",
-    "RUST_BACKTRACE",
-];
+/// Variables that would change an ask's behaviour; every test starts without them: every
+/// settings variable (from the one list of keys) and a few more.
+pub fn env_cleared() -> Vec<&'static str> {
+    let mut vars: Vec<&'static str> = bib_app::settings::KEYS
+        .iter()
+        .filter_map(|k| k.env.map(|(var, _)| var))
+        .collect();
+    vars.extend(["BIB_CONFIG", "NO_COLOR", "RUST_BACKTRACE"]);
+    vars
+}
 
 pub fn cmd(cwd: &Path, args: &[&str], env: &[(&str, &str)]) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_bib"));
     c.current_dir(cwd).args(args);
-    for k in ENV_CLEARED {
+    for k in env_cleared() {
         c.env_remove(k);
     }
     for (k, v) in env {

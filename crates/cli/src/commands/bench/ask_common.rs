@@ -50,6 +50,7 @@ impl SciDoc {
                 model_id,
                 embedding,
             )],
+            source: None,
         }
     }
 }

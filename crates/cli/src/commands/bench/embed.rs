@@ -20,11 +20,11 @@ use super::ask_common::{data_dir, load_scifact, ndcg_at, SciFact, SciQuery};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Benchmark data folder (holds scifact/ and anchors.json). Default: ../shared/bench/data.
+    /// Benchmark data folder (holds scifact/ and anchors.json) [default: ../shared/bench/data]
     #[arg(long)]
     data: Option<PathBuf>,
-    /// Model to measure (default: use-m3, then e5-small too when it is installed; its report
-    /// goes next to `--out` with the model id appended).
+    /// Model to measure (e5-small's report goes next to `--out` with the model id appended)
+    /// [default: use-m3, then e5-small too when it is installed]
     #[arg(long)]
     model: Option<String>,
     /// Number of 20-word texts.
@@ -33,7 +33,7 @@ pub struct Args {
     /// Number of 200-word texts.
     #[arg(long, default_value_t = 100)]
     long: usize,
-    /// Threads for both sides (default: all cores).
+    /// Threads for both sides [default: all cores].
     #[arg(long)]
     threads: Option<usize>,
     /// Skip the Python side-by-side.

@@ -10,7 +10,7 @@ use bib_embed::Embedder;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Wiki directories (default: the NuGet es and en wikis under ../shared/bench/data/wiki).
+    /// Wiki directories [default: the NuGet es and en wikis under ../shared/bench/data/wiki].
     #[arg(long = "wiki")]
     pub wikis: Vec<PathBuf>,
     /// Where to put the temporary stores (removed afterwards).

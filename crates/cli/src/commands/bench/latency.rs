@@ -30,7 +30,7 @@ use super::ask_common::{
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Benchmark data folder (holds scifact/). Default: ../shared/bench/data.
+    /// Benchmark data folder (holds scifact/) [default: ../shared/bench/data]
     #[arg(long)]
     data: Option<PathBuf>,
     /// Where corpus embeddings and the SciFact store are cached between runs.

@@ -8,6 +8,7 @@ mod embed;
 mod ingest;
 mod latency;
 mod locomo;
+mod relevance;
 mod sbd;
 mod scifact;
 mod serve;
@@ -17,6 +18,13 @@ mod wiki;
 mod xquad;
 
 #[derive(Debug, clap::Args)]
+#[command(after_help = "\
+Examples:
+  bib bench scifact
+  bib bench xquad
+  bib bench wiki
+
+Each benchmark prints a report; BENCHMARKS.md has the results and the commands that made them.")]
 pub struct Args {
     #[command(subcommand)]
     bench: Bench,
@@ -24,30 +32,69 @@ pub struct Args {
 
 #[derive(Debug, Subcommand)]
 enum Bench {
-    /// Embedding throughput vs the reference Python package (same vectors), SciFact vector nDCG@10.
+    /// Embedding throughput next to the original Python package (same vectors), SciFact vector nDCG@10.
+    #[command(
+        after_help = "Examples:\n  bib bench embed\n\nData is read from ../shared/bench/data; see BENCHMARKS.md for the full commands."
+    )]
     Embed(embed::Args),
     /// Ingest the NuGet wikis with the default model: wall time, chunks/s, embedding share,
     /// second-run ratio, search latency.
+    #[command(
+        after_help = "Examples:\n  bib bench ingest\n\nData is read from ../shared/bench/data; see BENCHMARKS.md for the full commands."
+    )]
     Ingest(ingest::Args),
     /// Ask latency p50/p99 at SciFact scale, trim off/on, memory and SQLite index.
+    #[command(
+        after_help = "Examples:\n  bib bench latency\n\nData is read from ../shared/bench/data; see BENCHMARKS.md for the full commands."
+    )]
     Latency(latency::Args),
-    /// History packer evidence recall on LoCoMo, side by side with the JS reference.
+    /// History packer evidence recall on LoCoMo, side by side with the JavaScript packer.
+    #[command(
+        after_help = "Examples:\n  bib bench locomo\n\nData is read from ../shared/bench/data; see BENCHMARKS.md for the full commands."
+    )]
     Locomo(locomo::Args),
+    /// Calibrate the relevance floor: "no good match" on off-topic vs answerable NuGet wiki
+    /// questions, over a sweep of floors.
+    #[command(
+        after_help = "Examples:\n  bib bench relevance\n  bib bench relevance --sweep 0.16:0.30:0.01 --json target/relevance.json\n\nData is read from ../shared/bench/data; see BENCHMARKS.md for the full commands."
+    )]
+    Relevance(relevance::Args),
     /// Sentence-boundary accuracy on the SBD golden sets (exact match per case).
+    #[command(
+        after_help = "Examples:\n  bib bench sbd\n\nData is read from ../shared/bench/data; see BENCHMARKS.md for the full commands."
+    )]
     Sbd(sbd::Args),
     /// Ask retrieval quality on SciFact: nDCG@10 / Recall@100 for bm25, vector, hybrid.
+    #[command(
+        after_help = "Examples:\n  bib bench scifact\n\nData is read from ../shared/bench/data; see BENCHMARKS.md for the full commands."
+    )]
     Scifact(scifact::Args),
     /// Load test of `bib serve` on loopback: concurrent asks + registrations, req/s, p50/p99,
     /// errors, lost writes.
+    #[command(
+        after_help = "Examples:\n  bib bench serve\n\nData is read from ../shared/bench/data; see BENCHMARKS.md for the full commands."
+    )]
     Serve(serve::Args),
     /// SQLite vs PostgreSQL stores side by side: ingest time and query p50/p99 on SciFact and
     /// on synthetic chunks (needs a PostgreSQL server).
+    #[command(
+        after_help = "Examples:\n  BIB_TEST_PG_URL=postgres://bib:bib@127.0.0.1:55432/bib bib bench stores\n\nData is read from ../shared/bench/data; see BENCHMARKS.md for the full commands."
+    )]
     Stores(stores::Args),
     /// Sentence-splitter throughput (MB/s) on the NuGet wikis, next to UAX #29.
+    #[command(
+        after_help = "Examples:\n  bib bench split\n\nData is read from ../shared/bench/data; see BENCHMARKS.md for the full commands."
+    )]
     Split(split::Args),
     /// Ask on the NuGet wiki golden sets: evidence in top-k before/after trimming.
+    #[command(
+        after_help = "Examples:\n  bib bench wiki\n\nData is read from ../shared/bench/data; see BENCHMARKS.md for the full commands."
+    )]
     Wiki(wiki::Args),
     /// Ask trimming on XQuAD es/en: answers kept vs token reduction over a threshold sweep.
+    #[command(
+        after_help = "Examples:\n  bib bench xquad\n\nData is read from ../shared/bench/data; see BENCHMARKS.md for the full commands."
+    )]
     Xquad(xquad::Args),
 }
 
@@ -57,6 +104,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Bench::Ingest(a) => ingest::run(a),
         Bench::Latency(a) => latency::run(a),
         Bench::Locomo(a) => locomo::run(a),
+        Bench::Relevance(a) => relevance::run(a),
         Bench::Sbd(a) => sbd::run(a),
         Bench::Scifact(a) => scifact::run(a),
         Bench::Serve(a) => serve::run(a),

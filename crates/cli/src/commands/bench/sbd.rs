@@ -13,7 +13,7 @@ use serde::Deserialize;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Benchmark data folder (holds sbd/ and anchors.json). Default: ../shared/bench/data.
+    /// Benchmark data folder (holds sbd/ and anchors.json) [default: ../shared/bench/data]
     #[arg(long)]
     data: Option<PathBuf>,
     /// Print every failing case of our prose mode.

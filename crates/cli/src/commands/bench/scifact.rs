@@ -26,7 +26,7 @@ use super::ask_common::{
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Benchmark data folder (holds scifact/ and anchors.json). Default: ../shared/bench/data.
+    /// Benchmark data folder (holds scifact/ and anchors.json) [default: ../shared/bench/data]
     #[arg(long)]
     data: Option<PathBuf>,
     /// Where corpus embeddings are cached between runs.

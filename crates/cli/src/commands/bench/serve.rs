@@ -43,7 +43,7 @@ pub struct Args {
     #[arg(long)]
     pub index_writes: bool,
     /// Questions: a JSONL file with a `question` field per line, or a text file (one per
-    /// line). Default: document titles of the store.
+    /// line) [default: document titles of the store]
     #[arg(long)]
     pub questions: Option<PathBuf>,
     /// Ask with sentence trimming.
@@ -222,8 +222,10 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         }
     }
     let common = CommonArgs {
-        store: Some(copy.clone()),
-        config: None,
+        settings: crate::settings::SettingsArgs {
+            config: crate::settings::ConfigArg { config: None },
+            store: Some(copy.display().to_string()),
+        },
         token_file: None,
         no_model: false,
     };

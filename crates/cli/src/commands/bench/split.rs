@@ -14,7 +14,7 @@ use super::sbd::data_dir;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Benchmark data folder (holds wiki/). Default: ../shared/bench/data.
+    /// Benchmark data folder (holds wiki/) [default: ../shared/bench/data]
     #[arg(long)]
     data: Option<PathBuf>,
     /// Timed passes over the corpus per splitter (the best pass is reported).

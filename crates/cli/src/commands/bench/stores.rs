@@ -29,14 +29,14 @@ use super::ask_common::{
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Benchmark data folder (holds scifact/). Default: ../shared/bench/data.
+    /// Benchmark data folder (holds scifact/) [default: ../shared/bench/data]
     #[arg(long)]
     data: Option<PathBuf>,
     /// Where SciFact corpus embeddings are cached between runs.
     #[arg(long, default_value = ".bib/bench-cache")]
     cache_dir: PathBuf,
-    /// PostgreSQL server (a `postgres://` URL). Default: `BIB_TEST_PG_URL`, then a
-    /// `postgres://` `BIB_STORE`. Each run works in fresh schemas it drops at the end.
+    /// PostgreSQL server (a `postgres://` URL); each run works in fresh schemas it drops at
+    /// the end [default: `BIB_TEST_PG_URL`, then a `postgres://` `BIB_STORE`]
     #[arg(long)]
     pg: Option<String>,
     /// Chunks in the synthetic dataset (0 skips it).
@@ -189,6 +189,7 @@ fn synthetic(n: usize, dims: usize, nq: usize) -> Dataset {
             content_hash: format!("{d:x}"),
             chunk_count: count as u32,
             upserts,
+            source: None,
         });
         made += count;
         d += 1;

@@ -48,13 +48,13 @@ const STYLES: [&str; 3] = ["direct", "paraphrase", "exact"];
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Benchmark data folder (holds wiki/). Default: ../shared/bench/data.
+    /// Benchmark data folder (holds wiki/) [default: ../shared/bench/data]
     #[arg(long)]
     data: Option<PathBuf>,
     /// Folder of the repository's development sets (dev_en.jsonl, dev_es.jsonl).
     #[arg(long, default_value = "bench/wiki")]
     dev_dir: PathBuf,
-    /// Sets to run, comma-separated: golden_en, golden_es_dev, dev_en, dev_es (default: all).
+    /// Sets to run, comma-separated: golden_en, golden_es_dev, dev_en, dev_es [default: all].
     #[arg(long, value_delimiter = ',')]
     sets: Vec<String>,
     /// Where the ingested wiki stores are kept between runs.
@@ -70,7 +70,7 @@ pub struct Args {
     /// Fusion of the top-k table in hybrid mode: convex (default) or rrf.
     #[arg(long, default_value = "convex")]
     fusion: String,
-    /// BM25 weight α of convex fusion (default: the product default).
+    /// BM25 weight α of convex fusion [default: the product default].
     #[arg(long)]
     fusion_alpha: Option<f64>,
     /// Cut-offs of the top-k table.
@@ -80,6 +80,10 @@ pub struct Args {
     /// is calibrated for use-m3).
     #[arg(long)]
     trim_threshold: Option<f32>,
+    /// Trim without keeping structure (table headers, list lead-ins, sub-headings of kept
+    /// sentences) in the "after trimming" columns, to measure what keeping it is worth.
+    #[arg(long)]
+    no_trim_structure: bool,
     /// Skip the per-setting table (modes, fusions, trim settings at --top-k).
     #[arg(long)]
     no_settings: bool,
@@ -160,7 +164,7 @@ struct QuestionHits {
 }
 
 /// The command line that reproduces this run, as a user would type it.
-fn command_line() -> String {
+pub(super) fn command_line() -> String {
     let mut parts = vec!["bib".to_string()];
     for a in std::env::args().skip(1) {
         if a.is_empty() || a.contains(|c: char| c.is_whitespace() || "'\"$`\\".contains(c)) {
@@ -211,19 +215,21 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     );
     let trim = TrimOptions {
         threshold: a.trim_threshold.unwrap_or(ASK_PROFILE.threshold),
+        structure: !a.no_trim_structure,
         ..ASK_PROFILE
     };
     let cmd = command_line();
     println!("command: {cmd}");
     println!(
-        "model {} · mode {} · fusion {} (α {alpha:.2}) · trim: threshold {:.2}, lexical top {}, window {}, min {}",
+        "model {} · mode {} · fusion {} (α {alpha:.2}) · trim: threshold {:.2}, lexical top {}, window {}, min {}, structure {}",
         a.model,
         mode,
         fusion.as_str(),
         trim.threshold,
         trim.lexical_top,
         trim.window,
-        trim.min_sentences
+        trim.min_sentences,
+        if trim.structure { "kept" } else { "off" }
     );
     let thresholds = if a.thresholds.is_empty() {
         vec![0.2, 0.3, USE_M3_THRESHOLD]
@@ -402,7 +408,7 @@ fn topk_json(
 
 /// Open (and bring up to date) the cached store of one wiki for the embedder's model. The
 /// default model keeps the historical file name, so earlier caches stay valid.
-fn open_ingested(
+pub(super) fn open_ingested(
     cache_dir: &Path,
     root: &Path,
     wiki: &str,

@@ -28,7 +28,7 @@ use super::ask_common::{data_dir, embed_corpus_cached, read_jsonl};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Benchmark data folder (holds xquad/). Default: ../shared/bench/data.
+    /// Benchmark data folder (holds xquad/) [default: ../shared/bench/data]
     #[arg(long)]
     data: Option<PathBuf>,
     /// Where passage embeddings are cached between runs.
@@ -318,6 +318,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                     scorer: *s,
                     rrf_k: 60.0,
                     lexical_top: *lx,
+                    structure: bib_retrieve::trim::ASK_PROFILE.structure,
                 };
                 col.push(evaluate(&cases, &opts));
             }

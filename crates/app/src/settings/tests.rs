@@ -1,0 +1,361 @@
+use std::collections::{BTreeSet, HashMap};
+
+use super::*;
+
+fn no_env(_: &str) -> Option<String> {
+    None
+}
+
+fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+    let m: HashMap<String, String> = pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    move |k| m.get(k).cloned()
+}
+
+/// Resolve with a config file holding `text`.
+fn with_file(
+    text: &str,
+    env: &dyn Fn(&str) -> Option<String>,
+    flags: impl FnOnce(&mut Settings),
+) -> Result<Settings, ConfigError> {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bib.toml");
+    std::fs::write(&path, text).unwrap();
+    Settings::resolve(Some(&path), env, flags)
+}
+
+const FILE: &str = r#"
+[store]
+path = "kb/file.sqlite"
+[ask]
+top_k = 7
+mode = "bm25"
+trim = true
+trim_threshold = 0.5
+trim_window = 2
+filters = ["app=core"]
+[llm]
+base_url = "http://file/v1"
+model = "file-model"
+"#;
+
+#[test]
+fn defaults_are_retrievals_and_the_ask_profile() {
+    let s = Settings::resolve(None, &no_env, |_| ()).unwrap();
+    assert_eq!(s, Settings::default());
+    assert_eq!(s.store, StoreSpec::default());
+    let o = s.ask.retrieve_options();
+    assert_eq!(
+        (o.top_k, o.mode, o.fusion),
+        (5, Mode::Hybrid, Fusion::Convex)
+    );
+    assert!(o.trim.is_none(), "trimming is off by default");
+    assert_eq!(s.ask.trim_options(), ASK_PROFILE);
+    assert!(s.ask.log, "the query log is on by default");
+    assert_eq!(s.ask.fallback, ModelFallback::None, "no silent fallback");
+    assert!(s.ingest.sentence_vectors);
+}
+
+#[test]
+fn store_forms() {
+    let url = "postgres://bib@127.0.0.1:55432/bib?schema=kb";
+    let s = Settings::from_toml(
+        &format!("store = {url:?}\n[ask]\ntop_k = 3\n"),
+        "f".as_ref(),
+    )
+    .unwrap();
+    assert_eq!(s.store, StoreSpec::Postgres(url.into()));
+    assert_eq!(s.ask.top_k, 3);
+    for text in [
+        "[store]\npath = \"kb.sqlite\"",
+        "[store]\nurl = \"kb.sqlite\"",
+    ] {
+        let s = Settings::from_toml(text, "f".as_ref()).unwrap();
+        assert_eq!(s.store, StoreSpec::Sqlite("kb.sqlite".into()), "{text}");
+    }
+    for text in ["store = 3", "[store]\npath = 1", "[store]\nfile = \"x\""] {
+        let e = Settings::from_toml(text, "f".as_ref()).unwrap_err();
+        assert!(e.to_string().contains("store"), "{text} → {e}");
+    }
+}
+
+#[test]
+fn precedence_flags_env_file_defaults() {
+    // File alone.
+    let s = with_file(FILE, &no_env, |_| ()).unwrap();
+    assert_eq!(s.store, StoreSpec::Sqlite("kb/file.sqlite".into()));
+    assert_eq!((s.ask.top_k, s.ask.mode), (7, Mode::Bm25));
+    let t = s.ask.retrieve_options().trim.unwrap();
+    assert_eq!((t.threshold, t.window, t.min_sentences), (0.5, 2, 0));
+    assert_eq!(t.lexical_top, ASK_PROFILE.lexical_top);
+    assert_eq!(s.ask.filters, vec!["app=core".to_string()]);
+    assert_eq!(s.llm.model.as_deref(), Some("file-model"));
+    // Environment over the file.
+    let env = env_of(&[
+        ("RETRIEVAL_TRIM", "0"),
+        ("BIB_LLM_MODEL", "env-model"),
+        ("BIB_STORE", "env.sqlite"),
+    ]);
+    let s = with_file(FILE, &env, |_| ()).unwrap();
+    assert!(!s.ask.trim);
+    assert_eq!(s.llm.model.as_deref(), Some("env-model"));
+    assert_eq!(s.llm.base_url.as_deref(), Some("http://file/v1"));
+    assert_eq!(s.store, StoreSpec::Sqlite("env.sqlite".into()));
+    // Flags over the environment.
+    let s = with_file(FILE, &env, |s| {
+        s.ask.trim = true;
+        s.ask.trim_threshold = 0.3;
+        s.ask.top_k = 2;
+    })
+    .unwrap();
+    let t = s.ask.retrieve_options().trim.unwrap();
+    assert_eq!(
+        (t.threshold, t.window),
+        (0.3, 2),
+        "window still from the file"
+    );
+    assert_eq!(s.ask.top_k, 2);
+    // The environment alone over the defaults.
+    let env = env_of(&[
+        ("RETRIEVAL_TRIM", "yes"),
+        ("RETRIEVAL_TRIM_THRESHOLD", "0.42"),
+        ("RETRIEVAL_FUSION", "RRF"),
+        ("RETRIEVAL_FUSION_ALPHA", "0.9"),
+        ("RETRIEVAL_TRIM_WINDOW", "1"),
+        ("RETRIEVAL_TRIM_LEXICAL_TOP", "0"),
+        ("BIB_QUERY_LOG", "off"),
+        ("RETRIEVAL_TRIM_MIN_SENTENCES", "9"), // not a variable bib reads
+    ]);
+    let s = Settings::resolve(None, &env, |_| ()).unwrap();
+    assert!(s.ask.trim && !s.ask.log);
+    assert_eq!(
+        (
+            s.ask.trim_threshold,
+            s.ask.trim_window,
+            s.ask.trim_lexical_top
+        ),
+        (0.42, 1, 0)
+    );
+    assert_eq!((s.ask.fusion, s.ask.fusion_alpha), (Fusion::Rrf, 0.9));
+    assert_eq!(s.ask.trim_min_sentences, ASK_PROFILE.min_sentences);
+    // Empty variables are unset.
+    let s = Settings::resolve(None, &env_of(&[("BIB_STORE", " ")]), |_| ()).unwrap();
+    assert_eq!(s.store, StoreSpec::default());
+}
+
+#[test]
+fn query_log_and_fallback_switches() {
+    let file = "[ask]\nlog = false\nfallback = \"bm25\"\n";
+    let s = with_file(file, &no_env, |_| ()).unwrap();
+    assert!(!s.ask.log);
+    assert_eq!(s.ask.fallback, ModelFallback::Bm25);
+    let on = env_of(&[("BIB_QUERY_LOG", "1")]);
+    assert!(with_file(file, &on, |_| ()).unwrap().ask.log);
+    assert!(!with_file(file, &on, |s| s.ask.log = false).unwrap().ask.log);
+}
+
+#[test]
+fn config_file_from_flag_or_environment() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("mine.toml");
+    std::fs::write(&path, "[ask]\ntop_k = 9\n").unwrap();
+    let env = env_of(&[("BIB_CONFIG", path.to_str().unwrap())]);
+    assert_eq!(Settings::resolve(None, &env, |_| ()).unwrap().ask.top_k, 9);
+    let missing = dir.path().join("missing.toml");
+    let e = Settings::resolve(Some(&missing), &env, |_| ()).unwrap_err();
+    assert!(
+        matches!(&e, ConfigError::Read { path, .. } if path == &missing),
+        "{e}"
+    );
+}
+
+#[test]
+fn file_errors_name_the_file_key_and_line() {
+    let cases = [
+        ("[ask]\ntop_k = \"five\"", "ask.top_k", Some(2)),
+        ("[ask]\nmode = \"fuzzy\"", "ask.mode", Some(2)),
+        ("[ask]\nfusion = \"mean\"", "ask.fusion", Some(2)),
+        ("[ask]\ntrim = 1", "ask.trim", Some(2)),
+        ("[ask]\nfilters = \"app=core\"", "ask.filters", Some(2)),
+        ("[ask]\nlog = \"no\"", "ask.log", Some(2)),
+        ("[ask]\nfallback = \"vector\"", "ask.fallback", Some(2)),
+        ("ask = 3", "ask", Some(1)),
+        // Unknown keys, in a known table, at the top, and an unknown table.
+        (
+            "[ask]\ntop_k = 3\ntrim_treshold = 0.3\n",
+            "ask.trim_treshold",
+            Some(3),
+        ),
+        ("stor = \"kb.sqlite\"", "stor", Some(1)),
+        ("[ingest]\nwhatever = 1\n", "ingest.whatever", Some(2)),
+        ("\n[serve]\naddr = \"x\"\n", "serve", Some(2)),
+    ];
+    for (text, key, line) in cases {
+        let e = Settings::from_toml(text, "my/bib.toml".as_ref()).unwrap_err();
+        let ConfigError::File {
+            key: k, line: l, ..
+        } = &e
+        else {
+            panic!("{text:?} → {e}");
+        };
+        assert_eq!((k.as_deref(), *l), (Some(key), line), "{text:?} → {e}");
+        let shown = format!("{e}");
+        assert!(
+            shown.contains("my/bib.toml") && shown.contains(key),
+            "{text:?} → {shown}"
+        );
+    }
+    let e = Settings::from_toml("[ask\n", "my/bib.toml".as_ref()).unwrap_err();
+    assert!(e.to_string().contains("my/bib.toml"), "{e}");
+    // The cause says what is wrong (the known keys, for an unknown one).
+    let e = Settings::from_toml("[ask]\ntrim_treshold = 0.3", "f".as_ref()).unwrap_err();
+    let cause = std::error::Error::source(&e).unwrap().to_string();
+    assert!(cause.contains("trim_threshold"), "{cause}");
+}
+
+#[test]
+fn environment_and_range_errors_name_their_source() {
+    for (var, value) in [
+        ("RETRIEVAL_TRIM", "maybe"),
+        ("RETRIEVAL_TRIM_THRESHOLD", "high"),
+        ("RETRIEVAL_TRIM_WINDOW", "-1"),
+        ("RETRIEVAL_FUSION", "mean"),
+        ("BIB_QUERY_LOG", "sometimes"),
+    ] {
+        let e = Settings::resolve(None, &env_of(&[(var, value)]), |_| ()).unwrap_err();
+        assert!(
+            matches!(&e, ConfigError::Env { var: v, .. } if *v == var),
+            "{var}={value} → {e}"
+        );
+        assert!(e.to_string().contains(var), "{e}");
+    }
+    type Flags = fn(&mut Settings);
+    let out_of_range: [(&str, Flags); 4] = [
+        ("ask.fusion_alpha", |s| s.ask.fusion_alpha = 2.0),
+        ("ask.top_k", |s| s.ask.top_k = 0),
+        ("ask.trim_threshold", |s| s.ask.trim_threshold = 3.0),
+        ("ask.filters", |s| s.ask.filters = vec!["no-equals".into()]),
+    ];
+    for (key, flags) in out_of_range {
+        let e = Settings::resolve(None, &no_env, flags).unwrap_err();
+        assert!(
+            matches!(&e, ConfigError::Invalid { key: k, .. } if k == key),
+            "{key} → {e}"
+        );
+    }
+    let env = env_of(&[("RETRIEVAL_FUSION_ALPHA", "1.5")]);
+    let e = Settings::resolve(None, &env, |_| ()).unwrap_err();
+    assert!(e.to_string().contains("fusion_alpha"), "{e}");
+}
+
+/// The dotted keys of a settings table (`ask.top_k`).
+fn dotted_keys(t: &toml::Table) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    for (k, v) in t {
+        match v {
+            toml::Value::Table(sub) => {
+                out.extend(dotted_keys(sub).into_iter().map(|s| format!("{k}.{s}")))
+            }
+            _ => {
+                out.insert(k.clone());
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn keys_document_every_setting_and_nothing_else() {
+    let full = Settings {
+        llm: LlmSettings {
+            base_url: Some("u".into()),
+            model: Some("m".into()),
+            api_key: Some("k".into()),
+        },
+        ..Settings::default()
+    };
+    let fields = dotted_keys(&toml::Table::try_from(&full).unwrap());
+    let documented: BTreeSet<String> = KEYS.iter().map(|k| k.name.to_string()).collect();
+    assert_eq!(fields, documented);
+    let flags: Vec<&str> = KEYS.iter().flat_map(|k| k.flags.iter().copied()).collect();
+    for f in &flags {
+        assert_eq!(
+            flags.iter().filter(|g| g == &f).count(),
+            1,
+            "--{f} sets one key"
+        );
+        assert!(key_of_flag(f).is_some());
+    }
+    for k in KEYS {
+        assert!(!k.doc.is_empty() && k.doc.ends_with('.'), "{}", k.name);
+    }
+}
+
+#[test]
+fn defaults_toml_parses_back_into_the_defaults() {
+    let text = defaults_toml();
+    let s = Settings::from_toml(&text, "defaults".as_ref()).unwrap();
+    assert_eq!(s, Settings::default());
+    for k in KEYS {
+        assert!(
+            text.contains(&format!("\n{} =", k.leaf()))
+                || text.contains(&format!("# {} =", k.leaf())),
+            "{} is in the defaults",
+            k.name
+        );
+        if let Some((var, _)) = k.env {
+            assert!(text.contains(var), "{var} is named");
+        }
+    }
+    // Uncommenting the examples gives valid settings too.
+    let uncommented: String = text
+        .lines()
+        .map(|l| {
+            let example = KEYS
+                .iter()
+                .any(|k| k.example.is_some() && l.starts_with(&format!("# {} = ", k.leaf())));
+            if example {
+                l.trim_start_matches("# ").to_string()
+            } else {
+                l.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let s = Settings::from_toml(&uncommented, "examples".as_ref()).unwrap();
+    assert_eq!(s.llm.model.as_deref(), Some("qwen2.5:3b"));
+    assert_eq!(s.ingest.exclude.len(), 2);
+}
+
+#[test]
+fn readme_lists_every_key() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
+    for k in KEYS {
+        let row = format!("| `{}` |", k.name);
+        assert!(readme.contains(&row), "README.md has a row {row}");
+        if let Some((var, _)) = k.env {
+            let line = readme.lines().find(|l| l.starts_with(&row)).unwrap();
+            assert!(line.contains(var), "README names {var} for {}", k.name);
+        }
+    }
+}
+
+#[test]
+fn redacted_text_hides_secrets_and_parses_back() {
+    let mut s = Settings {
+        store: StoreSpec::parse("postgres://bib:hunter2@127.0.0.1/bib"),
+        ..Settings::default()
+    };
+    s.llm.api_key = Some("sk-secret".into());
+    let text = s.to_toml_redacted();
+    assert!(
+        !text.contains("hunter2") && !text.contains("sk-secret"),
+        "{text}"
+    );
+    assert!(!format!("{s:?}").contains("sk-secret"));
+    let back = Settings::from_toml(&text, "shown".as_ref()).unwrap();
+    assert_eq!(back.ask, s.ask);
+}

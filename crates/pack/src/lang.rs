@@ -1,0 +1,146 @@
+//! The language of a history, for the notes the packer writes into it ("3 lines omitted").
+//!
+//! A note in the wrong language is noise a model has to read around (issue 18: a Spanish
+//! marker in an English chat), so the packer writes its notes in the history's language:
+//! Spanish when the history's most common function words are Spanish, English otherwise. The
+//! two word lists are disjoint (no `a`, `no`, `me`), and only the first [`SAMPLE_BYTES`] of
+//! text are read, so the check costs little on long histories.
+
+use crate::Message;
+
+/// Languages the packer writes its notes in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Lang {
+    #[default]
+    English,
+    Spanish,
+}
+
+/// Bytes of message text read to decide.
+pub const SAMPLE_BYTES: usize = 64 * 1024;
+
+const SPANISH: &[&str] = &[
+    "el", "la", "los", "las", "de", "del", "que", "en", "y", "se", "por", "para", "con", "una",
+    "un", "es", "lo", "como", "más", "pero", "está", "están", "este", "esta", "hay", "también",
+    "cómo", "qué", "dónde", "cuando", "muy", "sin", "sobre", "porque", "puedo", "tengo",
+];
+
+const ENGLISH: &[&str] = &[
+    "the", "and", "of", "to", "is", "are", "in", "that", "it", "for", "with", "on", "this", "was",
+    "be", "have", "what", "how", "where", "can", "do", "you", "my", "we", "your", "from", "or",
+    "by", "an", "at", "not", "there", "which", "would",
+];
+
+/// The language of `history`'s text (see the module docs).
+pub fn detect(history: &[Message]) -> Lang {
+    let (mut es, mut en, mut read) = (0usize, 0usize, 0usize);
+    for m in history.iter().rev() {
+        if read >= SAMPLE_BYTES {
+            break;
+        }
+        let text = m.content.get(..m.content.len().min(SAMPLE_BYTES - read));
+        let text = text.unwrap_or(&m.content);
+        read += text.len();
+        for w in text
+            .split(|c: char| !c.is_alphabetic())
+            .filter(|w| !w.is_empty())
+        {
+            let w = w.to_lowercase();
+            if SPANISH.contains(&w.as_str()) {
+                es += 1;
+            } else if ENGLISH.contains(&w.as_str()) {
+                en += 1;
+            }
+        }
+    }
+    if es > en {
+        Lang::Spanish
+    } else {
+        Lang::English
+    }
+}
+
+impl Lang {
+    /// The note for `n` consecutive lines left out of a message.
+    pub fn lines_omitted(self, n: usize) -> String {
+        match (self, n) {
+            (Lang::English, 1) => "  […1 line omitted…]".to_string(),
+            (Lang::English, n) => format!("  […{n} lines omitted…]"),
+            (Lang::Spanish, 1) => "  […1 línea omitida…]".to_string(),
+            (Lang::Spanish, n) => format!("  […{n} líneas omitidas…]"),
+        }
+    }
+
+    /// The note for `n` consecutive earlier messages left out of the history.
+    pub fn messages_omitted(self, n: usize) -> String {
+        match (self, n) {
+            (Lang::English, 1) => "[…1 earlier message omitted…]".to_string(),
+            (Lang::English, n) => format!("[…{n} earlier messages omitted…]"),
+            (Lang::Spanish, 1) => "[…1 mensaje anterior omitido…]".to_string(),
+            (Lang::Spanish, n) => format!("[…{n} mensajes anteriores omitidos…]"),
+        }
+    }
+
+    /// The one note for `n` earlier messages left out here and further on (when the budget
+    /// has no room for a note per run).
+    pub fn messages_omitted_from_here(self, n: usize) -> String {
+        match (self, n) {
+            (Lang::English, 1) => "[…1 earlier message omitted here…]".to_string(),
+            (Lang::English, n) => format!("[…{n} earlier messages omitted from here on…]"),
+            (Lang::Spanish, 1) => "[…1 mensaje anterior omitido aquí…]".to_string(),
+            (Lang::Spanish, n) => {
+                format!("[…{n} mensajes anteriores omitidos a partir de aquí…]")
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn h(texts: &[&str]) -> Vec<Message> {
+        texts.iter().map(|t| Message::new("user", *t)).collect()
+    }
+
+    #[test]
+    fn the_history_decides_the_language() {
+        assert_eq!(
+            detect(&h(&[
+                "where is the staging password?",
+                "it is in the vault"
+            ])),
+            Lang::English
+        );
+        assert_eq!(
+            detect(&h(&[
+                "¿dónde está la contraseña de staging?",
+                "en el vault, con la clave"
+            ])),
+            Lang::Spanish
+        );
+        assert_eq!(detect(&h(&["kubectl get pods -A", "ok"])), Lang::English);
+        assert_eq!(detect(&[]), Lang::English);
+        // A long history is read only up to the sample (and a multi-byte cut does not panic).
+        let long = "ñ".repeat(SAMPLE_BYTES);
+        assert_eq!(detect(&h(&["the and of to", &long])), Lang::English);
+    }
+
+    #[test]
+    fn notes_count_in_the_language() {
+        assert_eq!(Lang::English.lines_omitted(1), "  […1 line omitted…]");
+        assert_eq!(
+            Lang::English.messages_omitted(7),
+            "[…7 earlier messages omitted…]"
+        );
+        assert_eq!(Lang::Spanish.lines_omitted(3), "  […3 líneas omitidas…]");
+        assert_eq!(
+            Lang::Spanish.messages_omitted(1),
+            "[…1 mensaje anterior omitido…]"
+        );
+        assert_eq!(
+            Lang::English.messages_omitted_from_here(22),
+            "[…22 earlier messages omitted from here on…]"
+        );
+    }
+}
