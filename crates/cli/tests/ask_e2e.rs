@@ -342,7 +342,6 @@ fn ask_json_trim_filters_modes_config_and_log() {
     );
 }
 
-/// A one-shot fake chat-completions server answering with SSE; returns the URL and the request.
 /// `--json` gains `explain` per result (every part of its score, adding up to it) and the
 /// `signals` used; `--explain` prints the same parts; `--signals` is checked and named.
 #[test]
@@ -352,7 +351,11 @@ fn ask_explains_every_part_of_a_score() {
     let q = "What is the default timeout of nuget push?";
     let spec = "field=0.3,phrase=0.3,sentence=0.3,sentence_lex=0.2,doc=0.1,exact=5";
     let v = ask_json(cwd, &store, q, &["--signals", spec, "--no-log"], &[]);
-    assert_eq!(v["signals"]["field"], 0.3, "{:#}", v["signals"]);
+    let ran = v["signals"].as_str().unwrap_or_default();
+    assert!(
+        ran.contains("field=0.3,") && ran.contains("exact_candidates=5"),
+        "{ran}"
+    );
     assert_eq!(results(&v)[0]["path"], "en/push.md", "{v:#}");
     for r in results(&v) {
         let x = &r["explain"];
@@ -430,6 +433,7 @@ fn ask_explains_every_part_of_a_score() {
     );
 }
 
+/// A one-shot fake chat-completions server answering with SSE; returns the URL and the request.
 fn fake_llm() -> (String, std::thread::JoinHandle<String>) {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}/v1", l.local_addr().unwrap());
