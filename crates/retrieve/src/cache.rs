@@ -236,9 +236,11 @@ pub(crate) mod tests {
 
     impl FakeEmbedder {
         pub const DIMS: usize = 64;
+        /// The bag of `text`'s words under the original term function (`V1`), so the fake
+        /// model's geometry does not move when the product's term function does.
         pub fn vector(text: &str) -> Vec<f32> {
             let mut v = vec![0.0f32; Self::DIMS];
-            for w in bib_text::terms::terms(text) {
+            for w in bib_text::terms::terms_with(text, &bib_text::terms::TermConfig::V1) {
                 let h = w.bytes().fold(2166136261u32, |h, b| {
                     (h ^ u32::from(b)).wrapping_mul(16777619)
                 });

@@ -196,7 +196,8 @@ impl Retriever<'_> {
             };
             out.push(SentenceEvidence {
                 cosine: pick(&cos),
-                lexical: pick(&lex),
+                // A sentence sharing no term with the question is no lexical evidence.
+                lexical: pick(&lex).filter(|(s, _)| *s > 0.0),
             });
             at += m;
         }
