@@ -304,7 +304,7 @@ mod tests {
     }
 
     #[test]
-    fn signals_lift_field_and_exact_matches_and_explain_adds_up() {
+    fn field_and_phrase_signals_lift_their_pages() {
         let e = FakeEmbedder::default();
         let ix = wiki(&e);
         let cache = EmbeddingCache::default();
@@ -359,6 +359,23 @@ mod tests {
             p.matched.contains(&"unable to find package".to_string()),
             "{p:?}"
         );
+    }
+
+    #[test]
+    fn explain_adds_up_and_off_is_the_fusion_alone() {
+        let e = FakeEmbedder::default();
+        let ix = wiki(&e);
+        let cache = EmbeddingCache::default();
+        let r = Retriever::new(&ix, Some(&e), &cache);
+        let run = |q: &str, signals: Signals| {
+            let opts = RetrieveOptions {
+                top_k: 5,
+                signals,
+                ..Default::default()
+            };
+            r.retrieve(q, &opts, &Filter::default()).unwrap()
+        };
+        let q = "restore says \"Unable to find package\" for my package source";
         let all = Signals {
             field: 0.3,
             phrase: 0.3,
