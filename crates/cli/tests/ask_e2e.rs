@@ -197,7 +197,8 @@ fn ask_json_trim_filters_modes_config_and_log() {
     // Fusion: convex by default, RRF on request (its score is the RRF formula).
     let v = ask_json(cwd, &store, q, &[], &[]);
     assert_eq!(v["fusion"]["method"], "convex", "{v:#}");
-    let s0 = results(&v)[0]["score"].as_f64().unwrap();
+    // The fused score is on [0, 1]; the ranking signals add to it.
+    let s0 = results(&v)[0]["explain"]["fused"].as_f64().unwrap();
     assert!(
         (0.0..=1.0).contains(&s0),
         "convex scores are in [0, 1]: {s0}"
@@ -337,6 +338,98 @@ fn ask_json_trim_filters_modes_config_and_log() {
     );
     assert!(
         !o.status.success() && text(&o).contains("hybrid, bm25, vector"),
+        "{}",
+        text(&o)
+    );
+}
+
+/// `--json` gains `explain` per result (every part of its score, adding up to it) and the
+/// `signals` used; `--explain` prints the same parts; `--signals` is checked and named.
+#[test]
+fn ask_explains_every_part_of_a_score() {
+    let Some((t, store)) = setup() else { return };
+    let cwd = t.path();
+    let q = "What is the default timeout of nuget push?";
+    let spec = "field=0.3,phrase=0.3,sentence=0.3,sentence_lex=0.2,doc=0.1,exact=5";
+    let v = ask_json(cwd, &store, q, &["--signals", spec, "--no-log"], &[]);
+    let ran = v["signals"].as_str().unwrap_or_default();
+    assert!(
+        ran.contains("field=0.3,") && ran.contains("exact_candidates=5"),
+        "{ran}"
+    );
+    assert_eq!(results(&v)[0]["path"], "en/push.md", "{v:#}");
+    for r in results(&v) {
+        let x = &r["explain"];
+        assert_eq!(x["fusion"], "convex", "{x:#}");
+        assert_eq!(x["final"], r["score"], "{x:#}");
+        let parts: f64 = ["field", "phrase", "sentence", "sentence_lex", "doc"]
+            .iter()
+            .filter_map(|k| x[k]["contribution"].as_f64())
+            .sum();
+        let fused = x["fused"].as_f64().unwrap();
+        assert!(
+            (fused + parts - r["score"].as_f64().unwrap()).abs() < 1e-9,
+            "{x:#}"
+        );
+        assert_eq!(x["bm25"], r["bm25"]["score"], "{x:#}");
+        assert!(
+            x["field"]["weight"] == 0.3 && x["doc"]["value"].is_number(),
+            "{x:#}"
+        );
+    }
+    let phrase = &results(&v)[0]["explain"]["phrase"];
+    assert!(
+        phrase["matched"]
+            .as_array()
+            .is_some_and(|m| m.contains(&"nuget push".into())),
+        "{phrase:#}"
+    );
+    // Off: the fusion alone, no signal parts.
+    let off = ask_json(cwd, &store, q, &["--signals", "off", "--no-log"], &[]);
+    let x = &results(&off)[0]["explain"];
+    assert!(x["field"].is_null() && x["sentence"].is_null(), "{x:#}");
+    assert_eq!(x["final"], x["fused"]);
+    // Text: one line of lists and fusion, one per signal, the final score.
+    let o = bib(
+        cwd,
+        &[
+            "ask",
+            q,
+            "--explain",
+            "--signals",
+            spec,
+            "--no-log",
+            "--store",
+            store.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    let n = results(&v).len();
+    assert_eq!(out.matches("→ fused").count(), n, "{out}");
+    assert_eq!(out.matches("= final").count(), n, "{out}");
+    assert!(
+        out.lines()
+            .any(|l| l.contains("+ phrase") && l.contains("nuget push")),
+        "{out}"
+    );
+    let o = bib(
+        cwd,
+        &[
+            "ask",
+            q,
+            "--signals",
+            "loud=1",
+            "--no-log",
+            "--store",
+            store.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(!o.status.success());
+    assert!(
+        text(&o).contains("signals") && text(&o).contains("loud"),
         "{}",
         text(&o)
     );

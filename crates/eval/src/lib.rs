@@ -95,6 +95,8 @@ pub struct EvalArgs {
     pub sweep: Option<SweepSpec>,
     /// Sentence scorer swept (cosine: the spec's trimming).
     pub sweep_scorer: TrimScorer,
+    /// Ranking signals of every variant but `plain` (which runs them off).
+    pub signals: bib_retrieve::Signals,
 }
 
 impl Default for EvalArgs {
@@ -119,6 +121,7 @@ impl Default for EvalArgs {
             filters: Vec::new(),
             sweep: None,
             sweep_scorer: TrimScorer::Cosine,
+            signals: bib_retrieve::Signals::default(),
         }
     }
 }
@@ -357,6 +360,7 @@ pub fn evaluate(
         top_k: args.top_k,
         mode: args.mode,
         candidates: args.candidates.max(args.top_k),
+        signals: args.signals,
         ..RetrieveOptions::default()
     };
     let mut questions = Vec::with_capacity(items.len());
@@ -426,6 +430,11 @@ pub fn evaluate(
                     },
                     Variant::Hybrid => RetrieveOptions {
                         mode: Mode::Hybrid,
+                        ..base_opts.clone()
+                    },
+                    Variant::Plain => RetrieveOptions {
+                        mode: Mode::Hybrid,
+                        signals: bib_retrieve::Signals::OFF,
                         ..base_opts.clone()
                     },
                     Variant::SmallToBig => unreachable_variant(),
@@ -555,6 +564,7 @@ fn sweep_question(
         &qv,
         &prepared,
         args.trim_options(args.sweep_scorer).rrf_k,
+        &kb.index.term_config()?,
     )?;
     Ok(sweep::SweepQuestion {
         chunks: base

@@ -21,6 +21,8 @@ pub enum Variant {
     Vector,
     /// Whole chunks, BM25 and vector fused (the default fusion of `bib ask`).
     Hybrid,
+    /// Whole chunks, hybrid without the ranking signals (the fusion alone, as before issue 15).
+    Plain,
     /// Sentence-level index; each hit expands to ±window sentences inside its parent chunk.
     SmallToBig,
 }
@@ -36,13 +38,14 @@ impl Variant {
     }
 
     /// Every variant, in report order.
-    pub const ALL: [Variant; 7] = [
+    pub const ALL: [Variant; 8] = [
         Variant::Baseline,
         Variant::Trim,
         Variant::TrimHybrid,
         Variant::Bm25,
         Variant::Vector,
         Variant::Hybrid,
+        Variant::Plain,
         Variant::SmallToBig,
     ];
 
@@ -55,6 +58,7 @@ impl Variant {
             Variant::Bm25 => "bm25",
             Variant::Vector => "vector",
             Variant::Hybrid => "hybrid",
+            Variant::Plain => "plain",
             Variant::SmallToBig => "small-to-big",
         }
     }
@@ -125,7 +129,10 @@ mod tests {
             Variant::parse_list("trim, bm25,trim").unwrap(),
             vec![Variant::Baseline, Variant::Trim, Variant::Bm25]
         );
-        assert_eq!(Variant::parse_list("all").unwrap().len(), 7);
+        assert_eq!(
+            Variant::parse_list("all").unwrap().len(),
+            Variant::ALL.len()
+        );
         let e = Variant::parse_list("trim,bogus").unwrap_err().to_string();
         assert!(e.contains("bogus") && e.contains("small-to-big"), "{e}");
     }

@@ -74,6 +74,9 @@ pub struct IngestOptions {
     pub allow_prune: bool,
     /// Extra scan rules (`--exclude`); `.gitignore`/`.bibignore` always apply.
     pub scan: scan::ScanOptions,
+    /// The term function of the lexical index. A store built with another one is reindexed
+    /// first (every posting rewritten in one transaction; nothing is re-embedded).
+    pub terms: bib_text::terms::TermConfig,
 }
 
 /// A run may always remove up to this many documents without `allow_prune`.
@@ -94,6 +97,7 @@ impl Default for IngestOptions {
             collection: None,
             allow_prune: false,
             scan: scan::ScanOptions::default(),
+            terms: bib_text::terms::TermConfig::default(),
         }
     }
 }
@@ -198,6 +202,12 @@ pub struct RunReport {
     pub warnings: Vec<FileIssue>,
     /// Why the run failed, when it did.
     pub failure: Option<String>,
+    /// The term function of the lexical index after the run ([`bib_text::terms::TermConfig::id`]).
+    #[serde(default)]
+    pub terms: String,
+    /// Chunks whose postings were rebuilt because the store had another term function.
+    #[serde(default)]
+    pub reindexed: u64,
 }
 
 /// Errors that stop a run (file-level problems are [`FileIssue`]s instead).

@@ -335,6 +335,9 @@ pub fn ingest(
         ..RunReport::default()
     };
     report.id = store.begin_run(&serde_json::to_value(&report).unwrap_or(json!({})))?;
+    // The lexical index follows this run's term function (postings only, before any write).
+    report.reindexed = store.set_term_config(&opts.terms)?;
+    report.terms = opts.terms.id();
 
     // ── Phase A ──────────────────────────────────────────────────────────────────────────
     let ta = Instant::now();

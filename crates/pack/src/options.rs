@@ -11,6 +11,9 @@ pub struct PackOptions {
     pub bm25_k1: f64,
     /// BM25 length normalisation.
     pub bm25_b: f64,
+    /// The term function of the packer's BM25 (`bib_text::terms`); [`PackOptions::reference`]
+    /// keeps the reference's (`TermConfig::V1`).
+    pub terms: bib_text::terms::TermConfig,
     /// Reciprocal-rank-fusion constant of the hybrid path. 10, not the reference's 60: a small
     /// k lets a block that tops either list win outright, which LoCoMo rewards (1,500 tokens:
     /// 72.2 → 72.6 % at 250 blocks, 70.7 → 70.9 % at 400; BENCHMARKS.md).
@@ -90,6 +93,7 @@ impl Default for PackOptions {
         Self {
             bm25_k1: 1.2,
             bm25_b: 0.75,
+            terms: bib_text::terms::TermConfig::default(),
             rrf_k: 10.0,
             semantic: true,
             sem_budget: 250,
@@ -130,6 +134,7 @@ impl PackOptions {
             strict_budget: false,
             rrf_k: 60.0,
             sem_budget: 400,
+            terms: bib_text::terms::TermConfig::V1,
             ..Self::default()
         }
     }

@@ -312,7 +312,7 @@ impl Packer {
         if let Some(&id) = self.line_ids.get(text) {
             return id;
         }
-        let ts = bib_text::terms::terms(text);
+        let ts = bib_text::terms::terms_with(text, &self.opts.terms);
         let mut ids = Vec::with_capacity(ts.len());
         for t in ts {
             let next = self.vocab.len() as u32;
@@ -703,7 +703,7 @@ impl Packer {
             .sum();
         let avgdl = total_len as f64 / n_docs.max(1) as f64;
         let avgdl = if avgdl == 0.0 { 1.0 } else { avgdl };
-        let q_ids: Vec<Option<u32>> = bib_text::terms::terms(query)
+        let q_ids: Vec<Option<u32>> = bib_text::terms::terms_with(query, &self.opts.terms)
             .iter()
             .map(|t| self.vocab.get(t.as_str()).copied())
             .collect();

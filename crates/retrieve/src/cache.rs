@@ -96,8 +96,55 @@ impl EmbeddingCache {
         self.len() == 0
     }
 
-    /// Embed `texts`, taking what is cached and sending the rest (deduplicated) to the model
-    /// in **one** batch. Returns one vector per input, in order.
+    /// The vectors of `texts` already known (in memory, else in the persistent backing, which
+    /// then fills memory), in order; `None` where neither has one. Never embeds. Linear in the
+    /// number of texts (the ranking signals ask for a thousand sentences at once).
+    pub fn cached(
+        &self,
+        model_id: &str,
+        texts: &[&str],
+        kind: EmbedKind,
+    ) -> Result<Vec<Option<Arc<[f32]>>>, RetrieveError> {
+        let key = |t: &str| (model_id.to_string(), kind, t.to_string());
+        let mut out: Vec<Option<Arc<[f32]>>> = Vec::with_capacity(texts.len());
+        // Each distinct missing text once, with every position it fills.
+        let mut missing: Vec<&str> = Vec::new();
+        let mut slots: HashMap<&str, Vec<usize>> = HashMap::new();
+        {
+            let map = self.map.lock().map_err(|_| poisoned())?;
+            for (i, t) in texts.iter().enumerate() {
+                let hit = map.get(&key(t)).cloned();
+                if hit.is_none() {
+                    let e = slots.entry(t).or_default();
+                    if e.is_empty() {
+                        missing.push(t);
+                    }
+                    e.push(i);
+                }
+                out.push(hit);
+            }
+        }
+        if let (Some(b), false) = (&self.backing, missing.is_empty()) {
+            let keys: Vec<String> = missing.iter().map(|t| store_key(t, kind)).collect();
+            let found: HashMap<String, Vec<f32>> = b.get(model_id, &keys).into_iter().collect();
+            if !found.is_empty() {
+                let mut map = self.map.lock().map_err(|_| poisoned())?;
+                for (t, k) in missing.iter().zip(&keys) {
+                    if let Some(v) = found.get(k) {
+                        let v: Arc<[f32]> = Arc::from(v.clone());
+                        for &i in &slots[t] {
+                            out[i] = Some(v.clone());
+                        }
+                        map.insert(key(t), v);
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Embed `texts`, taking what is cached ([`Self::cached`]) and sending the rest
+    /// (deduplicated) to the model in **one** batch. Returns one vector per input, in order.
     pub fn embed(
         &self,
         embedder: &dyn Embedder,
@@ -106,39 +153,12 @@ impl EmbeddingCache {
     ) -> Result<Vec<Arc<[f32]>>, RetrieveError> {
         let model = embedder.model_id().to_string();
         let key = |t: &str| (model.clone(), kind, t.to_string());
-        let mut out: Vec<Option<Arc<[f32]>>> = Vec::with_capacity(texts.len());
+        let mut out = self.cached(&model, texts, kind)?;
         let mut missing: Vec<&str> = Vec::new();
-        {
-            let map = self.map.lock().map_err(|_| poisoned())?;
-            for t in texts {
-                let hit = map.get(&key(t)).cloned();
-                if hit.is_none() && !missing.contains(t) {
-                    missing.push(t);
-                }
-                out.push(hit);
-            }
-        }
-        if let (Some(b), false) = (&self.backing, missing.is_empty()) {
-            let keys: Vec<String> = missing.iter().map(|t| store_key(t, kind)).collect();
-            let found: HashMap<String, Vec<f32>> = b.get(&model, &keys).into_iter().collect();
-            if !found.is_empty() {
-                let mut map = self.map.lock().map_err(|_| poisoned())?;
-                let mut still = Vec::new();
-                for (t, k) in missing.iter().zip(&keys) {
-                    match found.get(k) {
-                        Some(v) => {
-                            let v: Arc<[f32]> = Arc::from(v.clone());
-                            for (slot, tt) in out.iter_mut().zip(texts) {
-                                if slot.is_none() && tt == t {
-                                    *slot = Some(v.clone());
-                                }
-                            }
-                            map.insert(key(t), v);
-                        }
-                        None => still.push(*t),
-                    }
-                }
-                missing = still;
+        let mut seen: std::collections::HashSet<&str> = std::collections::HashSet::new();
+        for (slot, t) in out.iter().zip(texts) {
+            if slot.is_none() && seen.insert(t) {
+                missing.push(t);
             }
         }
         if !missing.is_empty() {
@@ -181,6 +201,20 @@ impl EmbeddingCache {
     }
 }
 
+impl EmbeddingCache {
+    /// Remember vectors computed elsewhere (a benchmark's cached corpus), under the keys
+    /// [`Self::embed`] looks up: `(model, kind, text)`.
+    pub fn insert(&self, model_id: &str, kind: EmbedKind, items: Vec<(String, Vec<f32>)>) {
+        let Ok(mut map) = self.map.lock() else { return };
+        if map.len() + items.len() > self.capacity {
+            map.clear();
+        }
+        for (t, v) in items {
+            map.insert((model_id.to_string(), kind, t), Arc::from(v));
+        }
+    }
+}
+
 fn poisoned() -> RetrieveError {
     RetrieveError::Index("embedding cache lock poisoned".into())
 }
@@ -202,9 +236,11 @@ pub(crate) mod tests {
 
     impl FakeEmbedder {
         pub const DIMS: usize = 64;
+        /// The bag of `text`'s words under the original term function (`V1`), so the fake
+        /// model's geometry does not move when the product's term function does.
         pub fn vector(text: &str) -> Vec<f32> {
             let mut v = vec![0.0f32; Self::DIMS];
-            for w in bib_text::terms::terms(text) {
+            for w in bib_text::terms::terms_with(text, &bib_text::terms::TermConfig::V1) {
                 let h = w.bytes().fold(2166136261u32, |h, b| {
                     (h ^ u32::from(b)).wrapping_mul(16777619)
                 });

@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 
 use bib_text::bm25::{idf, tf_factor, Bm25Params};
-use bib_text::terms::terms;
+use bib_text::terms::{terms_with, TermConfig};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -94,11 +94,17 @@ pub trait ChunkIndex: Send + Sync {
     /// Stored vectors of chunks by id (unknown ids and chunks without a vector are skipped):
     /// convex fusion needs the cosine of BM25-only candidates.
     fn vectors(&self, ids: &[ChunkId]) -> Result<Vec<(ChunkId, Vec<f32>)>, RetrieveError>;
+    /// The term function this index's BM25 was built with: every other BM25 over its chunks
+    /// (the trimmer's, the field signal's) analyses text the same way.
+    fn term_config(&self) -> Result<TermConfig, RetrieveError>;
+    /// The number of chunks and, per term, how many chunks hold it (IDF of the ranking
+    /// signals).
+    fn doc_freqs(&self, terms: &[String]) -> Result<(usize, Vec<usize>), RetrieveError>;
 }
 
 /// The terms of `text` with repetitions, as every BM25 counts them (the store's postings
-/// included): [`bib_text::terms::term_sequence`].
-pub use bib_text::terms::term_sequence;
+/// included): [`bib_text::terms::term_sequence_with`].
+pub use bib_text::terms::{term_sequence, term_sequence_with};
 
 /// Sort hits best first (ties by id, for determinism) and keep `limit`.
 pub(crate) fn top_hits(mut hits: Vec<Hit>, limit: usize) -> Vec<Hit> {
@@ -117,12 +123,22 @@ pub struct MemoryIndex {
     doc_len: Vec<u32>,
     total_len: u64,
     params: Bm25Params,
+    terms: TermConfig,
 }
 
 impl MemoryIndex {
-    /// An empty index with default BM25 parameters (k1 = 1.2, b = 0.75).
+    /// An empty index with default BM25 parameters (k1 = 1.2, b = 0.75) and the default term
+    /// function.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty index whose BM25 uses the term function `terms`.
+    pub fn with_terms(terms: TermConfig) -> Self {
+        Self {
+            terms,
+            ..Self::default()
+        }
     }
 
     /// Number of chunks.
@@ -150,7 +166,7 @@ impl MemoryIndex {
         }
         let pos = self.chunks.len() as u32;
         let mut tf: HashMap<String, u32> = HashMap::new();
-        let seq = term_sequence(&chunk.content);
+        let seq = term_sequence_with(&chunk.content, &self.terms);
         for t in &seq {
             *tf.entry(t.clone()).or_default() += 1;
         }
@@ -208,7 +224,7 @@ impl ChunkIndex for MemoryIndex {
         let allowed = self.allowed(filter);
         let avgdl = self.total_len as f64 / n as f64;
         let mut acc: HashMap<u32, f64> = HashMap::new();
-        for q in terms(query) {
+        for q in terms_with(query, &self.terms) {
             let Some(post) = self.postings.get(&q) else {
                 continue;
             };
@@ -277,6 +293,20 @@ impl ChunkIndex for MemoryIndex {
                 Some((*id, self.vectors[i].clone()?))
             })
             .collect())
+    }
+
+    fn term_config(&self) -> Result<TermConfig, RetrieveError> {
+        Ok(self.terms)
+    }
+
+    fn doc_freqs(&self, terms: &[String]) -> Result<(usize, Vec<usize>), RetrieveError> {
+        Ok((
+            self.chunks.len(),
+            terms
+                .iter()
+                .map(|t| self.postings.get(t).map_or(0, Vec::len))
+                .collect(),
+        ))
     }
 }
 

@@ -13,11 +13,14 @@
 //! 3. [`trim`] cuts each chunk down to the sentences relevant to the question (spec 000
 //!    `trimChunksBySentence`), embedding all sentences of all chunks in one batch through a
 //!    content-keyed [`cache::EmbeddingCache`].
-//! 4. [`retrieve::Retriever`] chains them and accounts for tokens before and after trimming
+//! 4. [`signals`] re-scores the fused list's best candidates with ranking signals (title /
+//!    heading / file name fields, exact strings, best sentence, document aggregation), each
+//!    weighted and switchable, and explains every part of a score ([`signals::Explain`]).
+//! 5. [`retrieve::Retriever`] chains them and accounts for tokens before and after trimming
 //!    (the spec's estimate and the model tokenizer's exact count).
 //!    Trimmed results that keep no sentence give their slot to the next result, and
 //!    [`relevance`] says whether anything is close to the question at all (the floor).
-//! 5. [`synth`] optionally sends the context to an OpenAI-compatible chat endpoint and streams
+//! 6. [`synth`] optionally sends the context to an OpenAI-compatible chat endpoint and streams
 //!    the answer; [`log::log_entry`] is what every ask records.
 
 pub mod cache;
@@ -27,7 +30,9 @@ pub mod fusion;
 pub mod index;
 pub mod log;
 pub mod relevance;
+mod rescore;
 pub mod retrieve;
+pub mod signals;
 pub mod store_index;
 pub mod synth;
 pub mod trim;
@@ -40,5 +45,6 @@ pub use index::{ChunkId, ChunkIndex, ChunkRecord, Hit, MemoryIndex};
 pub use log::{log_entry, QueryLogEntry};
 pub use relevance::Relevance;
 pub use retrieve::{Fusion, Mode, RetrievalResult, RetrieveOptions, Retriever, ScoredChunk};
+pub use signals::{Explain, Signals};
 pub use store_index::StoreIndex;
 pub use trim::{TrimOptions, TrimScorer};

@@ -19,7 +19,7 @@
 
 use std::collections::HashSet;
 
-use bib_text::terms::{terms, terms_with, TermOptions};
+use bib_text::terms::{terms_with, Stemming, TermConfig};
 use serde::Serialize;
 
 /// The floor of the default model `use-m3`, from `bib bench relevance`: the highest floor
@@ -73,17 +73,22 @@ impl Relevance {
 }
 
 /// The largest share of `query`'s words found in one of `texts`: a word is found when the
-/// text has it or one of its stems (`bib_text::terms`). 0 for a query without words.
-pub fn term_coverage(query: &str, texts: &[&str]) -> f64 {
-    let words = terms_with(query, TermOptions { stems: false });
+/// text has it or one of its stems under the term function `cfg` (the knowledge base's; its
+/// stop words are no words). 0 for a query without words.
+pub fn term_coverage(query: &str, texts: &[&str], cfg: &TermConfig) -> f64 {
+    let plain = TermConfig {
+        stem: Stemming::None,
+        ..*cfg
+    };
+    let words = terms_with(query, &plain);
     if words.is_empty() {
         return 0.0;
     }
-    let forms: Vec<Vec<String>> = words.iter().map(|w| terms(w)).collect();
+    let forms: Vec<Vec<String>> = words.iter().map(|w| terms_with(w, cfg)).collect();
     texts
         .iter()
         .map(|t| {
-            let have: HashSet<String> = terms(t).into_iter().collect();
+            let have: HashSet<String> = terms_with(t, cfg).into_iter().collect();
             let found = forms
                 .iter()
                 .filter(|f| f.iter().any(|x| have.contains(x)))
@@ -112,13 +117,17 @@ mod tests {
 
     #[test]
     fn coverage_counts_words_found_in_one_text_stems_included() {
+        let cfg = TermConfig::default();
         let texts = [
             "[Doc: Restore]\nPackages are restored from the cache.",
             "The cache.",
         ];
-        assert_eq!(term_coverage("restoring package cache", &texts), 1.0);
-        assert_eq!(term_coverage("bake sourdough cache", &texts), 1.0 / 3.0);
-        assert_eq!(term_coverage("", &texts), 0.0);
-        assert_eq!(term_coverage("cache", &[]), 0.0);
+        assert_eq!(term_coverage("restoring package cache", &texts, &cfg), 1.0);
+        assert_eq!(
+            term_coverage("bake sourdough cache", &texts, &cfg),
+            1.0 / 3.0
+        );
+        assert_eq!(term_coverage("", &texts, &cfg), 0.0);
+        assert_eq!(term_coverage("cache", &[], &cfg), 0.0);
     }
 }

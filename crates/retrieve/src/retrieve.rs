@@ -10,8 +10,9 @@ use crate::cache::EmbeddingCache;
 use crate::error::RetrieveError;
 use crate::filter::Filter;
 use crate::fusion::{rrf_fuse, ListHit, DEFAULT_RRF_K};
-use crate::index::{ChunkIndex, ChunkRecord, Hit};
+use crate::index::{ChunkId, ChunkIndex, ChunkRecord, Hit};
 use crate::relevance::{floor_for, term_coverage, Relevance};
+use crate::signals::{exact_items, Explain, Signals};
 use crate::trim::{trim_texts, TrimOptions};
 
 /// Which lists feed the result.
@@ -136,6 +137,10 @@ pub struct RetrieveOptions {
     pub convex_alpha: f64,
     /// Sentence trimming; `None` returns whole chunks.
     pub trim: Option<TrimOptions>,
+    /// Ranking signals added to convex fusion (and to BM25 alone): field, phrase, sentence,
+    /// document ([`Signals`]).
+    #[serde(default)]
+    pub signals: Signals,
 }
 
 fn default_alpha() -> f64 {
@@ -152,6 +157,7 @@ impl Default for RetrieveOptions {
             fusion: Fusion::default(),
             convex_alpha: DEFAULT_CONVEX_ALPHA,
             trim: None,
+            signals: Signals::default(),
         }
     }
 }
@@ -169,7 +175,9 @@ pub struct TrimInfo {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ScoredChunk {
     pub chunk: ChunkRecord,
-    /// The ranking score: the RRF score in hybrid mode, the list's raw score otherwise.
+    /// The ranking score: the fused score plus the ranking signals (convex hybrid, and BM25
+    /// with signals on, where BM25 is divided by the list's best), the RRF score with
+    /// `--fusion rrf`, the list's raw score otherwise.
     pub score: f64,
     /// Raw BM25 score and rank, when the chunk was in the BM25 list.
     pub bm25: Option<ListHit>,
@@ -177,6 +185,8 @@ pub struct ScoredChunk {
     pub vector: Option<ListHit>,
     /// Set when trimming ran.
     pub trim: Option<TrimInfo>,
+    /// Every part of `score`: the lists, the fusion and each ranking signal.
+    pub explain: Explain,
 }
 
 /// Milliseconds spent per stage.
@@ -214,9 +224,9 @@ pub struct RetrievalResult {
 
 /// Hybrid retrieval over a [`ChunkIndex`].
 pub struct Retriever<'a> {
-    index: &'a dyn ChunkIndex,
-    embedder: Option<&'a dyn Embedder>,
-    cache: &'a EmbeddingCache,
+    pub(crate) index: &'a dyn ChunkIndex,
+    pub(crate) embedder: Option<&'a dyn Embedder>,
+    pub(crate) cache: &'a EmbeddingCache,
 }
 
 impl std::fmt::Debug for Retriever<'_> {
@@ -255,8 +265,8 @@ impl<'a> Retriever<'a> {
         Ok(v.first().map(|v| v.to_vec()).unwrap_or_default())
     }
 
-    /// Ranked hits without fetching or trimming. The query vector is computed when needed
-    /// (pass it when known).
+    /// Ranked hits without fetching or trimming: the fused lists, re-scored by the ranking
+    /// signals. The query vector is computed when needed (pass it when known).
     pub fn search(
         &self,
         query: &str,
@@ -278,8 +288,19 @@ impl<'a> Retriever<'a> {
     ) -> Result<(Vec<ScoredHit>, Option<f64>), RetrieveError> {
         let mode = self.effective_mode(opts.mode);
         let n = opts.candidates.max(opts.top_k);
+        let sig = opts.signals;
         let bm25 = if mode != Mode::Vector {
             self.index.bm25_top(query, n, filter)?
+        } else {
+            Vec::new()
+        };
+        let items = if sig.phrase > 0.0 {
+            exact_items(query)
+        } else {
+            Vec::new()
+        };
+        let pulled = if mode != Mode::Vector {
+            self.pulled_by_exact_items(&items, &bm25, sig.exact_candidates, filter)?
         } else {
             Vec::new()
         };
@@ -296,13 +317,21 @@ impl<'a> Retriever<'a> {
             Vec::new()
         };
         let best_cosine = qv.as_ref().and_then(|_| vector.first()).map(|h| h.score);
-        let fused = match (mode, opts.fusion, qv) {
+        // The signals add to scores on the [0, 1] scale: convex fusion's, or BM25 over its best.
+        let signals_apply = sig.any()
+            && match mode {
+                Mode::Hybrid => opts.fusion == Fusion::Convex && qv.is_some(),
+                Mode::Bm25 => true,
+                Mode::Vector => false,
+            };
+        let mut fused = match (mode, opts.fusion, &qv) {
             (Mode::Hybrid, Fusion::Convex, Some(qv)) => {
-                // The BM25-only candidates need their cosine too.
+                // Candidates outside the vector list need their cosine too.
                 let in_vec: std::collections::HashSet<_> = vector.iter().map(|h| h.id).collect();
                 let missing: Vec<_> = bm25
                     .iter()
                     .map(|h| h.id)
+                    .chain(pulled.iter().copied())
                     .filter(|id| !in_vec.contains(id))
                     .collect();
                 let extra: Vec<Hit> = self
@@ -311,14 +340,44 @@ impl<'a> Retriever<'a> {
                     .into_iter()
                     .map(|(id, v)| Hit {
                         id,
-                        score: f64::from(bib_embed::cosine(&v, &qv)),
+                        score: f64::from(bib_embed::cosine(&v, qv)),
                     })
                     .collect();
-                convex_fuse(&bm25, &vector, &extra, opts.convex_alpha, opts.top_k)
+                convex_scores(&bm25, &vector, &extra, &pulled, opts.convex_alpha)
             }
-            _ => rank(mode, &bm25, &vector, opts.rrf_k, opts.top_k),
+            (Mode::Bm25, _, _) if signals_apply => bm25_scaled(&bm25, &pulled),
+            _ => rank(mode, &bm25, &vector, opts.rrf_k, usize::MAX),
         };
+        if signals_apply {
+            fused = self.rescore(query, opts, fused, &items, qv.as_deref())?;
+        }
+        fused.truncate(opts.top_k);
         Ok((fused, best_cosine))
+    }
+
+    /// The BM25 candidates of the question's strong exact items (quoted or identifier-like)
+    /// that its own BM25 list lacks: a pasted error message shares few words with the whole
+    /// question, so it brings its own page.
+    fn pulled_by_exact_items(
+        &self,
+        items: &[crate::signals::ExactItem],
+        bm25: &[Hit],
+        per_item: usize,
+        filter: &Filter,
+    ) -> Result<Vec<ChunkId>, RetrieveError> {
+        let mut pulled: Vec<ChunkId> = Vec::new();
+        if per_item == 0 {
+            return Ok(pulled);
+        }
+        let seen: std::collections::HashSet<ChunkId> = bm25.iter().map(|h| h.id).collect();
+        for it in items.iter().filter(|i| i.strong) {
+            for h in self.index.bm25_top(&it.text, per_item, filter)? {
+                if !seen.contains(&h.id) && !pulled.contains(&h.id) {
+                    pulled.push(h.id);
+                }
+            }
+        }
+        Ok(pulled)
     }
 
     /// The chunks of `hits`, in order (hits whose chunk vanished are skipped).
@@ -335,6 +394,7 @@ impl<'a> Retriever<'a> {
                     bm25: h.bm25,
                     vector: h.vector,
                     trim: None,
+                    explain: h.explain.clone(),
                 })
             })
             .collect())
@@ -357,6 +417,7 @@ impl<'a> Retriever<'a> {
         let mut originals: Vec<String> = Vec::new();
         let mut baseline: Vec<String> = Vec::new();
         let (mut dropped, mut next) = (0, 0);
+        let cfg = self.index.term_config()?;
         while answer.len() < top_k && next < hits.len() {
             let end = (next + top_k - answer.len()).min(hits.len());
             let batch = self.fetch(&hits[next..end])?;
@@ -369,7 +430,7 @@ impl<'a> Retriever<'a> {
                 .map(String::as_str)
                 .chain(batch.iter().map(|c| c.chunk.content.as_str()))
                 .collect();
-            let trimmed = trim_texts(embedder, self.cache, query, query_vec, &texts, topts)?;
+            let trimmed = trim_texts(embedder, self.cache, query, query_vec, &texts, topts, &cfg)?;
             let skip = answer.len();
             for (mut c, tr) in batch.into_iter().zip(trimmed.into_iter().skip(skip)) {
                 if tr.kept.is_empty() && tr.total > 0 {
@@ -489,7 +550,7 @@ impl<'a> Retriever<'a> {
             tokenizer.map(|tk| baseline.iter().map(|c| tk.count_tokens(c)).sum());
         let floor = self.embedder.and_then(|e| floor_for(e.model_id()));
         let texts: Vec<&str> = originals.iter().map(String::as_str).collect();
-        let coverage = term_coverage(query, &texts);
+        let coverage = term_coverage(query, &texts, &self.index.term_config()?);
         let relevance = Relevance::judge(best_cosine, floor, coverage, chunks.len());
         let tokens_in_context = chunks
             .iter()
@@ -530,13 +591,41 @@ struct Filled {
     dropped: usize,
 }
 
-/// A ranked hit before fetching: id, ranking score and its place in each list.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// A ranked hit before fetching: id, ranking score, its place in each list, and every part
+/// of its score.
+#[derive(Debug, Clone, PartialEq)]
 pub struct ScoredHit {
     pub id: crate::index::ChunkId,
     pub score: f64,
     pub bm25: Option<ListHit>,
     pub vector: Option<ListHit>,
+    pub explain: Explain,
+}
+
+impl ScoredHit {
+    /// A hit whose explanation is only its lists and fused score.
+    pub fn new(
+        id: ChunkId,
+        score: f64,
+        bm25: Option<ListHit>,
+        vector: Option<ListHit>,
+        fusion: &str,
+    ) -> Self {
+        Self {
+            id,
+            score,
+            bm25,
+            vector,
+            explain: Explain {
+                fusion: fusion.to_string(),
+                bm25: bm25.map(|l| l.score),
+                cosine: vector.map(|l| l.score),
+                fused: score,
+                final_score: score,
+                ..Explain::default()
+            },
+        }
+    }
 }
 
 /// Convex fusion of a BM25 list and a vector list (each best first): every candidate scores
@@ -551,34 +640,44 @@ pub fn convex_fuse(
     alpha: f64,
     top_k: usize,
 ) -> Vec<ScoredHit> {
+    let mut out = convex_scores(bm25, vector, extra_cosine, &[], alpha);
+    out.truncate(top_k);
+    out
+}
+
+/// [`convex_fuse`] over every candidate, uncut, with `pool` ids (in neither list, e.g. pulled
+/// in by an exact item of the question) as candidates scoring 0 on BM25.
+pub fn convex_scores(
+    bm25: &[Hit],
+    vector: &[Hit],
+    extra_cosine: &[Hit],
+    pool: &[ChunkId],
+    alpha: f64,
+) -> Vec<ScoredHit> {
     use std::collections::HashMap;
-    let mut by_id: HashMap<crate::index::ChunkId, ScoredHit> = HashMap::new();
-    let mut cos: HashMap<crate::index::ChunkId, f64> = HashMap::new();
+    let mut by_id: HashMap<ChunkId, (Option<ListHit>, Option<ListHit>)> = HashMap::new();
+    let mut cos: HashMap<ChunkId, f64> = HashMap::new();
     for (i, h) in bm25.iter().enumerate() {
-        by_id.entry(h.id).or_insert(ScoredHit {
-            id: h.id,
-            score: 0.0,
-            bm25: Some(ListHit {
+        by_id.entry(h.id).or_insert((
+            Some(ListHit {
                 score: h.score,
                 rank: i + 1,
             }),
-            vector: None,
-        });
+            None,
+        ));
     }
     for (i, h) in vector.iter().enumerate() {
-        let e = by_id.entry(h.id).or_insert(ScoredHit {
-            id: h.id,
-            score: 0.0,
-            bm25: None,
-            vector: None,
-        });
-        if e.vector.is_none() {
-            e.vector = Some(ListHit {
+        let e = by_id.entry(h.id).or_insert((None, None));
+        if e.1.is_none() {
+            e.1 = Some(ListHit {
                 score: h.score,
                 rank: i + 1,
             });
             cos.insert(h.id, h.score);
         }
+    }
+    for id in pool {
+        by_id.entry(*id).or_insert((None, None));
     }
     for h in extra_cosine {
         cos.entry(h.id).or_insert(h.score);
@@ -588,23 +687,53 @@ pub fn convex_fuse(
     let cmax = cos.values().copied().fold(f64::NEG_INFINITY, f64::max);
     let span = cmax - cmin;
     let mut out: Vec<ScoredHit> = by_id
-        .into_values()
-        .map(|mut h| {
-            let b = match (h.bm25, bmax > 0.0) {
+        .into_iter()
+        .map(|(id, (bl, vl))| {
+            let b = match (bl, bmax > 0.0) {
                 (Some(l), true) => l.score / bmax,
                 _ => 0.0,
             };
-            let c = match cos.get(&h.id) {
-                Some(&c) if span > 0.0 => (c - cmin) / span,
+            let raw_cos = cos.get(&id).copied();
+            let c = match raw_cos {
+                Some(c) if span > 0.0 => (c - cmin) / span,
                 Some(_) => 1.0,
                 None => 0.0,
             };
-            h.score = alpha * b + (1.0 - alpha) * c;
+            let score = alpha * b + (1.0 - alpha) * c;
+            let mut h = ScoredHit::new(id, score, bl, vl, "convex");
+            h.explain.bm25_norm = Some(b);
+            h.explain.cosine = raw_cos;
+            h.explain.cosine_norm = Some(c);
+            h.explain.alpha = Some(alpha);
             h
         })
         .collect();
     out.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.id.cmp(&b.id)));
-    out.truncate(top_k);
+    out
+}
+
+/// BM25 alone on the scale the signals add to: each score divided by the list's best, with
+/// `pool` ids as candidates scoring 0.
+fn bm25_scaled(bm25: &[Hit], pool: &[ChunkId]) -> Vec<ScoredHit> {
+    let bmax = bm25.iter().map(|h| h.score).fold(0.0, f64::max);
+    let mut out: Vec<ScoredHit> = bm25
+        .iter()
+        .enumerate()
+        .map(|(i, h)| {
+            let b = if bmax > 0.0 { h.score / bmax } else { 0.0 };
+            let l = ListHit {
+                score: h.score,
+                rank: i + 1,
+            };
+            let mut s = ScoredHit::new(h.id, b, Some(l), None, "bm25");
+            s.explain.bm25_norm = Some(b);
+            s
+        })
+        .collect();
+    out.extend(
+        pool.iter()
+            .map(|&id| ScoredHit::new(id, 0.0, None, None, "bm25")),
+    );
     out
 }
 
@@ -619,11 +748,10 @@ pub fn rank(mode: Mode, bm25: &[Hit], vector: &[Hit], rrf_k: f64, top_k: usize) 
                     score: h.score,
                     rank: i + 1,
                 });
-                ScoredHit {
-                    id: h.id,
-                    score: h.score,
-                    bm25: if is_bm25 { lh } else { None },
-                    vector: if is_bm25 { None } else { lh },
+                if is_bm25 {
+                    ScoredHit::new(h.id, h.score, lh, None, "bm25")
+                } else {
+                    ScoredHit::new(h.id, h.score, None, lh, "vector")
                 }
             })
             .collect()
@@ -634,12 +762,7 @@ pub fn rank(mode: Mode, bm25: &[Hit], vector: &[Hit], rrf_k: f64, top_k: usize) 
         Mode::Hybrid => rrf_fuse(&[bm25.to_vec(), vector.to_vec()], rrf_k)
             .into_iter()
             .take(top_k)
-            .map(|f| ScoredHit {
-                id: f.id,
-                score: f.score,
-                bm25: f.lists[0],
-                vector: f.lists[1],
-            })
+            .map(|f| ScoredHit::new(f.id, f.score, f.lists[0], f.lists[1], "rrf"))
             .collect(),
     }
 }
@@ -729,10 +852,10 @@ mod tests {
                     assert!((c0.score - expect).abs() < 1e-12);
                 }
                 Mode::Hybrid => {
-                    // First in both lists: 1 on both normalised scales.
+                    // First in both lists: 1 on both normalised scales, before the signals.
                     assert_eq!(c0.bm25.map(|l| l.rank), Some(1));
                     assert_eq!(c0.vector.map(|l| l.rank), Some(1));
-                    assert!((c0.score - 1.0).abs() < 1e-12, "{}", c0.score);
+                    assert!((c0.explain.fused - 1.0).abs() < 1e-12, "{:?}", c0.explain);
                 }
             }
             assert_eq!(res.chunks[0].chunk.path, "c.md", "{mode}");

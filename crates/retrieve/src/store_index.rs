@@ -101,6 +101,15 @@ impl ChunkIndex for StoreIndex<'_> {
     fn vectors(&self, ids: &[ChunkId]) -> Result<Vec<(ChunkId, Vec<f32>)>, RetrieveError> {
         self.store.get_vectors(ids).map_err(err)
     }
+
+    fn term_config(&self) -> Result<bib_text::terms::TermConfig, RetrieveError> {
+        self.store.term_config().map_err(err)
+    }
+
+    fn doc_freqs(&self, terms: &[String]) -> Result<(usize, Vec<usize>), RetrieveError> {
+        let (n, dfs) = self.store.doc_freqs(terms).map_err(err)?;
+        Ok((n as usize, dfs.into_iter().map(|d| d as usize).collect()))
+    }
 }
 
 #[cfg(test)]

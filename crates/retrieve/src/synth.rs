@@ -197,6 +197,7 @@ mod tests {
             bm25: None,
             vector: None,
             trim: None,
+            explain: Default::default(),
         }
     }
 

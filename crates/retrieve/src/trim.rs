@@ -25,13 +25,13 @@ use std::cmp::Ordering;
 use bib_embed::{EmbedKind, Embedder};
 use bib_text::bm25::{Bm25Index, Bm25Params};
 use bib_text::sentences::{chunk_sentences, structure_of, Sentence, Structure};
-use bib_text::terms::terms;
+use bib_text::terms::{terms_with, TermConfig};
 use serde::{Deserialize, Serialize};
 
 use crate::cache::EmbeddingCache;
 use crate::error::RetrieveError;
 use crate::fusion::DEFAULT_RRF_K;
-use crate::index::term_sequence;
+use crate::index::term_sequence_with;
 
 /// The default cosine threshold of the spec (calibrated for bge-m3; see BENCHMARKS.md for the
 /// default local model's calibrated value, [`USE_M3_THRESHOLD`]).
@@ -203,7 +203,8 @@ pub struct TrimmedText {
 }
 
 /// Score every sentence of every text: one embedding batch (through `cache`) for all of them,
-/// cosine against `query_vec`, and the sentence-level BM25 + cosine rank fusion.
+/// cosine against `query_vec`, and the sentence-level BM25 (term function `terms`, the index's)
+/// + cosine rank fusion.
 pub fn score_texts(
     embedder: &dyn Embedder,
     cache: &EmbeddingCache,
@@ -211,6 +212,7 @@ pub fn score_texts(
     query_vec: &[f32],
     prepared: &[Prepared<'_>],
     rrf_k: f64,
+    terms: &TermConfig,
 ) -> Result<Vec<SentenceScores>, RetrieveError> {
     let all: Vec<&str> = prepared
         .iter()
@@ -230,8 +232,11 @@ pub fn score_texts(
     let n = all.len();
     let mut cos_order: Vec<usize> = (0..n).collect();
     cos_order.sort_by(|&a, &b| cos[b].total_cmp(&cos[a]).then(a.cmp(&b)));
-    let bm = Bm25Index::new(all.iter().map(|s| term_sequence(s)), Bm25Params::default());
-    let q = terms(query);
+    let bm = Bm25Index::new(
+        all.iter().map(|s| term_sequence_with(s, terms)),
+        Bm25Params::default(),
+    );
+    let q = terms_with(query, terms);
     let bm_scores: Vec<f64> = (0..n).map(|i| bm.score(i, &q)).collect();
     let mut bm_order: Vec<usize> = (0..n).filter(|&i| bm_scores[i] > 0.0).collect();
     bm_order.sort_by(|&a, &b| bm_scores[b].total_cmp(&bm_scores[a]).then(a.cmp(&b)));
@@ -442,7 +447,8 @@ pub fn apply(p: &Prepared<'_>, s: &SentenceScores, opts: &TrimOptions) -> Trimme
     }
 }
 
-/// Trim several texts against one query: split, one embedding batch, score, select, rebuild.
+/// Trim several texts against one query: split, one embedding batch, score, select, rebuild
+/// (sentence BM25 with the term function `terms`).
 pub fn trim_texts(
     embedder: &dyn Embedder,
     cache: &EmbeddingCache,
@@ -450,10 +456,13 @@ pub fn trim_texts(
     query_vec: &[f32],
     texts: &[&str],
     opts: &TrimOptions,
+    terms: &TermConfig,
 ) -> Result<Vec<TrimmedText>, RetrieveError> {
     opts.validate()?;
     let prepared: Vec<Prepared<'_>> = texts.iter().map(|t| Prepared::new(t)).collect();
-    let scores = score_texts(embedder, cache, query, query_vec, &prepared, opts.rrf_k)?;
+    let scores = score_texts(
+        embedder, cache, query, query_vec, &prepared, opts.rrf_k, terms,
+    )?;
     Ok(prepared
         .iter()
         .zip(&scores)
@@ -710,7 +719,16 @@ mod tests {
         ];
         let q = "gatos";
         let qv = FakeEmbedder::vector(q);
-        let out = trim_texts(&e, &cache, q, &qv, &texts, &TrimOptions::default()).unwrap();
+        let out = trim_texts(
+            &e,
+            &cache,
+            q,
+            &qv,
+            &texts,
+            &TrimOptions::default(),
+            &TermConfig::default(),
+        )
+        .unwrap();
         assert_eq!(out.len(), 2);
         assert_eq!(e.calls.load(std::sync::atomic::Ordering::SeqCst), 1);
         for (o, t) in out.iter().zip(texts) {

@@ -10,14 +10,13 @@ use std::str::FromStr;
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use bib_store::lexical::term_counts;
 use bib_store::{
     qualified_name, ApplyOutcome, AuditReport, ChunkId, ChunkRecord, ChunkState, DocRecord,
     DocumentChange, Filter, Hit, LexicalStats, NodeId, QueryLogEntry, QueryLogRetention, RunRow,
     Store, StoreError,
 };
 use bib_text::bm25::{idf, tf_factor, Bm25Params};
-use bib_text::terms::terms;
+use bib_text::terms::{term_counts_with, terms_with, TermConfig};
 use pgvector::Vector;
 use serde_json::Value;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
@@ -296,6 +295,18 @@ impl PgStore {
                 .await
                 .map_err(pg("migrate"))?;
         }
+        // A new schema gets this build's term function; one from before issue 15 was built
+        // with the first. Recorded as a row either way, so writers can lock it.
+        let terms = if found == 0 {
+            TermConfig::default()
+        } else {
+            TermConfig::V1
+        };
+        sqlx::query("INSERT INTO meta (key, value) VALUES ('terms', $1) ON CONFLICT DO NOTHING")
+            .bind(terms.id())
+            .execute(&mut *tx)
+            .await
+            .map_err(pg("migrate"))?;
         sqlx::query(
             "INSERT INTO meta (key, value) VALUES ('schema_version', $1) \
              ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
@@ -516,10 +527,112 @@ impl PgStore {
         Ok(out)
     }
 
+    /// The recorded term function ([`TermConfig::V1`] when none is).
+    fn parse_terms(&self, recorded: Option<String>) -> Result<TermConfig, StoreError> {
+        match recorded {
+            None => Ok(TermConfig::V1),
+            Some(s) => TermConfig::parse(&s).map_err(|source| StoreError::TermFunction {
+                path: self.location.clone(),
+                source,
+            }),
+        }
+    }
+
+    /// Rebuild every posting and chunk length with `terms`, in one transaction that holds the
+    /// `terms` row (writers wait).
+    async fn reindex_async(&self, terms: &TermConfig) -> Result<u64, StoreError> {
+        let e = pg("reindex");
+        let mut tx = self.pool.begin().await.map_err(pg("begin"))?;
+        let recorded: Option<String> =
+            sqlx::query_scalar("SELECT value FROM meta WHERE key = 'terms' FOR UPDATE")
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(pg("reindex"))?;
+        if self.parse_terms(recorded).ok().as_ref() == Some(terms) {
+            tx.commit().await.map_err(pg("commit"))?;
+            return Ok(0);
+        }
+        let rows = sqlx::query("SELECT id, node_id, prefix, content FROM chunks ORDER BY id")
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(pg("reindex"))?;
+        sqlx::query("DELETE FROM postings")
+            .execute(&mut *tx)
+            .await
+            .map_err(pg("reindex"))?;
+        let (mut ids, mut lens) = (
+            Vec::with_capacity(rows.len()),
+            Vec::with_capacity(rows.len()),
+        );
+        let (mut p_term, mut p_chunk, mut p_node, mut p_tf, mut p_dl) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for r in &rows {
+            let id: i64 = get(r, 0, "reindex")?;
+            let node: i64 = get(r, 1, "reindex")?;
+            let prefix: String = get(r, 2, "reindex")?;
+            let content: String = get(r, 3, "reindex")?;
+            let counts = term_counts_with(&bib_store::indexed_text(&prefix, &content), terms);
+            let len: u64 = counts.iter().map(|(_, k)| u64::from(*k)).sum();
+            let len = i32::try_from(len)
+                .map_err(|_| StoreError::Invalid(format!("chunk {id} has too many terms")))?;
+            ids.push(id);
+            lens.push(len);
+            for (t, k) in counts {
+                p_term.push(t);
+                p_chunk.push(id);
+                p_node.push(node);
+                p_tf.push(k as i32);
+                p_dl.push(len);
+            }
+        }
+        sqlx::query(
+            "UPDATE chunks SET lex_len = u.l FROM UNNEST($1::bigint[], $2::integer[]) AS u(i, l) \
+             WHERE chunks.id = u.i",
+        )
+        .bind(&ids)
+        .bind(&lens)
+        .execute(&mut *tx)
+        .await
+        .map_err(pg("reindex"))?;
+        const BATCH: usize = 50_000;
+        for at in (0..p_term.len()).step_by(BATCH) {
+            let end = (at + BATCH).min(p_term.len());
+            sqlx::query(
+                "INSERT INTO postings (term, chunk_id, node_id, tf, dl) SELECT * FROM \
+                 UNNEST($1::text[], $2::bigint[], $3::bigint[], $4::integer[], $5::integer[])",
+            )
+            .bind(&p_term[at..end])
+            .bind(&p_chunk[at..end])
+            .bind(&p_node[at..end])
+            .bind(&p_tf[at..end])
+            .bind(&p_dl[at..end])
+            .execute(&mut *tx)
+            .await
+            .map_err(pg("reindex"))?;
+        }
+        sqlx::query(
+            "INSERT INTO meta (key, value) VALUES ('terms', $1) \
+             ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+        )
+        .bind(terms.id())
+        .execute(&mut *tx)
+        .await
+        .map_err(pg("reindex"))?;
+        tx.commit().await.map_err(e)?;
+        Ok(rows.len() as u64)
+    }
+
     async fn apply_async(&self, change: &DocumentChange) -> Result<ApplyOutcome, StoreError> {
         let meta = serde_json::to_string(&change.metadata)
             .map_err(|err| StoreError::Invalid(format!("metadata of {}: {err}", change.path)))?;
         let mut tx = self.pool.begin().await.map_err(pg("begin"))?;
+        // FOR SHARE: a reindex (`set_term_config`) waits for this write, or this write for it.
+        let recorded: Option<String> =
+            sqlx::query_scalar("SELECT value FROM meta WHERE key = 'terms' FOR SHARE")
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(pg("term function"))?;
+        let terms = self.parse_terms(recorded)?;
         let row = sqlx::query(
             "INSERT INTO documents (qualified_name, path, title, metadata, content_hash, \
              chunk_count, updated_at_ms, collection) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
@@ -579,7 +692,7 @@ impl PgStore {
             let mut line_e = Vec::with_capacity(n);
             let mut counts = Vec::with_capacity(n);
             for c in &change.upserts {
-                let tc = term_counts(&c.text());
+                let tc = term_counts_with(&c.text(), &terms);
                 let len: u64 = tc.iter().map(|(_, k)| u64::from(*k)).sum();
                 idx.push(i64::from(c.chunk_index));
                 prefix.push(c.prefix.clone());
@@ -1040,7 +1153,7 @@ impl Store for PgStore {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        let q = terms(query);
+        let q = terms_with(query, &self.term_config()?);
         if q.is_empty() {
             return Ok(Vec::new());
         }
@@ -1163,6 +1276,45 @@ impl Store for PgStore {
                 terms: get::<i64>(&r, 2, "lexical stats")?.max(0) as u64,
             })
         })
+    }
+
+    fn doc_freqs(&self, terms: &[String]) -> Result<(u64, Vec<u64>), StoreError> {
+        self.block(async {
+            let n: i64 = sqlx::query_scalar("SELECT n_chunks FROM lex_stats WHERE id = 1")
+                .fetch_one(&self.pool)
+                .await
+                .map_err(pg("doc freqs"))?;
+            let rows = sqlx::query(
+                "SELECT term, count(*) FROM postings WHERE term = ANY($1) GROUP BY term",
+            )
+            .bind(terms)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(pg("doc freqs"))?;
+            let mut by: HashMap<String, i64> = HashMap::with_capacity(rows.len());
+            for r in &rows {
+                by.insert(get(r, 0, "doc freqs")?, get(r, 1, "doc freqs")?);
+            }
+            let dfs = terms
+                .iter()
+                .map(|t| by.get(t).copied().unwrap_or(0).max(0) as u64)
+                .collect();
+            Ok((n.max(0) as u64, dfs))
+        })
+    }
+
+    fn term_config(&self) -> Result<TermConfig, StoreError> {
+        let v: Option<String> = self.block(async {
+            sqlx::query_scalar("SELECT value FROM meta WHERE key = 'terms'")
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(pg("term function"))
+        })?;
+        self.parse_terms(v)
+    }
+
+    fn set_term_config(&self, terms: &TermConfig) -> Result<u64, StoreError> {
+        self.block(self.reindex_async(terms))
     }
 
     fn cached_vectors(

@@ -7,10 +7,9 @@
 //! backend scores exactly like the in-memory index and like each other.
 
 use bib_text::bm25::{Bm25Index, Bm25Params};
-use bib_text::terms::terms;
+use bib_text::terms::{term_counts_with, term_sequence_with, terms_with, TermConfig};
 use serde_json::{json, Value};
 
-use crate::lexical::term_sequence;
 use crate::{ChunkWrite, DocumentChange, Filter, QueryLogEntry, QueryLogRetention, Store};
 
 /// Builds a fresh, empty store.
@@ -29,6 +28,10 @@ pub fn run_all(make: Factory<'_>) {
         ),
         ("remove_documents", remove_documents),
         ("bm25_equals_in_memory_index", bm25_equals_in_memory_index),
+        (
+            "term_function_recorded_and_switched",
+            term_function_recorded_and_switched,
+        ),
         ("filters_apply_before_the_cut", filters_apply_before_the_cut),
         ("vector_search_is_exact", vector_search_is_exact),
         ("vector_cache_by_hash", vector_cache_by_hash),
@@ -356,11 +359,12 @@ fn reference(s: &dyn Store, query: &str) -> Vec<(i64, f64)> {
         .unwrap();
     let ids: Vec<i64> = hits.iter().map(|h| h.chunk_id).collect();
     let chunks = s.get_chunks(&ids).unwrap();
+    let cfg = s.term_config().unwrap();
     let ix = Bm25Index::new(
-        chunks.iter().map(|c| term_sequence(&c.text())),
+        chunks.iter().map(|c| term_sequence_with(&c.text(), &cfg)),
         Bm25Params::default(),
     );
-    let q = terms(query);
+    let q = terms_with(query, &cfg);
     let mut out: Vec<(i64, f64)> = chunks
         .iter()
         .enumerate()
@@ -444,6 +448,80 @@ fn bm25_equals_in_memory_index(s: &dyn Store) {
         "{st:?}"
     );
     assert_coherent(s, "after bm25 corpus");
+}
+
+/// A new store records this build's term function; switching it rewrites every posting (BM25
+/// still equals the in-memory index under the new function, writes use it, document
+/// frequencies agree), and switching to the recorded one does nothing.
+fn term_function_recorded_and_switched(s: &dyn Store) {
+    assert_eq!(
+        s.term_config().unwrap(),
+        TermConfig::default(),
+        "a new store records this build's term function"
+    );
+    load_corpus(s);
+    let n = s.lexical_stats().unwrap().chunks;
+    let q = "instalación de paquetes mañana";
+    let before = s.bm25_search(q, 100, &Filter::none()).unwrap();
+    // Whichever of the two is not the default.
+    let v1 = if TermConfig::default() == TermConfig::V1 {
+        TermConfig::V2
+    } else {
+        TermConfig::V1
+    };
+    assert_eq!(s.set_term_config(&v1).unwrap(), n, "every chunk reindexed");
+    assert_eq!(s.term_config().unwrap(), v1);
+    assert_eq!(s.set_term_config(&v1).unwrap(), 0, "already recorded");
+    let after = s.bm25_search(q, 100, &Filter::none()).unwrap();
+    assert_ne!(
+        before.iter().map(|h| h.score).collect::<Vec<_>>(),
+        after.iter().map(|h| h.score).collect::<Vec<_>>(),
+        "the two term functions score {q:?} differently"
+    );
+    for q in QUERIES {
+        check_bm25(s, q);
+    }
+    s.apply_document(&sample_change(
+        "guides/install.md",
+        &["Installing packages."],
+    ))
+    .unwrap();
+    for q in QUERIES {
+        check_bm25(s, q);
+    }
+    assert_coherent(s, "after a reindex");
+    let probe: Vec<String> = ["packages", "push", "nothingmatcheshere"]
+        .map(String::from)
+        .to_vec();
+    let (chunks, dfs) = s.doc_freqs(&probe).unwrap();
+    assert_eq!(chunks, s.lexical_stats().unwrap().chunks);
+    let ids: Vec<i64> = s
+        .vector_search(&fake_vector("all"), 10_000, &Filter::none())
+        .unwrap()
+        .iter()
+        .map(|h| h.chunk_id)
+        .collect();
+    let texts: Vec<String> = s
+        .get_chunks(&ids)
+        .unwrap()
+        .iter()
+        .map(|c| c.text())
+        .collect();
+    let want: Vec<u64> = probe
+        .iter()
+        .map(|t| {
+            texts
+                .iter()
+                .filter(|x| term_counts_with(x, &v1).iter().any(|(u, _)| u == t))
+                .count() as u64
+        })
+        .collect();
+    assert_eq!(dfs, want, "document frequencies of {probe:?}");
+    assert!(s.set_term_config(&TermConfig::default()).unwrap() > 0);
+    for q in QUERIES {
+        check_bm25(s, q);
+    }
+    assert_coherent(s, "back on the default term function");
 }
 
 fn filters_apply_before_the_cut(s: &dyn Store) {

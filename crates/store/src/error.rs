@@ -26,6 +26,16 @@ pub enum StoreError {
     /// The caller passed something the store cannot hold.
     #[error("invalid input: {0}")]
     Invalid(String),
+    /// The postings were built with a term function this build cannot reproduce.
+    #[error(
+        "store {path} was indexed with a term function this bib cannot reproduce; run `bib \
+         ingest` on it again to reindex (no re-embedding)"
+    )]
+    TermFunction {
+        path: String,
+        #[source]
+        source: bib_text::terms::TermConfigError,
+    },
 }
 
 impl StoreError {

@@ -10,9 +10,12 @@
 //! - **A document changes atomically.** [`Store::apply_document`] writes a document's row, its
 //!   new and changed chunks (vector + postings) and removes its tail chunks
 //!   (`chunk_index >= chunk_count`) in one transaction, so a query never sees half a document.
-//! - **Lexical scores are real BM25** (k1 = 1.2, b = 0.75) over [`lexical::term_counts`] (the
-//!   shared `bib_text::terms` function, counted), computed with `bib_text::bm25::{idf, tf_factor}`:
-//!   the score of a chunk equals `bib_text::bm25::Bm25Index` built over the same chunks.
+//! - **Lexical scores are real BM25** (k1 = 1.2, b = 0.75) over the shared term function
+//!   (`bib_text::terms::term_counts_with`, with the [`TermConfig`] the store records), computed
+//!   with `bib_text::bm25::{idf, tf_factor}`: the score of a chunk equals
+//!   `bib_text::bm25::Bm25Index` built over the same chunks with the same term function.
+//! - **Queries are analysed with the store's own term function** ([`Store::term_config`]);
+//!   changing it ([`Store::set_term_config`]) rewrites every posting in one transaction.
 //! - **Filters apply before the top-k cut** in both searches.
 
 pub mod conformance;
@@ -23,6 +26,7 @@ pub mod read;
 mod sqlite;
 mod types;
 
+pub use bib_text::terms::TermConfig;
 pub use error::StoreError;
 pub use filter::Filter;
 pub use sqlite::{SqliteStore, DEFAULT_STORE_PATH};
@@ -121,6 +125,17 @@ pub trait Store: Send + Sync {
     ) -> Result<Vec<Hit>, StoreError>;
     /// Corpus statistics of the lexical index.
     fn lexical_stats(&self) -> Result<LexicalStats, StoreError>;
+    /// The number of chunks and, per term (in order), how many chunks hold it.
+    fn doc_freqs(&self, terms: &[String]) -> Result<(u64, Vec<u64>), StoreError>;
+    /// The term function the postings were built with (queries are analysed with it). A store
+    /// that records none predates issue 15 and was built with [`TermConfig::V1`]; one that
+    /// records a function this build cannot reproduce is an error
+    /// ([`StoreError::TermFunction`]), never a silent mismatch.
+    fn term_config(&self) -> Result<TermConfig, StoreError>;
+    /// Rebuild every chunk's postings and length with `terms` and record it, in one
+    /// transaction (no re-embedding); returns the chunks reindexed (0 when the store already
+    /// uses `terms`).
+    fn set_term_config(&self, terms: &TermConfig) -> Result<u64, StoreError>;
 
     // ── embedding cache ────────────────────────────────────────────────────────────────
     /// Vectors already known for `(model_id, content_hash)`: from stored chunks or the cache.

@@ -366,6 +366,10 @@ pub struct KbStatus {
     pub backend: String,
     /// The model the chunks were embedded with (`None` before the first chunk).
     pub model: Option<String>,
+    /// The term function of its lexical index (`TermConfig::id`); `None` when it is one this
+    /// bib does not know (`Store::term_config` says which).
+    #[serde(default)]
+    pub terms: Option<String>,
     pub collections: Vec<CollectionInfo>,
     pub last_run: Option<LastRun>,
 }
@@ -386,6 +390,7 @@ pub fn status(store: &dyn Store) -> Result<KbStatus, StoreError> {
         store: store.location(),
         backend: store.backend().to_string(),
         model,
+        terms: store.term_config().ok().map(|t| t.id()),
         collections: store.collections()?,
         last_run,
     })

@@ -4,7 +4,9 @@
 //! `(node_id, chunk_index)`, vector as a little-endian `f32` blob, `lex_len` = BM25 length),
 //! `postings` (`term`, `chunk_id`, `node_id`, `tf`, `dl`; clustered by term so one term's
 //! postings are one range read), `lex_stats` (chunk count and total length, kept exact by
-//! triggers inside the same transactions), `embed_cache`, `runs`, `query_log`.
+//! triggers inside the same transactions), `embed_cache`, `runs`, `query_log`, and `meta`
+//! (`schema_version`; `terms`, the term function of the postings — absent in files from before
+//! issue 15, which were built with `TermConfig::V1`).
 //!
 //! BM25 reads the postings of the query's terms only; vector search keeps every vector in
 //! memory after the first query and reloads when the database changed (own writes or another
@@ -17,11 +19,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bib_text::bm25::{idf, tf_factor, Bm25Params};
-use bib_text::terms::terms;
+use bib_text::terms::{term_counts_with, terms_with, TermConfig};
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
 use serde_json::Value;
 
-use crate::lexical::term_counts;
 use crate::{
     qualified_name, ApplyOutcome, AuditReport, ChunkId, ChunkRecord, ChunkState, DocRecord,
     DocumentChange, Filter, Hit, LexicalStats, NodeId, QueryLogEntry, QueryLogRetention, RunRow,
@@ -376,8 +377,8 @@ impl SqliteStore {
             }
             None => {
                 conn.execute(
-                    "INSERT INTO meta (key, value) VALUES ('schema_version', ?1)",
-                    params![SCHEMA_VERSION.to_string()],
+                    "INSERT INTO meta (key, value) VALUES ('schema_version', ?1), ('terms', ?2)",
+                    params![SCHEMA_VERSION.to_string(), TermConfig::default().id()],
                 )
                 .map_err(open_err)?;
             }
@@ -548,7 +549,28 @@ impl SqliteStore {
         Ok(cache)
     }
 
-    fn apply_in(tx: &Transaction<'_>, change: &DocumentChange) -> Result<ApplyOutcome, StoreError> {
+    /// The term function recorded in `meta` ([`TermConfig::V1`] when none is).
+    fn read_terms(conn: &Connection, location: &str) -> Result<TermConfig, StoreError> {
+        let v: Option<String> = conn
+            .query_row("SELECT value FROM meta WHERE key = 'terms'", [], |r| {
+                r.get(0)
+            })
+            .optional()
+            .map_err(StoreError::sqlite("term function"))?;
+        match v {
+            None => Ok(TermConfig::V1),
+            Some(s) => TermConfig::parse(&s).map_err(|source| StoreError::TermFunction {
+                path: location.to_string(),
+                source,
+            }),
+        }
+    }
+
+    fn apply_in(
+        tx: &Transaction<'_>,
+        change: &DocumentChange,
+        terms: &TermConfig,
+    ) -> Result<ApplyOutcome, StoreError> {
         let e = StoreError::sqlite;
         let meta = serde_json::to_string(&change.metadata)
             .map_err(|err| StoreError::Invalid(format!("metadata of {}: {err}", change.path)))?;
@@ -621,7 +643,7 @@ impl SqliteStore {
             )
             .map_err(e("insert postings"))?;
         for c in &change.upserts {
-            let counts = term_counts(&c.text());
+            let counts = term_counts_with(&c.text(), terms);
             let lex_len: u64 = counts.iter().map(|(_, n)| u64::from(*n)).sum();
             let heading = serde_json::to_string(&c.heading_path).unwrap_or_else(|_| "[]".into());
             let blob = vec_to_blob(&c.embedding);
@@ -892,7 +914,8 @@ impl Store for SqliteStore {
         let tx = conn
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
             .map_err(StoreError::sqlite("begin"))?;
-        let out = Self::apply_in(&tx, change)?;
+        let terms = Self::read_terms(&tx, &self.location)?;
+        let out = Self::apply_in(&tx, change, &terms)?;
         tx.commit().map_err(StoreError::sqlite("commit"))?;
         self.wrote();
         Ok(out)
@@ -1024,11 +1047,11 @@ impl Store for SqliteStore {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        let q = terms(query);
+        let conn = self.conn();
+        let q = terms_with(query, &Self::read_terms(&conn, &self.location)?);
         if q.is_empty() {
             return Ok(Vec::new());
         }
-        let conn = self.conn();
         let allowed = Self::allowed_nodes(&conn, filter)?;
         let (n, total): (i64, i64) = conn
             .query_row(
@@ -1139,39 +1162,122 @@ impl Store for SqliteStore {
         })
     }
 
+    fn doc_freqs(&self, terms: &[String]) -> Result<(u64, Vec<u64>), StoreError> {
+        let conn = self.conn();
+        let n: i64 = conn
+            .query_row("SELECT n_chunks FROM lex_stats WHERE id = 1", [], |r| {
+                r.get(0)
+            })
+            .map_err(StoreError::sqlite("doc freqs"))?;
+        let mut stmt = conn
+            .prepare_cached("SELECT count(*) FROM postings WHERE term = ?1")
+            .map_err(StoreError::sqlite("doc freqs"))?;
+        let dfs = terms
+            .iter()
+            .map(|t| {
+                stmt.query_row(params![t], |r| r.get::<_, i64>(0))
+                    .map(|d| d.max(0) as u64)
+                    .map_err(StoreError::sqlite("doc freqs"))
+            })
+            .collect::<Result<Vec<u64>, _>>()?;
+        Ok((n.max(0) as u64, dfs))
+    }
+
+    fn term_config(&self) -> Result<TermConfig, StoreError> {
+        Self::read_terms(&self.conn(), &self.location)
+    }
+
+    fn set_term_config(&self, terms: &TermConfig) -> Result<u64, StoreError> {
+        let e = StoreError::sqlite;
+        let mut conn = self.conn();
+        let tx = conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(e("begin"))?;
+        // An unreadable recorded function is exactly what a reindex repairs.
+        if Self::read_terms(&tx, &self.location).ok().as_ref() == Some(terms) {
+            return Ok(0);
+        }
+        let rows: Vec<(i64, i64, String, String)> = {
+            let mut stmt = tx
+                .prepare("SELECT id, node_id, prefix, content FROM chunks ORDER BY id")
+                .map_err(e("reindex"))?;
+            let it = stmt
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+                .map_err(e("reindex"))?;
+            it.collect::<Result<_, _>>().map_err(e("reindex"))?
+        };
+        tx.execute("DELETE FROM postings", [])
+            .map_err(e("reindex"))?;
+        {
+            let mut ins = tx
+                .prepare_cached(
+                    "INSERT INTO postings (term, chunk_id, node_id, tf, dl) \
+                     VALUES (?1, ?2, ?3, ?4, ?5)",
+                )
+                .map_err(e("reindex"))?;
+            let mut len = tx
+                .prepare_cached("UPDATE chunks SET lex_len = ?2 WHERE id = ?1")
+                .map_err(e("reindex"))?;
+            for (id, node, prefix, content) in &rows {
+                let counts = term_counts_with(&crate::indexed_text(prefix, content), terms);
+                let lex_len: i64 = counts.iter().map(|(_, n)| i64::from(*n)).sum();
+                len.execute(params![id, lex_len]).map_err(e("reindex"))?;
+                for (term, tf) in &counts {
+                    ins.execute(params![term, id, node, tf, lex_len])
+                        .map_err(e("reindex"))?;
+                }
+            }
+        }
+        tx.execute(
+            "INSERT INTO meta (key, value) VALUES ('terms', ?1) \
+             ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            params![terms.id()],
+        )
+        .map_err(e("reindex"))?;
+        tx.commit().map_err(e("commit"))?;
+        self.wrote();
+        Ok(rows.len() as u64)
+    }
+
     fn cached_vectors(
         &self,
         model_id: &str,
         hashes: &[String],
     ) -> Result<Vec<(String, Vec<f32>)>, StoreError> {
+        // Batched lookups (an ask's ranking signals and trimmer ask for hundreds of sentence
+        // vectors at once): the chunks first, then the cache for what they lack.
+        const BATCH: usize = 256;
         let conn = self.conn();
-        let mut from_chunks = conn
-            .prepare_cached(
-                "SELECT embedding FROM chunks WHERE model_id = ?1 AND content_hash = ?2 LIMIT 1",
-            )
-            .map_err(StoreError::sqlite("cached vectors"))?;
-        let mut from_cache = conn
-            .prepare_cached(
-                "SELECT vector FROM embed_cache WHERE model_id = ?1 AND content_hash = ?2",
-            )
-            .map_err(StoreError::sqlite("cached vectors"))?;
-        let mut out = Vec::new();
-        for h in hashes {
-            let mut blob: Option<Vec<u8>> = from_chunks
-                .query_row(params![model_id, h], |r| r.get(0))
-                .optional()
-                .map_err(StoreError::sqlite("cached vectors"))?;
-            if blob.is_none() {
-                blob = from_cache
-                    .query_row(params![model_id, h], |r| r.get(0))
-                    .optional()
+        let mut found: HashMap<String, Vec<f32>> = HashMap::with_capacity(hashes.len());
+        for (table, column) in [("chunks", "embedding"), ("embed_cache", "vector")] {
+            let rest: Vec<&String> = hashes.iter().filter(|h| !found.contains_key(*h)).collect();
+            for part in rest.chunks(BATCH) {
+                let marks = vec!["?"; part.len()].join(",");
+                let sql = format!(
+                    "SELECT content_hash, {column} FROM {table} \
+                     WHERE model_id = ? AND content_hash IN ({marks})"
+                );
+                let mut stmt = conn
+                    .prepare_cached(&sql)
                     .map_err(StoreError::sqlite("cached vectors"))?;
-            }
-            if let Some(b) = blob {
-                out.push((h.clone(), blob_to_vec(&b)?));
+                let args = std::iter::once(model_id).chain(part.iter().map(|h| h.as_str()));
+                let rows = stmt
+                    .query_map(rusqlite::params_from_iter(args), |r| {
+                        Ok((r.get::<_, String>(0)?, r.get::<_, Vec<u8>>(1)?))
+                    })
+                    .map_err(StoreError::sqlite("cached vectors"))?;
+                for row in rows {
+                    let (h, b) = row.map_err(StoreError::sqlite("cached vectors"))?;
+                    if let std::collections::hash_map::Entry::Vacant(v) = found.entry(h) {
+                        v.insert(blob_to_vec(&b)?);
+                    }
+                }
             }
         }
-        Ok(out)
+        Ok(hashes
+            .iter()
+            .filter_map(|h| found.get(h).map(|v| (h.clone(), v.clone())))
+            .collect())
     }
 
     fn cache_vectors(
@@ -1468,6 +1574,59 @@ mod tests {
             Err(StoreError::Schema { found: 99, .. }) => {}
             other => panic!("expected schema error, got {other:?}"),
         }
+    }
+
+    /// A file from before issue 15 records no term function: it is read as v1 (the function
+    /// its postings were built with), not as this build's; one recording a function this build
+    /// cannot reproduce is refused by name until a reindex rewrites it.
+    #[test]
+    fn term_function_of_old_and_unknown_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("kb.sqlite");
+        let s = SqliteStore::open(&p).unwrap();
+        s.apply_document(&crate::conformance::sample_change(
+            "a.md",
+            &["Installing the packages"],
+        ))
+        .unwrap();
+        let v1_reindexed = s.set_term_config(&TermConfig::V1).unwrap();
+        assert_eq!(v1_reindexed, 1);
+        s.conn()
+            .execute("DELETE FROM meta WHERE key = 'terms'", [])
+            .unwrap();
+        drop(s);
+        let s = SqliteStore::open_read_only(&p).unwrap();
+        assert_eq!(s.term_config().unwrap(), TermConfig::V1);
+        // v1 has prefix stems: "install" meets "installing" through `instal`.
+        assert_eq!(
+            s.bm25_search("installer", 5, &Filter::none())
+                .unwrap()
+                .len(),
+            1
+        );
+        drop(s);
+        let s = SqliteStore::open(&p).unwrap();
+        s.conn()
+            .execute(
+                "INSERT INTO meta (key, value) VALUES ('terms', 'stem=lemma')",
+                [],
+            )
+            .unwrap();
+        for e in [
+            s.term_config().unwrap_err(),
+            s.bm25_search("packages", 5, &Filter::none()).unwrap_err(),
+        ] {
+            assert!(
+                matches!(e, StoreError::TermFunction { .. }) && e.to_string().contains("ingest"),
+                "{e}"
+            );
+        }
+        assert_eq!(s.set_term_config(&TermConfig::default()).unwrap(), 1);
+        assert_eq!(s.term_config().unwrap(), TermConfig::default());
+        assert_eq!(
+            s.bm25_search("packages", 5, &Filter::none()).unwrap().len(),
+            1
+        );
     }
 
     #[test]

@@ -135,10 +135,15 @@ pub struct ChunkWrite {
     pub embedding: Vec<f32>,
 }
 
+/// The indexed and embedded text of a chunk: prefix, newline, content.
+pub fn indexed_text(prefix: &str, content: &str) -> String {
+    format!("{prefix}\n{content}")
+}
+
 impl ChunkWrite {
-    /// The indexed and embedded text: prefix, newline, content.
+    /// The indexed and embedded text: [`indexed_text`].
     pub fn text(&self) -> String {
-        format!("{}\n{}", self.prefix, self.content)
+        indexed_text(&self.prefix, &self.content)
     }
 }
 
@@ -250,9 +255,9 @@ pub struct ChunkRecord {
 }
 
 impl ChunkRecord {
-    /// The indexed and embedded text: prefix, newline, content.
+    /// The indexed and embedded text: [`indexed_text`].
     pub fn text(&self) -> String {
-        format!("{}\n{}", self.prefix, self.content)
+        indexed_text(&self.prefix, &self.content)
     }
 }
 

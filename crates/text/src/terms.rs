@@ -1,67 +1,289 @@
-//! The term function shared by every BM25 in the system (spec 003 `terms`).
+//! The term function shared by every BM25 in the system (spec 003 `terms`, issue 15).
 //!
-//! Documents in the store, sentences in the trimmer and lines in the history packer are all
-//! scored through [`terms`], so a score means the same thing everywhere.
+//! Documents in the store, sentences in the trimmer, candidates in the ranking signals and lines
+//! in the history packer are all scored through this module, so a score means the same thing
+//! everywhere. How words become terms is a [`TermConfig`]; a knowledge base records the one its
+//! postings were built with (`TermConfig::id`), and queries against it are analysed with that
+//! same configuration, never another.
 //!
-//! What it does, and the measured reason for each rule (numbers from spec 003):
+//! What it does, and the measured reason for each rule:
 //! - Tokens start with a letter, digit or `_` of **any script** and continue through letters,
 //!   digits, `_`, `.`, `/` and `-`. ASCII-only splitting turned «mañana» into `[ma, ana]` and gave
 //!   Russian no terms at all (Ukrainian/Russian went from 0/18 to 10/18 and 9/18 when fixed).
 //! - The **compound token and its parts** are both emitted: `src/utils.js` matches exactly, and
 //!   a question about `utils` still finds it. Changing only the splitter explained 3.5 of 4.8
 //!   points on LoCoMo.
-//! - **No accent folding**: folded, «qué/está» collide with «que/esta» and filler outranks the
-//!   answer (−3.6 points on real agent sessions).
-//! - **NFC**, so composed and decomposed forms are one term.
-//! - **Prefix stems** (the simplest lemmatiser, no dictionary): words of letters only, ≥ 7 chars
-//!   → first 6; Cyrillic words ≥ 6 chars → first 5 (Slavic inflection changes more of the tail).
-//!   Measured: +3 cases on a blind multilingual set, LoCoMo 163 → 173 evidence lines of 354.
-//!   [`TermOptions::stems`] turns them off (tool routers need «recuerda» ≠ «recuérdame»).
-//! - Terms shorter than 2 UTF-16 units are dropped; each term is emitted once, in first-seen order.
+//! - **NFC** and lower case, so composed and decomposed forms, and cases, are one term.
+//! - Stems ([`Stemming`]): `prefix` is the original lemmatiser without a dictionary (letters-only
+//!   words ≥ 7 chars → first 6; Cyrillic words ≥ 6 chars → first 5; spec 003: +3 cases on a
+//!   blind multilingual set, LoCoMo 163 → 173 evidence lines of 354). `snowball` is the Snowball
+//!   stemmer of the text's language (Spanish or English, by [`Language`]; Russian for Cyrillic
+//!   words). The word itself is emitted too unless `surface` is off, so an exact form scores
+//!   above a stem-only match.
+//! - `fold`: Latin accents folded (`configuración` = `configuracion`, `ñ` = `n`), since people
+//!   type questions without them. Alone it hurt (spec 003: «qué/está» collide with «que/esta» and
+//!   filler outranks the answer); with `stop` those words are gone.
+//! - `stop`: Spanish and English function words dropped (plain words only; a compound such as
+//!   `how-to` keeps its whole form).
+//! - Terms shorter than 2 UTF-16 units are dropped; each term is emitted once per token, and
+//!   [`terms_with`] lists each once, in first-seen order.
+//!
+//! BENCHMARKS.md ("Ranking signals (issue 15)") has the measurements behind [`TermConfig::default`].
 
 use std::borrow::Cow;
+use std::collections::{HashMap, HashSet};
 use std::sync::OnceLock;
 
 use regex::Regex;
+use rust_stemmers::{Algorithm, Stemmer};
+use unicode_normalization::char::decompose_canonical;
 use unicode_normalization::{is_nfc_quick, IsNormalized, UnicodeNormalization};
 
-/// Options for [`terms_with`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TermOptions {
-    /// Emit prefix stems (default `true`).
-    pub stems: bool,
+/// Revision of the stop lists and folding rules: part of every [`TermConfig::id`], so a store
+/// built with other lists is detected instead of silently mismatched.
+const REVISION: u32 = 1;
+
+/// Which stems a word gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Stemming {
+    /// No stems: the words only.
+    None,
+    /// The original prefix stems (spec 003).
+    Prefix,
+    /// Snowball stems of the text's language.
+    Snowball,
+    /// Both prefix and Snowball stems.
+    Both,
 }
 
-impl Default for TermOptions {
-    fn default() -> Self {
-        Self { stems: true }
+/// Which Snowball stemmer Latin-script words get.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Language {
+    /// Per text, by its Spanish and English stop words; a text with neither (or a tie) gets
+    /// both stemmers.
+    Detect,
+    /// Always both stemmers.
+    Both,
+    /// Spanish only.
+    Es,
+    /// English only.
+    En,
+}
+
+/// How the term function turns words into terms. Parse one from `v1`, `v2`, `default` or a
+/// list such as `stem=snowball,fold=1,stop=1,lang=detect,surface=1`, optionally led by a preset
+/// (`v1,fold=1`); keys not given keep the preset's (else the default's) value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TermConfig {
+    pub stem: Stemming,
+    /// Fold Latin accents.
+    pub fold: bool,
+    /// Drop Spanish and English stop words.
+    pub stop: bool,
+    /// Language of the Snowball stems.
+    pub lang: Language,
+    /// Emit the word itself besides its stems.
+    pub surface: bool,
+}
+
+impl TermConfig {
+    /// The term function before issue 15: prefix stems, no folding, no stop words. A knowledge
+    /// base that records no term function was built with this one.
+    pub const V1: TermConfig = TermConfig {
+        stem: Stemming::Prefix,
+        fold: false,
+        stop: false,
+        lang: Language::Detect,
+        surface: true,
+    };
+
+    /// Snowball stems (Spanish and English both), accent folding, stop words (issue 15).
+    /// Both stemmers beat detecting each text's language on the wiki dev sets (BENCHMARKS.md).
+    pub const V2: TermConfig = TermConfig {
+        stem: Stemming::Snowball,
+        fold: true,
+        stop: true,
+        lang: Language::Both,
+        surface: true,
+    };
+
+    /// The full, explicit description stored with a knowledge base (never a preset name, so a
+    /// later change of presets cannot reinterpret an old store).
+    pub fn id(&self) -> String {
+        let stem = match self.stem {
+            Stemming::None => "none",
+            Stemming::Prefix => "prefix",
+            Stemming::Snowball => "snowball",
+            Stemming::Both => "prefix+snowball",
+        };
+        let lang = match self.lang {
+            Language::Detect => "detect",
+            Language::Both => "both",
+            Language::Es => "es",
+            Language::En => "en",
+        };
+        format!(
+            "stem={stem},fold={},stop={},lang={lang},surface={},rev={REVISION}",
+            u8::from(self.fold),
+            u8::from(self.stop),
+            u8::from(self.surface)
+        )
+    }
+
+    /// Parse a preset name or a `key=value` list (see the type's documentation).
+    pub fn parse(spec: &str) -> Result<TermConfig, TermConfigError> {
+        let bad = |reason: String| TermConfigError {
+            spec: spec.to_string(),
+            reason,
+        };
+        let preset = |name: &str| match name.to_ascii_lowercase().as_str() {
+            "v1" | "legacy" => Some(Self::V1),
+            "v2" => Some(Self::V2),
+            "default" | "" => Some(Self::default()),
+            _ => None,
+        };
+        let mut parts = spec.split(',').map(str::trim).peekable();
+        // A preset may lead the list: `v1,fold=1`.
+        let mut c = match parts.peek().and_then(|p| preset(p)) {
+            Some(p) => {
+                parts.next();
+                p
+            }
+            None => Self::default(),
+        };
+        for part in parts.filter(|p| !p.is_empty()) {
+            let (k, v) = part
+                .split_once('=')
+                .ok_or_else(|| bad(format!("`{part}` is not key=value")))?;
+            let v = v.trim().to_ascii_lowercase();
+            let flag = |v: &str| match v {
+                "1" | "true" | "on" | "yes" => Ok(true),
+                "0" | "false" | "off" | "no" => Ok(false),
+                _ => Err(bad(format!("`{k}` must be 0 or 1, not `{v}`"))),
+            };
+            match k.trim().to_ascii_lowercase().as_str() {
+                "stem" => {
+                    c.stem = match v.as_str() {
+                        "none" => Stemming::None,
+                        "prefix" => Stemming::Prefix,
+                        "snowball" => Stemming::Snowball,
+                        "prefix+snowball" | "both" => Stemming::Both,
+                        _ => {
+                            return Err(bad(format!(
+                                "stem `{v}` is not one of none, prefix, snowball, prefix+snowball"
+                            )))
+                        }
+                    }
+                }
+                "lang" => {
+                    c.lang = match v.as_str() {
+                        "detect" => Language::Detect,
+                        "both" => Language::Both,
+                        "es" => Language::Es,
+                        "en" => Language::En,
+                        _ => {
+                            return Err(bad(format!(
+                                "lang `{v}` is not one of detect, both, es, en"
+                            )))
+                        }
+                    }
+                }
+                "fold" => c.fold = flag(&v)?,
+                "stop" => c.stop = flag(&v)?,
+                "surface" => c.surface = flag(&v)?,
+                "rev" => {
+                    if v != REVISION.to_string() {
+                        return Err(bad(format!(
+                            "revision {v} of the stop lists is not this build's ({REVISION}); \
+                             reindex with this build"
+                        )));
+                    }
+                }
+                other => return Err(bad(format!("unknown key `{other}`"))),
+            }
+        }
+        Ok(c)
     }
 }
 
-/// Distinct terms of `text` with default options (stems on).
+impl Default for TermConfig {
+    fn default() -> Self {
+        Self::V2
+    }
+}
+
+impl std::fmt::Display for TermConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.id())
+    }
+}
+
+impl std::str::FromStr for TermConfig {
+    type Err = TermConfigError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::parse(s)
+    }
+}
+
+/// As its [`TermConfig::id`] string (what a knowledge base records).
+impl serde::Serialize for TermConfig {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.id())
+    }
+}
+
+/// From a preset name or a `key=value` list ([`TermConfig::parse`]).
+impl<'de> serde::Deserialize<'de> for TermConfig {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        TermConfig::parse(&s).map_err(serde::de::Error::custom)
+    }
+}
+
+/// A term-function description that cannot be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("term function `{spec}`: {reason}")]
+pub struct TermConfigError {
+    pub spec: String,
+    pub reason: String,
+}
+
+/// Distinct terms of `text` with the default configuration.
 pub fn terms(text: &str) -> Vec<String> {
-    terms_with(text, TermOptions::default())
+    terms_with(text, &TermConfig::default())
+}
+
+/// Distinct terms of `text`, in first-seen order.
+pub fn terms_with(text: &str, cfg: &TermConfig) -> Vec<String> {
+    term_counts_with(text, cfg)
+        .into_iter()
+        .map(|(t, _)| t)
+        .collect()
+}
+
+/// [`term_counts_with`] with the default configuration.
+pub fn term_counts(text: &str) -> Vec<(String, u32)> {
+    term_counts_with(text, &TermConfig::default())
 }
 
 /// Distinct terms of `text` with their occurrence counts, in first-seen order: what every
-/// BM25 in the system counts (the store's postings, the in-memory index, the trimmer). The
-/// text is cut into the tokens [`terms`] sees and [`terms`] runs on each, so the set of terms
-/// is exactly `terms(text)` and a term's count is the number of tokens that produce it
-/// (`"foo,foo"` counts `foo` twice). A document's BM25 length is the sum of the counts.
-pub fn term_counts(text: &str) -> Vec<(String, u32)> {
-    let lower: Cow<'_, str> = if text.is_ascii() {
-        Cow::Owned(text.to_ascii_lowercase())
-    } else {
-        let nfc: Cow<'_, str> = match is_nfc_quick(text.chars()) {
-            IsNormalized::Yes => Cow::Borrowed(text),
-            _ => Cow::Owned(text.nfc().collect()),
-        };
-        Cow::Owned(nfc.to_lowercase())
+/// BM25 in the system counts (the store's postings, the in-memory index, the trimmer). A term's
+/// count is the number of tokens that produce it (`"foo,foo"` counts `foo` twice); a
+/// document's BM25 length is the sum of the counts.
+pub fn term_counts_with(text: &str, cfg: &TermConfig) -> Vec<(String, u32)> {
+    let lower = lower_nfc(text);
+    let toks = tokens(&lower);
+    let langs = match cfg.stem {
+        Stemming::Snowball | Stemming::Both => languages(cfg.lang, &toks),
+        Stemming::None | Stemming::Prefix => &[][..],
     };
     let mut order: Vec<(String, u32)> = Vec::new();
-    let mut pos: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
-    for m in unicode_word_re().find_iter(&lower) {
-        for t in terms(m.as_str()) {
+    let mut pos: HashMap<String, usize> = HashMap::new();
+    let mut buf: Vec<String> = Vec::new();
+    for tok in toks {
+        buf.clear();
+        emit_token(&mut buf, tok, cfg, langs);
+        for t in buf.drain(..) {
             match pos.get(&t) {
                 Some(&i) => order[i].1 += 1,
                 None => {
@@ -74,13 +296,220 @@ pub fn term_counts(text: &str) -> Vec<(String, u32)> {
     order
 }
 
-/// [`term_counts`] as a list with repetitions (each term `count` times), the document shape
-/// `crate::bm25::Bm25Index::new` takes.
+/// [`term_sequence_with`] with the default configuration.
 pub fn term_sequence(text: &str) -> Vec<String> {
-    term_counts(text)
+    term_sequence_with(text, &TermConfig::default())
+}
+
+/// [`term_counts_with`] as a list with repetitions (each term `count` times), the document
+/// shape `crate::bm25::Bm25Index::new` takes.
+pub fn term_sequence_with(text: &str, cfg: &TermConfig) -> Vec<String> {
+    term_counts_with(text, cfg)
         .into_iter()
         .flat_map(|(t, n)| std::iter::repeat_n(t, n as usize))
         .collect()
+}
+
+/// `s` with Latin accents folded (`é` → `e`, `ñ` → `n`, `ü` → `u`); other scripts untouched.
+/// Lower case in, lower case out. The normalisation the ranking signals use for exact strings.
+pub fn fold_accents(s: &str) -> Cow<'_, str> {
+    if s.is_ascii() {
+        return Cow::Borrowed(s);
+    }
+    Cow::Owned(s.chars().map(fold_char).collect())
+}
+
+/// Whether `word` (lower case) is a Spanish or English stop word of the term function.
+pub fn is_stop_word(word: &str) -> bool {
+    let f = fold_accents(word);
+    stop_en().contains(f.as_ref()) || stop_es().contains(f.as_ref())
+}
+
+fn fold_char(c: char) -> char {
+    if c.is_ascii() {
+        return c;
+    }
+    let mut base = None;
+    decompose_canonical(c, |d| {
+        if base.is_none() {
+            base = Some(d);
+        }
+    });
+    match base {
+        Some(b) if b.is_ascii_alphabetic() => b,
+        _ => c,
+    }
+}
+
+/// Lower case and NFC.
+fn lower_nfc(text: &str) -> Cow<'_, str> {
+    if text.is_ascii() {
+        if text.bytes().any(|b| b.is_ascii_uppercase()) {
+            return Cow::Owned(text.to_ascii_lowercase());
+        }
+        return Cow::Borrowed(text);
+    }
+    let nfc: Cow<'_, str> = match is_nfc_quick(text.chars()) {
+        IsNormalized::Yes => Cow::Borrowed(text),
+        _ => Cow::Owned(text.nfc().collect()),
+    };
+    Cow::Owned(nfc.to_lowercase())
+}
+
+/// The tokens of lower-cased, NFC text.
+fn tokens(lower: &str) -> Vec<&str> {
+    if !lower.is_ascii() {
+        return unicode_word_re()
+            .find_iter(lower)
+            .map(|m| m.as_str())
+            .collect();
+    }
+    let bytes = lower.as_bytes();
+    let is_start = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
+    let is_cont = |b: u8| is_start(b) || b == b'.' || b == b'/' || b == b'-';
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        if !is_start(bytes[i]) {
+            i += 1;
+            continue;
+        }
+        let s = i;
+        while i < bytes.len() && is_cont(bytes[i]) {
+            i += 1;
+        }
+        out.push(&lower[s..i]);
+    }
+    out
+}
+
+/// The Snowball languages of a text's Latin words.
+fn languages(mode: Language, toks: &[&str]) -> &'static [Algorithm] {
+    const ES: &[Algorithm] = &[Algorithm::Spanish];
+    const EN: &[Algorithm] = &[Algorithm::English];
+    const BOTH: &[Algorithm] = &[Algorithm::Spanish, Algorithm::English];
+    match mode {
+        Language::Es => ES,
+        Language::En => EN,
+        Language::Both => BOTH,
+        Language::Detect => {
+            let (mut es, mut en) = (0usize, 0usize);
+            for t in toks {
+                let f = fold_accents(t);
+                es += usize::from(stop_es().contains(f.as_ref()));
+                en += usize::from(stop_en().contains(f.as_ref()));
+            }
+            match es.cmp(&en) {
+                std::cmp::Ordering::Greater => ES,
+                std::cmp::Ordering::Less => EN,
+                std::cmp::Ordering::Equal => BOTH,
+            }
+        }
+    }
+}
+
+fn push(out: &mut Vec<String>, t: &str) {
+    if utf16_len(t) >= 2 && !out.iter().any(|x| x == t) {
+        out.push(t.to_owned());
+    }
+}
+
+/// The terms of one token, each once.
+fn emit_token(out: &mut Vec<String>, tok: &str, cfg: &TermConfig, langs: &[Algorithm]) {
+    if tok.contains(['.', '/', '-']) {
+        let whole = if cfg.fold {
+            fold_accents(tok)
+        } else {
+            Cow::Borrowed(tok)
+        };
+        push(out, &whole);
+        for part in tok.split(['.', '/', '-']) {
+            emit_word(out, part, cfg, langs, true);
+        }
+    } else {
+        emit_word(out, tok, cfg, langs, false);
+    }
+}
+
+/// The terms of one word (a token without `.`, `/`, `-`, or a part of one).
+fn emit_word(out: &mut Vec<String>, w: &str, cfg: &TermConfig, langs: &[Algorithm], part: bool) {
+    if w.is_empty() {
+        return;
+    }
+    let folded: Cow<'_, str> = if cfg.fold || cfg.stop {
+        fold_accents(w)
+    } else {
+        Cow::Borrowed(w)
+    };
+    if cfg.stop && (stop_en().contains(folded.as_ref()) || stop_es().contains(folded.as_ref())) {
+        return;
+    }
+    let f: &str = if cfg.fold { &folded } else { w };
+    let mut stems: Vec<String> = Vec::new();
+    if matches!(cfg.stem, Stemming::Prefix | Stemming::Both) && !part {
+        if let Some(p) = prefix_stem(f) {
+            stems.push(p.to_string());
+        }
+    }
+    if matches!(cfg.stem, Stemming::Snowball | Stemming::Both) && is_letters(w) {
+        if cyrillic_re().is_match(w) {
+            stems.push(stemmer(Algorithm::Russian).stem(w).into_owned());
+        } else {
+            for &alg in langs {
+                let s = stemmer(alg).stem(w);
+                stems.push(if cfg.fold {
+                    fold_accents(&s).into_owned()
+                } else {
+                    s.into_owned()
+                });
+                if cfg.fold && folded.as_ref() != w {
+                    stems.push(stemmer(alg).stem(&folded).into_owned());
+                }
+            }
+        }
+    }
+    if cfg.surface || stems.is_empty() {
+        push(out, f);
+    }
+    for s in &stems {
+        push(out, s);
+    }
+}
+
+/// The spec-003 prefix stem of a word, if it gets one.
+fn prefix_stem(word: &str) -> Option<&str> {
+    if word.is_ascii() {
+        return (word.len() >= 7 && word.bytes().all(|b| b.is_ascii_lowercase()))
+            .then(|| &word[..6]);
+    }
+    let n = utf16_len(word);
+    if n >= 6 && cyrillic_re().is_match(word) {
+        Some(prefix_chars(word, 5))
+    } else if n >= 7 && letters_only_re().is_match(word) {
+        Some(prefix_chars(word, 6))
+    } else {
+        None
+    }
+}
+
+fn is_letters(w: &str) -> bool {
+    if w.is_ascii() {
+        w.bytes().all(|b| b.is_ascii_lowercase())
+    } else {
+        letters_only_re().is_match(w)
+    }
+}
+
+fn stemmer(alg: Algorithm) -> &'static Stemmer {
+    static ES: OnceLock<Stemmer> = OnceLock::new();
+    static EN: OnceLock<Stemmer> = OnceLock::new();
+    static RU: OnceLock<Stemmer> = OnceLock::new();
+    let cell = match alg {
+        Algorithm::Spanish => &ES,
+        Algorithm::Russian => &RU,
+        _ => &EN,
+    };
+    cell.get_or_init(|| Stemmer::create(alg))
 }
 
 fn unicode_word_re() -> &'static Regex {
@@ -111,133 +540,275 @@ fn prefix_chars(s: &str, n: usize) -> &str {
     }
 }
 
-struct Sink {
-    out: Vec<String>,
+/// English stop words (Snowball's list, contractions as the tokenizer cuts them), folded.
+#[rustfmt::skip]
+const STOP_EN: &[&str] = &[
+    "about", "above", "after", "again", "against", "all", "am", "an", "and", "any", "are", "aren",
+    "as", "at", "be", "because", "been", "before", "being", "below", "between", "both", "but",
+    "by", "can", "cannot", "could", "couldn", "did", "didn", "do", "does", "doesn", "doing", "don",
+    "down", "during", "each", "few", "for", "from", "further", "had", "hadn", "has", "hasn",
+    "have", "haven", "having", "he", "her", "here", "hers", "herself", "him", "himself", "his",
+    "how", "if", "in", "into", "is", "isn", "it", "its", "itself", "just", "ll", "me", "more",
+    "most", "mustn", "my", "myself", "no", "nor", "not", "now", "of", "off", "on", "once", "only",
+    "or", "other", "ought", "our", "ours", "ourselves", "out", "over", "own", "re", "same", "shan",
+    "she", "should", "shouldn", "so", "some", "such", "than", "that", "the", "their", "theirs",
+    "them", "themselves", "then", "there", "these", "they", "this", "those", "through", "to",
+    "too", "under", "until", "up", "ve", "very", "was", "wasn", "we", "were", "weren", "what",
+    "when", "where", "which", "while", "who", "whom", "why", "will", "with", "won", "would",
+    "wouldn", "you", "your", "yours", "yourself", "yourselves",
+];
+
+/// Spanish stop words (Snowball's list without `os`, which is also "OS"), folded.
+#[rustfmt::skip]
+const STOP_ES: &[&str] = &[
+    "al", "algo", "algunas", "algunos", "ante", "antes", "como", "con", "contra", "cual", "cuales",
+    "cuando", "de", "del", "desde", "donde", "durante", "el", "ella", "ellas", "ellos", "en",
+    "entre", "era", "erais", "eramos", "eran", "eras", "eres", "es", "esa", "esas", "ese", "eso",
+    "esos", "esta", "estaba", "estabais", "estabamos", "estaban", "estabas", "estad", "estada",
+    "estadas", "estado", "estados", "estais", "estamos", "estan", "estar", "estara", "estaran",
+    "estaras", "estare", "estareis", "estaremos", "estaria", "estariais", "estariamos", "estarian",
+    "estarias", "estas", "este", "esteis", "estemos", "esten", "estes", "esto", "estos", "estoy",
+    "estuve", "estuvieron", "estuvimos", "estuviste", "estuvo", "fue", "fuera", "fueron", "fui",
+    "fuimos", "ha", "habeis", "haber", "habia", "habiais", "habiamos", "habian", "habias", "habra",
+    "habran", "habras", "habre", "habreis", "habremos", "habria", "habrian", "habrias", "han",
+    "has", "hasta", "hay", "haya", "hayan", "hayas", "he", "hemos", "hube", "hubiera", "hubieron",
+    "hubo", "la", "las", "le", "les", "lo", "los", "mas", "me", "mi", "mia", "mias", "mio", "mios",
+    "mis", "mucho", "muchos", "muy", "nada", "ni", "no", "nos", "nosotras", "nosotros", "nuestra",
+    "nuestras", "nuestro", "nuestros", "otra", "otras", "otro", "otros", "para", "pero", "poco",
+    "por", "porque", "que", "quien", "quienes", "se", "sea", "sean", "seas", "ser", "sera",
+    "seran", "seras", "sere", "seria", "serian", "si", "sido", "siendo", "sin", "sobre", "sois",
+    "somos", "son", "soy", "su", "sus", "suya", "suyas", "suyo", "suyos", "tambien", "tanto", "te",
+    "tendra", "tendran", "tendre", "tenemos", "tener", "tenga", "tengan", "tengas", "tengo",
+    "tenia", "tenian", "tenias", "ti", "tiene", "tienen", "tienes", "todo", "todos", "tu", "tus",
+    "tuya", "tuyas", "tuyo", "tuyos", "tuve", "tuvo", "un", "una", "unas", "uno", "unos",
+    "vosotras", "vosotros", "vuestra", "vuestras", "vuestro", "vuestros", "ya", "yo",
+];
+
+fn stop_en() -> &'static HashSet<&'static str> {
+    static S: OnceLock<HashSet<&'static str>> = OnceLock::new();
+    S.get_or_init(|| STOP_EN.iter().copied().collect())
 }
 
-impl Sink {
-    fn push(&mut self, t: &str) {
-        if utf16_len(t) >= 2 && !self.out.iter().any(|x| x == t) {
-            self.out.push(t.to_owned());
-        }
-    }
-}
-
-/// Distinct terms of `text`.
-pub fn terms_with(text: &str, opts: TermOptions) -> Vec<String> {
-    let mut sink = Sink { out: Vec::new() };
-    if text.is_ascii() {
-        let lower = text.to_ascii_lowercase();
-        let bytes = lower.as_bytes();
-        let is_start = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
-        let is_cont = |b: u8| is_start(b) || b == b'.' || b == b'/' || b == b'-';
-        let mut i = 0;
-        while i < bytes.len() {
-            if !is_start(bytes[i]) {
-                i += 1;
-                continue;
-            }
-            let s = i;
-            while i < bytes.len() && is_cont(bytes[i]) {
-                i += 1;
-            }
-            let word = &lower[s..i];
-            emit_word(&mut sink, word, opts, true);
-        }
-    } else {
-        let nfc: Cow<'_, str> = match is_nfc_quick(text.chars()) {
-            IsNormalized::Yes => Cow::Borrowed(text),
-            _ => Cow::Owned(text.nfc().collect()),
-        };
-        let lower = nfc.to_lowercase();
-        for m in unicode_word_re().find_iter(&lower) {
-            emit_word(&mut sink, m.as_str(), opts, false);
-        }
-    }
-    sink.out
-}
-
-fn emit_word(sink: &mut Sink, word: &str, opts: TermOptions, ascii: bool) {
-    sink.push(word);
-    if word.contains(['.', '/', '-']) {
-        for part in word.split(['.', '/', '-']) {
-            sink.push(part);
-        }
-    }
-    if !opts.stems {
-        return;
-    }
-    if ascii {
-        if word.len() >= 7 && word.bytes().all(|b| b.is_ascii_lowercase()) {
-            sink.push(&word[..6]);
-        }
-    } else {
-        let n = utf16_len(word);
-        if n >= 6 && cyrillic_re().is_match(word) {
-            sink.push(prefix_chars(word, 5));
-        } else if n >= 7 && letters_only_re().is_match(word) {
-            sink.push(prefix_chars(word, 6));
-        }
-    }
+fn stop_es() -> &'static HashSet<&'static str> {
+    static S: OnceLock<HashSet<&'static str>> = OnceLock::new();
+    S.get_or_init(|| STOP_ES.iter().copied().collect())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
-    fn check(input: &str, expect: &[&str]) {
-        let got = terms(input);
-        assert_eq!(got, expect, "terms({input:?})");
+    fn check(cfg: &TermConfig, input: &str, expect: &[&str]) {
+        let got = terms_with(input, cfg);
+        assert_eq!(got, expect, "terms({input:?}) with {cfg}");
     }
 
     #[test]
     fn compound_tokens_and_parts() {
-        check("src/utils.js", &["src/utils.js", "src", "utils", "js"]);
+        let v1 = TermConfig::V1;
+        check(&v1, "src/utils.js", &["src/utils.js", "src", "utils", "js"]);
         check(
+            &v1,
             "process.env.HOME",
             &["process.env.home", "process", "env", "home"],
         );
     }
 
     #[test]
-    fn digits_start_tokens_and_short_tokens_drop() {
-        check("at 3pm on the 2nd, a 5", &["at", "3pm", "on", "the", "2nd"]);
-        check("fs db id", &["fs", "db", "id"]);
+    fn v1_digits_start_tokens_and_short_tokens_drop() {
+        let v1 = TermConfig::V1;
+        check(
+            &v1,
+            "at 3pm on the 2nd, a 5",
+            &["at", "3pm", "on", "the", "2nd"],
+        );
+        check(&v1, "fs db id", &["fs", "db", "id"]);
     }
 
     #[test]
-    fn ascii_stems_only_for_letter_words() {
-        check("deployment", &["deployment", "deploy"]);
-        check("deploy2024x", &["deploy2024x"]);
-        check("config_file", &["config_file"]);
-    }
-
-    #[test]
-    fn any_script_no_accent_folding() {
-        check("mañana alérgica", &["mañana", "alérgica", "alérgi"]);
-        check("está", &["está"]);
-        // Cyrillic: 5-char stem from 6 chars.
-        check("полиса", &["полиса", "полис"]);
-        check("бронирования", &["бронирования", "брони"]);
-        // German: letters ≥ 7 → first 6.
-        check("Vorlagen", &["vorlagen", "vorlag"]);
+    fn v1_prefix_stems_only_for_letter_words() {
+        let v1 = TermConfig::V1;
+        check(&v1, "deployment", &["deployment", "deploy"]);
+        check(&v1, "deploy2024x", &["deploy2024x"]);
+        check(&v1, "config_file", &["config_file"]);
+        check(&v1, "mañana alérgica", &["mañana", "alérgica", "alérgi"]);
+        check(&v1, "está", &["está"]);
+        check(&v1, "полиса", &["полиса", "полис"]);
+        check(&v1, "бронирования", &["бронирования", "брони"]);
+        check(&v1, "Vorlagen", &["vorlagen", "vorlag"]);
+        let none = TermConfig {
+            stem: Stemming::None,
+            ..TermConfig::V1
+        };
+        check(&none, "recuérdame", &["recuérdame"]);
     }
 
     #[test]
     fn nfc_merges_composed_and_decomposed() {
-        let composed = terms("canción");
-        let decomposed = terms("cancio\u{301}n");
-        assert_eq!(composed, decomposed);
-    }
-
-    #[test]
-    fn stems_can_be_switched_off() {
-        let t = terms_with("recuérdame", TermOptions { stems: false });
-        assert_eq!(t, vec!["recuérdame"]);
+        for cfg in [TermConfig::V1, TermConfig::V2] {
+            assert_eq!(
+                terms_with("canción", &cfg),
+                terms_with("cancio\u{301}n", &cfg)
+            );
+        }
     }
 
     #[test]
     fn distinct_in_first_seen_order() {
-        check("Foo foo FOO bar", &["foo", "bar"]);
+        check(&TermConfig::V1, "Foo foo FOO bar", &["foo", "bar"]);
+    }
+
+    #[test]
+    fn counts_repetitions_per_token() {
+        let c = term_counts_with("foo,foo", &TermConfig::V1);
+        assert_eq!(c, [("foo".to_string(), 2)]);
+        let c = term_counts_with(
+            "Deploy the deployment; the DEPLOYMENT deploys.",
+            &TermConfig::V1,
+        );
+        let get = |t: &str| c.iter().find(|(x, _)| x == t).map(|(_, n)| *n);
+        assert_eq!(get("the"), Some(2));
+        assert_eq!(get("deploy"), Some(3));
+        assert_eq!(get("deploys"), Some(1));
+        let s = term_sequence_with("push push src/a.js", &TermConfig::V1);
+        assert_eq!(s.iter().filter(|t| *t == "push").count(), 2);
+    }
+
+    #[test]
+    fn v2_stems_fold_and_drops_stop_words() {
+        let v2 = TermConfig::V2;
+        // Spanish: detected by its stop words; accents folded; plural and singular meet.
+        let a = terms_with("la configuración de los paquetes", &v2);
+        let b = terms_with("como cambio la configuracion del paquete", &v2);
+        assert!(!a.contains(&"la".to_string()) && !a.contains(&"de".to_string()));
+        assert!(a.contains(&"configuracion".to_string()), "{a:?}");
+        assert!(b.contains(&"configuracion".to_string()), "{b:?}");
+        let stem_es = |w: &str| stemmer(Algorithm::Spanish).stem(w).into_owned();
+        assert!(a.contains(&stem_es("paquetes")) && b.contains(&stem_es("paquete")));
+        assert_eq!(stem_es("paquetes"), stem_es("paquete"));
+        // English: plural and singular meet, stop words go.
+        let e = terms_with("How do I push the packages?", &v2);
+        assert!(
+            !e.iter().any(|t| t == "how" || t == "do" || t == "the"),
+            "{e:?}"
+        );
+        let p = terms_with("package", &v2);
+        let shared: Vec<_> = p.iter().filter(|t| e.contains(t)).collect();
+        assert!(!shared.is_empty(), "{e:?} vs {p:?}");
+        // Identifiers keep their form; compounds keep their stop-word parts' whole.
+        let id = terms_with("NU1101 -SkipDuplicate how-to", &v2);
+        assert!(id.contains(&"nu1101".to_string()) && id.contains(&"skipduplicate".to_string()));
+        assert!(id.contains(&"how-to".to_string()) && !id.contains(&"how".to_string()));
+    }
+
+    #[test]
+    fn v2_surface_off_and_language_choice() {
+        let stem_only = TermConfig {
+            surface: false,
+            lang: Language::En,
+            ..TermConfig::V2
+        };
+        check(&stem_only, "packages", &["packag"]);
+        check(&stem_only, "nu1101", &["nu1101"]);
+        let both = TermConfig {
+            lang: Language::Both,
+            surface: false,
+            ..TermConfig::V2
+        };
+        let t = terms_with("versiones", &both);
+        assert!(t.len() <= 2 && !t.is_empty(), "{t:?}");
+        // Cyrillic words get the Russian stemmer whatever the language.
+        let r = terms_with("бронирования", &TermConfig::V2);
+        assert!(r.len() == 2 && r[0] == "бронирования", "{r:?}");
+    }
+
+    #[test]
+    fn folding_is_latin_only() {
+        assert_eq!(fold_accents("canción ñandú über"), "cancion nandu uber");
+        assert_eq!(fold_accents("йогурт"), "йогурт");
+        assert!(is_stop_word("qué") && is_stop_word("the") && !is_stop_word("paquete"));
+    }
+
+    #[test]
+    fn serde_as_the_id_string() {
+        let j = serde_json::to_string(&TermConfig::V1).unwrap();
+        assert_eq!(j, format!("\"{}\"", TermConfig::V1.id()));
+        assert_eq!(
+            serde_json::from_str::<TermConfig>(&j).unwrap(),
+            TermConfig::V1
+        );
+        assert_eq!(
+            serde_json::from_str::<TermConfig>("\"v2\"").unwrap(),
+            TermConfig::V2
+        );
+        assert!(serde_json::from_str::<TermConfig>("\"stem=lemma\"").is_err());
+    }
+
+    #[test]
+    fn ids_round_trip_and_errors_name_the_key() {
+        for c in [
+            TermConfig::V1,
+            TermConfig::V2,
+            TermConfig {
+                stem: Stemming::Both,
+                lang: Language::Es,
+                surface: false,
+                ..TermConfig::V2
+            },
+        ] {
+            assert_eq!(TermConfig::parse(&c.id()).unwrap(), c, "{c}");
+        }
+        assert_eq!(TermConfig::parse("v1").unwrap(), TermConfig::V1);
+        assert_eq!(
+            TermConfig::parse("v1, fold=1").unwrap(),
+            TermConfig {
+                fold: true,
+                ..TermConfig::V1
+            }
+        );
+        assert_eq!(
+            TermConfig::parse("stop=0").unwrap(),
+            TermConfig {
+                stop: false,
+                ..TermConfig::default()
+            }
+        );
+        for (spec, key) in [
+            ("stem=lemma", "stem"),
+            ("fold=maybe", "fold"),
+            ("colour=1", "colour"),
+            ("rev=99", "revision"),
+            ("snowball", "key=value"),
+        ] {
+            let e = TermConfig::parse(spec).unwrap_err().to_string();
+            assert!(e.contains(key), "{spec}: {e}");
+        }
+    }
+
+    proptest! {
+        /// No panic on any text (the stemmers included), and the distinct terms are the
+        /// counted ones.
+        #[test]
+        fn any_text_any_config(s in "\\PC{0,60}", stem in 0usize..4, fold: bool, stop: bool, lang in 0usize..4) {
+            let cfg = TermConfig {
+                stem: [Stemming::None, Stemming::Prefix, Stemming::Snowball, Stemming::Both][stem],
+                fold,
+                stop,
+                lang: [Language::Detect, Language::Both, Language::Es, Language::En][lang],
+                surface: true,
+            };
+            let counts = term_counts_with(&s, &cfg);
+            let distinct = terms_with(&s, &cfg);
+            prop_assert_eq!(counts.len(), distinct.len());
+            prop_assert!(counts.iter().all(|(t, n)| *n > 0 && utf16_len(t) >= 2));
+        }
+
+        #[test]
+        fn letter_words_stem_without_panic(w in "[a-záéíóúñüçàèâêôœæß]{1,24}|[а-яё]{1,24}") {
+            for alg in [Algorithm::Spanish, Algorithm::English, Algorithm::Russian] {
+                let _ = stemmer(alg).stem(&w);
+            }
+        }
     }
 }

@@ -132,6 +132,12 @@ pub const KEYS: &[Key] = &[
     )
     .flags(&["rrf-k"]),
     Key::new(
+        "ask.signals",
+        "Ranking signals over the fused list: off, default, or weights over the defaults such as \"field=0.2,phrase=0,doc=0\" (field, phrase, sentence, sentence_lex, doc; depth, exact_candidates).",
+    )
+    .env("RETRIEVAL_SIGNALS", EnvKind::Text)
+    .flags(&["signals"]),
+    Key::new(
         "ask.trim",
         "Trim every chunk to the sentences relevant to the question.",
     )

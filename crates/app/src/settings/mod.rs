@@ -13,7 +13,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use bib_retrieve::trim::ASK_PROFILE;
-use bib_retrieve::{Filter, Fusion, Mode, RetrieveOptions, TrimOptions, TrimScorer};
+use bib_retrieve::{Filter, Fusion, Mode, RetrieveOptions, Signals, TrimOptions, TrimScorer};
 use serde::{Deserialize, Serialize};
 
 use crate::store::StoreSpec;
@@ -57,6 +57,8 @@ pub struct AskSettings {
     pub fusion: Fusion,
     pub fusion_alpha: f64,
     pub rrf_k: f64,
+    /// Ranking signals over the fused list (`Signals`, written as its `key=value` spec).
+    pub signals: Signals,
     pub trim: bool,
     #[serde(serialize_with = "shortest_f32")]
     pub trim_threshold: f32,
@@ -80,6 +82,7 @@ impl Default for AskSettings {
             fusion: r.fusion,
             fusion_alpha: r.convex_alpha,
             rrf_k: r.rrf_k,
+            signals: r.signals,
             trim: false,
             trim_threshold: ASK_PROFILE.threshold,
             trim_window: ASK_PROFILE.window,
@@ -117,6 +120,7 @@ impl AskSettings {
             fusion: self.fusion,
             convex_alpha: self.fusion_alpha,
             trim: self.trim.then(|| self.trim_options()),
+            signals: self.signals,
         }
     }
 

@@ -360,3 +360,32 @@ fn redacted_text_hides_secrets_and_parses_back() {
     let back = Settings::from_toml(&text, "shown".as_ref()).unwrap();
     assert_eq!(back.ask, s.ask);
 }
+
+#[test]
+fn signals_from_file_env_and_flags_name_the_bad_one() {
+    let d = Settings::resolve(None, &no_env, |_| ()).unwrap();
+    assert_eq!(d.ask.retrieve_options().signals, Signals::default());
+    let file = "[ask]\nsignals = \"off\"\n";
+    let s = with_file(file, &no_env, |_| ()).unwrap();
+    assert_eq!(s.ask.signals, Signals::OFF);
+    // The environment beats the file; its spec sets weights over the defaults.
+    let env = env_of(&[("RETRIEVAL_SIGNALS", "field=0.5")]);
+    let s = with_file(file, &env, |_| ()).unwrap();
+    assert_eq!(s.ask.signals.field, 0.5);
+    assert_eq!(s.ask.signals.phrase, Signals::default().phrase);
+    // Flags beat both.
+    let s = with_file(file, &env, |s| s.ask.signals = Signals::OFF).unwrap();
+    assert_eq!(s.ask.signals, Signals::OFF);
+    let err = with_file("[ask]\nsignals = \"loud=1\"\n", &no_env, |_| ())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("ask.signals"), "{err}");
+    let bad_env = env_of(&[("RETRIEVAL_SIGNALS", "field=x")]);
+    let err = Settings::resolve(None, &bad_env, |_| ()).unwrap_err();
+    assert!(err.to_string().contains("RETRIEVAL_SIGNALS"), "{err}");
+    // Written back as its spec, it parses to the same settings.
+    let text = d.to_toml_redacted();
+    assert!(text.contains("signals = \"field=0,"), "{text}");
+    let back = Settings::from_toml(&text, "shown".as_ref()).unwrap();
+    assert_eq!(back.ask.signals, d.ask.signals);
+}

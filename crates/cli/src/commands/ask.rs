@@ -6,9 +6,11 @@
 //! `{query, mode, top_k, trim, tokens_before, tokens_in_context, exact_tokens_before,
 //!   exact_tokens_in_context, timings, results: [{rank, chunk_id, node_id, path, collection,
 //!   line_start, line_end, chunk_index, title, heading_path, content, score, bm25, vector,
-//!   sentences_total, sentences_kept}], no_good_match, best_cosine, relevance_floor,
-//!   trim_dropped, answer?}`. `line_start`/`line_end` are 1-based lines of the file at `path`
-//!   (see `bib_ingest::lines`); `no_good_match` is `bib_retrieve::relevance`'s verdict.
+//!   sentences_total, sentences_kept, explain}], signals, no_good_match, best_cosine,
+//!   relevance_floor, trim_dropped, answer?}`. `explain` lists every part of `score`
+//!   (`bib_retrieve::signals::Explain`), which `--explain` prints as text; `signals` is the
+//!   weights that ran. `line_start`/`line_end` are 1-based lines of the file at `path` (see
+//!   `bib_ingest::lines`); `no_good_match` is `bib_retrieve::relevance`'s verdict.
 
 use std::io::{IsTerminal, Write};
 use std::path::Path;
@@ -20,8 +22,8 @@ use bib_embed::Embedder;
 use bib_retrieve::retrieve::RetrievalResult;
 use bib_retrieve::synth::{self, SynthConfig};
 use bib_retrieve::{
-    log_entry, EmbeddingCache, Fusion, Mode, RetrieveOptions, Retriever, StoreIndex, StoreVectors,
-    TrimScorer,
+    log_entry, EmbeddingCache, Fusion, Mode, RetrieveOptions, Retriever, Signals, StoreIndex,
+    StoreVectors, TrimScorer,
 };
 use bib_store::Store;
 use serde_json::json;
@@ -93,6 +95,14 @@ pub struct Args {
     /// Keyword (BM25) weight of convex fusion, from 0 to 1
     #[arg(long)]
     pub fusion_alpha: Option<f64>,
+    /// Ranking signals over the fused list: `off`, `default`, or weights over the defaults
+    /// such as `field=0.2,phrase=0.3,sentence=0,doc=0`
+    #[arg(long, value_name = "SPEC")]
+    pub signals: Option<Signals>,
+    /// Show, per result, every part of its score: BM25 (raw and scaled), cosine, the fusion
+    /// weight, each ranking signal's value, weight and what matched, and the final score
+    #[arg(long)]
+    pub explain: bool,
     #[command(flatten)]
     pub settings: SettingsArgs,
     /// Print one JSON object instead of text
@@ -141,6 +151,9 @@ fn apply_flags(a: &Args, s: &mut Settings) {
     }
     if a.fallback_bm25 {
         ask.fallback = ModelFallback::Bm25;
+    }
+    if let Some(sig) = a.signals {
+        ask.signals = sig;
     }
 }
 
@@ -350,7 +363,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     }
 
     let mut out = std::io::stdout().lock();
-    print_human(&mut out, &result, &options, synth_cfg.is_none())?;
+    print_human(&mut out, &result, &options, synth_cfg.is_none(), a.explain)?;
     if let Some(cfg) = &synth_cfg {
         writeln!(out, "\n── answer ({}) ──", cfg.model)?;
         out.flush()?;
@@ -383,6 +396,7 @@ fn result_json(r: &RetrievalResult, s: &Settings, o: &RetrieveOptions) -> serde_
                 "vector": c.vector,
                 "sentences_total": c.trim.as_ref().map(|t| t.sentences_total),
                 "sentences_kept": c.trim.as_ref().map(|t| t.sentences_kept.len()),
+                "explain": c.explain,
             })
         })
         .collect();
@@ -397,6 +411,7 @@ fn result_json(r: &RetrievalResult, s: &Settings, o: &RetrieveOptions) -> serde_
         "top_k": o.top_k,
         "filters": s.ask.filters,
         "trim": o.trim,
+        "signals": o.signals,
         "tokens_before": r.tokens_before,
         "tokens_in_context": r.tokens_in_context,
         "exact_tokens_before": r.exact_tokens_before,
@@ -410,11 +425,63 @@ fn result_json(r: &RetrievalResult, s: &Settings, o: &RetrieveOptions) -> serde_
     })
 }
 
+/// The `--explain` lines of one result: the lists, the fusion, each signal, the final score.
+fn explain_lines(e: &bib_retrieve::signals::Explain) -> Vec<String> {
+    let opt = |v: Option<f64>, digits: usize| {
+        v.map_or_else(|| "–".to_string(), |x| format!("{x:.digits$}"))
+    };
+    let mut lines = vec![format!(
+        "bm25 {} (scaled {}) · cosine {} (scaled {}) · {}{} → fused {:.4}",
+        opt(e.bm25, 2),
+        opt(e.bm25_norm, 3),
+        opt(e.cosine, 3),
+        opt(e.cosine_norm, 3),
+        e.fusion,
+        e.alpha.map_or_else(String::new, |a| format!(" α {a:.2}")),
+        e.fused
+    )];
+    for (name, part) in [
+        ("field", &e.field),
+        ("phrase", &e.phrase),
+        ("sentence", &e.sentence),
+        ("sent-bm25", &e.sentence_lex),
+        ("doc", &e.doc),
+    ] {
+        let Some(p) = part else { continue };
+        let mut l = format!(
+            "+ {name:<9} {:.3} × {:.2} = {:.4}",
+            p.value, p.weight, p.contribution
+        );
+        if let Some(raw) = p.raw {
+            l.push_str(&format!(" (raw {raw:.3})"));
+        }
+        if !p.matched.is_empty() {
+            let shown: Vec<String> = p
+                .matched
+                .iter()
+                .map(|m| {
+                    let cut: String = m.chars().take(80).collect();
+                    if cut.len() < m.len() {
+                        format!("{cut}…")
+                    } else {
+                        cut
+                    }
+                })
+                .collect();
+            l.push_str(&format!(" [{}]", shown.join(" | ")));
+        }
+        lines.push(l);
+    }
+    lines.push(format!("= final {:.4}", e.final_score));
+    lines
+}
+
 fn print_human(
     out: &mut dyn Write,
     r: &RetrievalResult,
     o: &RetrieveOptions,
     full: bool,
+    explain: bool,
 ) -> anyhow::Result<()> {
     let color = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     let (b, d, z) = if color {
@@ -455,6 +522,11 @@ fn print_human(
             i + 1,
             synth::source_label(c)
         )?;
+        if explain {
+            for l in explain_lines(&c.explain) {
+                writeln!(out, "    {d}{l}{z}")?;
+            }
+        }
         if full {
             writeln!(out, "{}\n", c.chunk.content.trim_end())?;
         }

@@ -65,7 +65,7 @@ pub struct Args {
     #[arg(long, value_enum)]
     pub mode: Option<Mode>,
     /// Variants to compare (comma-separated, or `all`): baseline, trim, trim-hybrid, bm25,
-    /// vector, hybrid, small-to-big.
+    /// vector, hybrid, plain (hybrid without the ranking signals), small-to-big.
     #[arg(long, default_value = "all")]
     pub variants: String,
     /// Sentence hits per question for small-to-big [default: 2 × top-k]
@@ -86,6 +86,10 @@ pub struct Args {
     /// How the sweep ranks sentences: by similarity, or keyword rank fused with similarity
     #[arg(long, value_enum, default_value_t = TrimScorer::Cosine)]
     pub sweep_scorer: TrimScorer,
+    /// Ranking signals of every variant but `plain`: `off`, `default`, or weights such as
+    /// `field=0.2,phrase=0.3` (as `bib ask --signals`)
+    #[arg(long, value_name = "SPEC")]
+    pub signals: Option<bib_retrieve::Signals>,
     /// Also ask the configured chat endpoint for an answer per variant
     #[arg(long)]
     pub synthesize: bool,
@@ -140,6 +144,7 @@ fn eval_args(a: &Args, settings: &Settings) -> anyhow::Result<EvalArgs> {
         },
         sweep,
         sweep_scorer: a.sweep_scorer,
+        signals: a.signals.unwrap_or(ask.signals),
     })
 }
 

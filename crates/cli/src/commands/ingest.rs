@@ -64,6 +64,11 @@ pub struct Args {
     /// `*.tmp.md`); repeatable. `.gitignore` and `.bibignore` files always apply
     #[arg(long, value_name = "GLOB")]
     pub exclude: Vec<String>,
+    /// Term function of the lexical index: `default`, `v1` (before issue 15: prefix stems, no
+    /// folding, no stop words), `v2`, or a list such as `stem=snowball,fold=1,stop=1`. A
+    /// knowledge base built with another one is reindexed first (no re-embedding).
+    #[arg(long, value_name = "SPEC", default_value = "default")]
+    pub terms: String,
 }
 
 /// This run's flags over the `[ingest]` settings.
@@ -189,6 +194,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let opts = IngestOptions {
         collection: args.collection.clone(),
         allow_prune: args.allow_prune,
+        terms: args.terms.parse()?,
         ..settings.ingest.options()
     };
     let bars = Bars::for_stderr(args.json);

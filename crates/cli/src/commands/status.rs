@@ -1,6 +1,7 @@
 //! `bib status [--json]` — where the knowledge base is, its collections with document and
-//! chunk counts, the embedding model, and the last ingest run with its result. The report is
-//! `bib_store::read::status`, the same one MCP `bib_status` returns.
+//! chunk counts, the embedding model, the term function of its lexical index, and the last
+//! ingest run with its result. The report is `bib_store::read::status`, the same one MCP
+//! `bib_status` returns.
 
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
@@ -10,7 +11,7 @@ Examples:
 pub struct Args {
     #[command(flatten)]
     pub settings: crate::settings::SettingsArgs,
-    /// Print `{store, backend, model, collections: [{name, documents, chunks}], last_run}`.
+    /// Print `{store, backend, model, terms, collections: [{name, documents, chunks}], last_run}`.
     #[arg(long)]
     pub json: bool,
 }
@@ -27,6 +28,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         "model: {}",
         st.model.as_deref().unwrap_or("none (no chunks yet)")
     );
+    let default_terms = bib_store::TermConfig::default();
+    match store.term_config() {
+        Ok(t) if t == default_terms => println!("terms: {t}"),
+        Ok(t) => println!(
+            "terms: {t} (this bib indexes with {default_terms}; `bib ingest` reindexes, no re-embedding)"
+        ),
+        Err(e) => println!("terms: {e}"),
+    }
     if st.collections.is_empty() {
         println!("collections: none");
     }

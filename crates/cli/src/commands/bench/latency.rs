@@ -7,6 +7,10 @@
 //! were embedded by an earlier ask in the same process) and, on the store, *ingested* (the
 //! sentence vectors `bib ingest` writes, read through a fresh cache per question: what a new
 //! `bib ask` process sees).
+//!
+//! Every ask runs with the ranking signals (`--signals`, default: the product's). When they use
+//! sentence vectors, the rows that stand for a real `bib ask` read them from the store as
+//! ingest wrote them (trim *off* included); *cold* still means none stored anywhere.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -15,7 +19,7 @@ use anyhow::Context;
 use bib_retrieve::trim::{TrimOptions, ASK_PROFILE};
 use bib_retrieve::{
     ChunkIndex, ChunkRecord, EmbeddingCache, Filter, MemoryIndex, RetrieveOptions, Retriever,
-    StoreIndex, StoreVectors, VectorBacking,
+    Signals, StoreIndex, StoreVectors, VectorBacking,
 };
 use bib_store::{SqliteStore, Store};
 use serde_json::{json, Value};
@@ -35,6 +39,9 @@ pub struct Args {
     /// Questions timed (from the SciFact test queries).
     #[arg(long, default_value_t = 300)]
     queries: usize,
+    /// Ranking signals of every ask (`off`, `default`, or weights as `bib ask --signals`).
+    #[arg(long, value_name = "SPEC", default_value = "default")]
+    signals: String,
     /// Write the report as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -52,12 +59,13 @@ fn time_asks(
     index: &dyn ChunkIndex,
     e: &dyn bib_embed::Embedder,
     queries: &[SciQuery],
-    trim: Option<TrimOptions>,
+    (trim, signals): (Option<TrimOptions>, Signals),
     shared: Option<&EmbeddingCache>,
     backing: Option<Arc<dyn VectorBacking>>,
 ) -> anyhow::Result<Vec<f64>> {
     let opts = RetrieveOptions {
         trim,
+        signals,
         ..RetrieveOptions::default()
     };
     let mut out = Vec::with_capacity(queries.len());
@@ -119,17 +127,44 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             store.apply_document(&d.change(e.model_id(), v.clone()))?;
         }
     }
+    // A store built by an earlier build keeps its term function; ask what `bib ingest` would.
+    store.set_term_config(&bib_store::TermConfig::default())?;
     let six = StoreIndex::new(store.as_ref());
     let persisted: Arc<dyn VectorBacking> = Arc::new(StoreVectors(store.clone()));
+    let signals: Signals = a.signals.parse()?;
     let trim = Some(ASK_PROFILE);
+    // What `bib ingest` leaves behind: every sentence of every chunk in the store's vector
+    // cache (the same function ingest calls).
+    let texts: Vec<String> = store
+        .get_chunks(&store.chunk_ids()?)?
+        .iter()
+        .map(|c| c.text())
+        .collect();
+    let t = std::time::Instant::now();
+    let sv = bib_ingest::embed_sentence_vectors(
+        store.as_ref(),
+        e,
+        &texts,
+        &bib_ingest::IngestOptions::default(),
+    );
+    eprintln!(
+        "latency: sentence vectors as ingest writes them: {} embedded, {} already there ({:.1} s)",
+        sv.embedded,
+        sv.reused,
+        t.elapsed().as_secs_f64()
+    );
+    // The signals' sentence vectors come from the store, as in `bib ask`.
+    let asked = (signals.sentence > 0.0).then(|| persisted.clone());
     // Warm-up (page cache, allocator, model weights).
-    time_asks(&mem, e, &queries[..queries.len().min(10)], None, None, None)?;
+    let warm_up = &queries[..queries.len().min(10)];
+    time_asks(&mem, e, warm_up, (None, signals), None, asked.clone())?;
 
     println!(
-        "ask latency at SciFact scale ({} chunks, {} questions, top-5 hybrid, {} model)",
+        "ask latency at SciFact scale ({} chunks, {} questions, top-5 hybrid, {} model, signals {})",
         docs.len(),
         queries.len(),
-        e.model_id()
+        e.model_id(),
+        signals.spec()
     );
     println!(
         "{:<10} {:<16} {:>9} {:>9} {:>9}",
@@ -142,42 +177,23 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     ] {
         let warm = EmbeddingCache::default();
         // Prime the warm cache with one pass.
-        time_asks(index, e, &queries, trim, Some(&warm), None)?;
+        time_asks(index, e, &queries, (trim, signals), Some(&warm), None)?;
         let mut variants: Vec<Variant<'_>> = vec![
-            ("off", None, None, None),
+            ("off", None, None, asked.clone()),
             ("on (cold)", trim, None, None),
             ("on (warm)", trim, Some(&warm), None),
         ];
         if iname == "sqlite" {
-            // What `bib ingest` leaves behind: every sentence of every chunk in the store's
-            // vector cache (the same function ingest calls), then a fresh per-process cache
-            // per question over it — no ask ever embeds a sentence.
-            let texts: Vec<String> = store
-                .get_chunks(&store.chunk_ids()?)?
-                .iter()
-                .map(|c| c.text())
-                .collect();
-            let t = std::time::Instant::now();
-            let sv = bib_ingest::embed_sentence_vectors(
-                store.as_ref(),
-                e,
-                &texts,
-                &bib_ingest::IngestOptions::default(),
-            );
-            eprintln!(
-                "latency: sentence vectors as ingest writes them: {} embedded, {} already there ({:.1} s)",
-                sv.embedded,
-                sv.reused,
-                t.elapsed().as_secs_f64()
-            );
+            // A fresh per-process cache per question over the stored sentence vectors: what a
+            // new `bib ask` process sees; no ask ever embeds a sentence.
             variants.push(("on (ingested)", trim, None, Some(persisted.clone())));
         }
         for (tname, t, cache, backing) in variants {
             // A short untimed pass first, so no variant pays for the previous one's cache
             // state (page cache, allocator, statement cache).
             let warmup = &queries[..queries.len().min(20)];
-            time_asks(index, e, warmup, t, cache, backing.clone())?;
-            let mut ms = time_asks(index, e, &queries, t, cache, backing)?;
+            time_asks(index, e, warmup, (t, signals), cache, backing.clone())?;
+            let mut ms = time_asks(index, e, &queries, (t, signals), cache, backing)?;
             let mean = ms.iter().sum::<f64>() / ms.len().max(1) as f64;
             let p50 = percentile(&mut ms, 50.0);
             let p99 = percentile(&mut ms, 99.0);
@@ -188,7 +204,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     if let Some(p) = &a.json {
         std::fs::write(
             p,
-            serde_json::to_string_pretty(&json!({"bench": "latency", "rows": rows}))?,
+            serde_json::to_string_pretty(
+                &json!({"bench": "latency", "signals": signals.spec(), "rows": rows}),
+            )?,
         )?;
     }
     Ok(())

@@ -121,7 +121,13 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             })
             .collect();
         if !stores.contains_key(wiki) {
-            let s = open_ingested(&a.cache_dir, &data.join(wiki), wiki, embedder.as_ref())?;
+            let s = open_ingested(
+                &a.cache_dir,
+                &data.join(wiki),
+                wiki,
+                embedder.as_ref(),
+                &bib_store::TermConfig::default(),
+            )?;
             stores.insert(wiki, s);
         }
         let index = StoreIndex::new(&stores[wiki]);

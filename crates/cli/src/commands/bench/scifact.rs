@@ -12,7 +12,12 @@ use std::time::Instant;
 use anyhow::Context;
 use bib_embed::EmbedKind;
 use bib_retrieve::retrieve::{rank, ScoredHit};
-use bib_retrieve::{ChunkIndex, ChunkRecord, Filter, MemoryIndex, Mode};
+use bib_retrieve::trim::Prepared;
+use bib_retrieve::{
+    ChunkIndex, ChunkRecord, EmbeddingCache, Filter, MemoryIndex, Mode, RetrieveOptions, Retriever,
+    Signals,
+};
+use bib_store::TermConfig;
 use serde_json::{json, Value};
 
 use super::ask_common::{
@@ -48,6 +53,14 @@ pub struct Args {
     /// Skip the sentence-level vector rows (they embed every abstract sentence once).
     #[arg(long)]
     no_sentences: bool,
+    /// Term function of the BM25 index (`v1`, `v2`, `default` or a `key=value` list).
+    #[arg(long, value_name = "SPEC", default_value = "default")]
+    terms: String,
+    /// Rows through the product's ranking (`Retriever::search`, convex fusion over top-100
+    /// lists plus the ranking signals), one per setting: `off`, `default`, or weights such as
+    /// `field=0.2,sentence=0.1` (repeatable).
+    #[arg(long = "signals", value_name = "SPEC", default_values = ["off", "default"])]
+    signals: Vec<String>,
     /// Write the report as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -79,7 +92,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let vecs = embed_corpus_cached(embedder.as_ref(), &texts, &a.cache_dir, "scifact")?;
 
     let doc_vecs = vecs.clone();
-    let mut ix = MemoryIndex::new();
+    let terms: TermConfig = a.terms.parse()?;
+    eprintln!("scifact: terms {}", terms.id());
+    let mut ix = MemoryIndex::with_terms(terms);
     for (i, (d, v)) in docs.iter().zip(vecs).enumerate() {
         ix.add(
             ChunkRecord {
@@ -145,6 +160,19 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             names.push(format!("hybrid sent (k=60, bm25 ×{w})"));
         }
     }
+    let signals: Vec<Signals> = a
+        .signals
+        .iter()
+        .map(|sp| sp.parse::<Signals>())
+        .collect::<Result<_, _>>()?;
+    for sg in &signals {
+        names.push(format!("ask ({})", short_spec(sg)));
+    }
+    let cache = EmbeddingCache::with_capacity(1_000_000);
+    if signals.iter().any(|sg| sg.sentence > 0.0) {
+        prefill_sentences(embedder.as_ref(), &texts, &a.cache_dir, &cache)?;
+    }
+    let retriever = Retriever::new(&ix, Some(embedder.as_ref()), &cache);
     // The row compared with the best single list: bib ask's default fusion when it is among
     // the rows, else RRF k = 60.
     let default_alpha = bib_retrieve::retrieve::DEFAULT_CONVEX_ALPHA;
@@ -159,12 +187,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let to_scored = |f: Vec<bib_retrieve::FusedHit>| -> Vec<ScoredHit> {
         f.into_iter()
             .take(100)
-            .map(|f| ScoredHit {
-                id: f.id,
-                score: f.score,
-                bm25: f.lists[0],
-                vector: f.lists[1],
-            })
+            .map(|f| ScoredHit::new(f.id, f.score, f.lists[0], f.lists[1], "rrf"))
             .collect()
     };
     for (q, qv) in queries.iter().zip(&qvecs) {
@@ -231,6 +254,14 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                     60.0,
                 )));
             }
+        }
+        for sg in &signals {
+            let opts = RetrieveOptions {
+                top_k: 100,
+                signals: *sg,
+                ..RetrieveOptions::default()
+            };
+            lists.push(retriever.search(&q.text, &opts, &Filter::default(), Some(qv))?);
         }
         let mut nd = Vec::new();
         for (slot, l) in acc.iter_mut().zip(&lists) {
@@ -326,5 +357,49 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         std::fs::write(p, serde_json::to_string_pretty(&report)?)
             .with_context(|| format!("writing {}", p.display()))?;
     }
+    Ok(())
+}
+
+/// A signals setting as a short row label: the weights that are on, or `off`.
+fn short_spec(s: &Signals) -> String {
+    let on: Vec<String> = [
+        ("field", s.field),
+        ("phrase", s.phrase),
+        ("sentence", s.sentence),
+        ("sentence_lex", s.sentence_lex),
+        ("doc", s.doc),
+    ]
+    .iter()
+    .filter(|(_, w)| *w > 0.0)
+    .map(|(n, w)| format!("{n} {w}"))
+    .collect();
+    if on.is_empty() {
+        "signals off".into()
+    } else {
+        on.join(", ")
+    }
+}
+
+/// Put the vector of every abstract sentence, split as the ranking signals split a chunk
+/// (`Prepared::new`), into `cache` (embedded once, then read from `cache_dir`).
+fn prefill_sentences(
+    e: &dyn bib_embed::Embedder,
+    texts: &[String],
+    cache_dir: &std::path::Path,
+    cache: &EmbeddingCache,
+) -> anyhow::Result<()> {
+    let mut all: Vec<String> = Vec::new();
+    for t in texts {
+        let p = Prepared::new(t);
+        all.extend((0..p.sentences.len()).map(|i| p.sentence(i).to_string()));
+    }
+    all.sort();
+    all.dedup();
+    let vecs = embed_corpus_cached(e, &all, cache_dir, "scifact-chunk-sentences")?;
+    cache.insert(
+        e.model_id(),
+        EmbedKind::Passage,
+        all.into_iter().zip(vecs).collect(),
+    );
     Ok(())
 }

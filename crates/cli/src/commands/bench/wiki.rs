@@ -14,6 +14,11 @@
 //! profile (each k is its own trimmed retrieval, as `bib ask --top-k k --trim` would do it),
 //! and, unless `--no-settings`, the older per-setting table at `--top-k` (modes, fusions, trim
 //! settings: file hit, quotes found, tokens).
+//!
+//! `--signals SPEC` (repeatable) runs the top-k table once per ranking-signal setting over the
+//! same stores; `--terms SPEC` picks the term function the stores are indexed with (a store
+//! built with another one is reindexed in place — postings only, nothing re-embedded). Trimming
+//! reads the sentence vectors ingest stored, as `bib ask` does.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -22,9 +27,10 @@ use anyhow::Context;
 use bib_eval::{load_golden, GoldenItem, Haystack};
 use bib_retrieve::trim::{TrimOptions, ASK_PROFILE, USE_M3_THRESHOLD};
 use bib_retrieve::{
-    EmbeddingCache, Filter, Fusion, Mode, RetrieveOptions, Retriever, ScoredChunk, StoreIndex,
+    EmbeddingCache, Filter, Fusion, Mode, RetrieveOptions, Retriever, ScoredChunk, Signals,
+    StoreIndex, StoreVectors,
 };
-use bib_store::SqliteStore;
+use bib_store::{SqliteStore, TermConfig};
 use serde_json::json;
 
 use super::ask_common::data_dir;
@@ -95,6 +101,17 @@ pub struct Args {
         default_value = "0.28:1:5:1,0.21:0:5:0,0.21:1:5:0"
     )]
     trims: Vec<String>,
+    /// Ranking signals of the top-k table (repeatable: one table per setting): `off`,
+    /// `default`, or weights such as `field=0.2,phrase=0.3`.
+    #[arg(long = "signals", value_name = "SPEC", default_value = "default")]
+    signals: Vec<String>,
+    /// Term function the wiki stores are indexed with (`v1`, `v2`, `default` or a `key=value`
+    /// list); a store built with another one is reindexed (postings only).
+    #[arg(long, value_name = "SPEC", default_value = "default")]
+    terms: String,
+    /// Skip the "after trimming" columns (faster).
+    #[arg(long)]
+    no_trimmed: bool,
     /// Write the report as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -178,7 +195,6 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let mut ks = a.ks.clone();
     ks.sort_unstable();
     ks.dedup();
-    let k_max = *ks.last().unwrap_or(&10);
     let wanted: Vec<&str> = if a.sets.is_empty() {
         SETS.iter().map(|s| s.0).collect()
     } else {
@@ -220,9 +236,16 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     } else {
         a.thresholds.clone()
     };
+    let terms: TermConfig = a.terms.parse()?;
+    let signals: Vec<(String, Signals)> = a
+        .signals
+        .iter()
+        .map(|sp| Ok((sp.clone(), sp.parse::<Signals>()?)))
+        .collect::<anyhow::Result<_>>()?;
+    println!("terms {}", terms.id());
     let mut settings_rows = Vec::new();
     let mut topk_rows = Vec::new();
-    let mut stores: BTreeMap<&str, SqliteStore> = BTreeMap::new();
+    let mut stores: BTreeMap<&str, std::sync::Arc<SqliteStore>> = BTreeMap::new();
     for &(name, file, wiki, in_repo) in SETS.iter().filter(|s| wanted.contains(&s.0)) {
         let path = if in_repo {
             a.dev_dir.join(file)
@@ -231,88 +254,36 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         };
         let qs = load_golden(&path)?;
         if !stores.contains_key(wiki) {
-            let store = open_ingested(&a.cache_dir, &data.join(wiki), wiki, embedder.as_ref())?;
-            stores.insert(wiki, store);
-        }
-        let store = &stores[wiki];
-        let index = StoreIndex::new(store);
-        let cache = EmbeddingCache::default();
-        let retriever = Retriever::new(&index, Some(embedder.as_ref()), &cache);
-
-        // The top-k table: one untrimmed retrieval at the largest k (the candidate lists do
-        // not depend on k, so its prefixes are the smaller cut-offs), and one trimmed
-        // retrieval per k (trimming's lexical pool does depend on the chunks retrieved).
-        let base = RetrieveOptions {
-            mode,
-            fusion,
-            convex_alpha: alpha,
-            ..RetrieveOptions::default()
-        };
-        let mut hits = Vec::with_capacity(qs.len());
-        for q in &qs {
-            let r = retriever.retrieve(
-                &q.question,
-                &RetrieveOptions {
-                    top_k: k_max,
-                    ..base.clone()
-                },
-                &Filter::default(),
+            let store = open_ingested(
+                &a.cache_dir,
+                &data.join(wiki),
+                wiki,
+                embedder.as_ref(),
+                &terms,
             )?;
-            let texts = contents(&r.chunks);
-            let mut h = QuestionHits {
-                plain: ks
-                    .iter()
-                    .map(|&k| answered(&texts, &q.evidence, k))
-                    .collect(),
-                file_rank: r
-                    .chunks
-                    .iter()
-                    .position(|c| q.files.contains(&c.chunk.path))
-                    .map(|i| i + 1),
-                ..QuestionHits::default()
+            stores.insert(wiki, std::sync::Arc::new(store));
+        }
+        let store = stores[wiki].clone();
+        let index = StoreIndex::new(store.as_ref());
+        // Sentence vectors come from the store, where ingest put them (as in `bib ask`).
+        let cache = EmbeddingCache::default().with_backing(std::sync::Arc::new(StoreVectors(
+            store.clone() as std::sync::Arc<dyn bib_store::Store>,
+        )));
+        let retriever = Retriever::new(&index, Some(embedder.as_ref()), &cache);
+        for (spec, sig) in &signals {
+            let base = RetrieveOptions {
+                mode,
+                fusion,
+                convex_alpha: alpha,
+                signals: *sig,
+                ..RetrieveOptions::default()
             };
-            for &k in &ks {
-                let t = retriever.retrieve(
-                    &q.question,
-                    &RetrieveOptions {
-                        top_k: k,
-                        trim: Some(trim),
-                        ..base.clone()
-                    },
-                    &Filter::default(),
-                )?;
-                h.trimmed
-                    .push(answered(&contents(&t.chunks), &q.evidence, k));
-            }
-            hits.push(h);
+            let trimmed = (!a.no_trimmed).then_some(trim);
+            let hits = question_hits(&retriever, &qs, &base, &ks, trimmed)?;
+            println!("\nsignals {}", sig.spec());
+            print_topk(name, wiki, &qs, &hits, &ks);
+            topk_rows.extend(topk_json(name, wiki, spec, &qs, &hits, &ks));
         }
-        print_topk(name, wiki, &qs, &hits, &ks);
-        for style in std::iter::once("all".to_string()).chain(styles_in(&qs)) {
-            let sel: Vec<usize> = (0..qs.len())
-                .filter(|&i| style == "all" || style_of(&qs[i]) == style)
-                .collect();
-            let count =
-                |f: &dyn Fn(&QuestionHits) -> bool| sel.iter().filter(|&&i| f(&hits[i])).count();
-            let per_k: Vec<_> = ks
-                .iter()
-                .enumerate()
-                .map(|(j, &k)| {
-                    json!({"k": k,
-                        "answered": count(&|h| h.plain[j]),
-                        "answered_trimmed": count(&|h| h.trimmed[j]),
-                        "file_hit": count(&|h| h.file_rank.is_some_and(|r| r <= k)),
-                        "missed": sel.iter().filter(|&&i| !hits[i].plain[j])
-                            .map(|&i| qs[i].id.clone().unwrap_or_else(|| format!("#{}", i + 1)))
-                            .collect::<Vec<_>>(),
-                        "missed_trimmed": sel.iter().filter(|&&i| !hits[i].trimmed[j])
-                            .map(|&i| qs[i].id.clone().unwrap_or_else(|| format!("#{}", i + 1)))
-                            .collect::<Vec<_>>()})
-                })
-                .collect();
-            topk_rows.push(json!({"set": name, "wiki": wiki, "style": style,
-                "questions": sel.len(), "at": per_k}));
-        }
-
         if !a.no_settings {
             settings_rows.extend(settings_table(
                 &retriever,
@@ -330,7 +301,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         std::fs::write(
             p,
             serde_json::to_string_pretty(&json!({
-                "bench": "wiki", "command": cmd, "model": a.model,
+                "bench": "wiki", "command": cmd, "model": a.model, "terms": terms.id(),
                 "mode": mode.as_str(), "fusion": fusion.as_str(), "fusion_alpha": alpha,
                 "trim": {"threshold": trim.threshold, "lexical_top": trim.lexical_top,
                          "window": trim.window, "min_sentences": trim.min_sentences},
@@ -341,6 +312,100 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Answered-at-k of every question: one untrimmed retrieval at the largest k (the candidate
+/// lists do not depend on k, so its prefixes are the smaller cut-offs), and, with `trim`, one
+/// trimmed retrieval per k (trimming's lexical pool depends on the chunks retrieved).
+fn question_hits(
+    retriever: &Retriever<'_>,
+    qs: &[GoldenItem],
+    base: &RetrieveOptions,
+    ks: &[usize],
+    trim: Option<TrimOptions>,
+) -> anyhow::Result<Vec<QuestionHits>> {
+    let k_max = *ks.last().unwrap_or(&10);
+    let mut hits = Vec::with_capacity(qs.len());
+    for q in qs {
+        let r = retriever.retrieve(
+            &q.question,
+            &RetrieveOptions {
+                top_k: k_max,
+                ..base.clone()
+            },
+            &Filter::default(),
+        )?;
+        let texts = contents(&r.chunks);
+        let mut h = QuestionHits {
+            plain: ks
+                .iter()
+                .map(|&k| answered(&texts, &q.evidence, k))
+                .collect(),
+            file_rank: r
+                .chunks
+                .iter()
+                .position(|c| q.files.contains(&c.chunk.path))
+                .map(|i| i + 1),
+            ..QuestionHits::default()
+        };
+        for &k in ks {
+            let Some(t) = trim else { break };
+            let t = retriever.retrieve(
+                &q.question,
+                &RetrieveOptions {
+                    top_k: k,
+                    trim: Some(t),
+                    ..base.clone()
+                },
+                &Filter::default(),
+            )?;
+            h.trimmed
+                .push(answered(&contents(&t.chunks), &q.evidence, k));
+        }
+        hits.push(h);
+    }
+    Ok(hits)
+}
+
+/// The JSON rows of one top-k table: per style and k, the answered counts and the ids missed.
+fn topk_json(
+    name: &str,
+    wiki: &str,
+    signals: &str,
+    qs: &[GoldenItem],
+    hits: &[QuestionHits],
+    ks: &[usize],
+) -> Vec<serde_json::Value> {
+    let id = |i: usize| qs[i].id.clone().unwrap_or_else(|| format!("#{}", i + 1));
+    let mut rows = Vec::new();
+    for style in std::iter::once("all".to_string()).chain(styles_in(qs)) {
+        let sel: Vec<usize> = (0..qs.len())
+            .filter(|&i| style == "all" || style_of(&qs[i]) == style)
+            .collect();
+        let count =
+            |f: &dyn Fn(&QuestionHits) -> bool| sel.iter().filter(|&&i| f(&hits[i])).count();
+        let trimmed = |h: &QuestionHits, j: usize| h.trimmed.get(j).copied();
+        let per_k: Vec<_> = ks
+            .iter()
+            .enumerate()
+            .map(|(j, &k)| {
+                json!({"k": k,
+                    "answered": count(&|h| h.plain[j]),
+                    "answered_trimmed": (!hits.iter().all(|h| h.trimmed.is_empty()))
+                        .then(|| count(&|h| trimmed(h, j) == Some(true))),
+                    "file_hit": count(&|h| h.file_rank.is_some_and(|r| r <= k)),
+                    "missed": sel.iter().filter(|&&i| !hits[i].plain[j])
+                        .map(|&i| id(i)).collect::<Vec<_>>(),
+                    "missed_trimmed": sel.iter().filter(|&&i| trimmed(&hits[i], j) == Some(false))
+                        .map(|&i| id(i)).collect::<Vec<_>>()})
+            })
+            .collect();
+        rows.push(
+            json!({"set": name, "wiki": wiki, "signals": signals, "style": style,
+            "questions": sel.len(), "at": per_k}),
+        );
+    }
+    rows
+}
+
 /// Open (and bring up to date) the cached store of one wiki for the embedder's model. The
 /// default model keeps the historical file name, so earlier caches stay valid.
 pub(super) fn open_ingested(
@@ -348,6 +413,7 @@ pub(super) fn open_ingested(
     root: &Path,
     wiki: &str,
     embedder: &dyn bib_embed::Embedder,
+    terms: &TermConfig,
 ) -> anyhow::Result<SqliteStore> {
     let model = embedder.model_id();
     let file = if model == bib_embed::DEFAULT_MODEL {
@@ -364,12 +430,15 @@ pub(super) fn open_ingested(
         root,
         &store,
         embedder,
-        &bib_ingest::IngestOptions::default(),
+        &bib_ingest::IngestOptions {
+            terms: *terms,
+            ..bib_ingest::IngestOptions::default()
+        },
         &bib_ingest::NoProgress,
     )?;
     eprintln!(
-        "{wiki} ({model}): ingest {} in {} ms",
-        run.status, run.duration_ms
+        "{wiki} ({model}): ingest {} in {} ms ({} chunks reindexed for the term function)",
+        run.status, run.duration_ms, run.reindexed
     );
     Ok(store)
 }
@@ -379,15 +448,17 @@ fn print_topk(name: &str, wiki: &str, qs: &[GoldenItem], hits: &[QuestionHits], 
         "\n{name} over {wiki}: {} questions — answered at k (every quote in the top-k context)",
         qs.len()
     );
-    let head: Vec<String> = ks.iter().map(|k| format!("@{k}")).collect();
-    println!(
-        "{:<12} {:>4}   untrimmed: {:<w$}   trimmed: {}",
-        "style",
-        "n",
-        head.iter().map(|h| format!("{h:>9}")).collect::<String>(),
-        head.iter().map(|h| format!("{h:>9}")).collect::<String>(),
-        w = 9 * ks.len()
-    );
+    let head: String = ks
+        .iter()
+        .map(|k| format!("{:>9}", format!("@{k}")))
+        .collect();
+    let with_trim = hits.iter().any(|h| !h.trimmed.is_empty());
+    let trim_head = if with_trim {
+        format!("   trimmed: {head}")
+    } else {
+        String::new()
+    };
+    println!("{:<12} {:>4}   untrimmed: {head}{trim_head}", "style", "n");
     for style in std::iter::once("all".to_string()).chain(styles_in(qs)) {
         let sel: Vec<&QuestionHits> = qs
             .iter()
@@ -400,11 +471,15 @@ fn print_topk(name: &str, wiki: &str, qs: &[GoldenItem], hits: &[QuestionHits], 
             format!("{:>9}", format!("{n} {}", pct(n, sel.len())))
         };
         let plain: String = (0..ks.len()).map(|j| cell(&|h| h.plain[j])).collect();
-        let trimmed: String = (0..ks.len()).map(|j| cell(&|h| h.trimmed[j])).collect();
-        println!(
-            "{style:<12} {:>4}   untrimmed: {plain}   trimmed: {trimmed}",
-            sel.len()
-        );
+        let trimmed: String = if with_trim {
+            let cells: String = (0..ks.len())
+                .map(|j| cell(&|h| h.trimmed.get(j).copied().unwrap_or(false)))
+                .collect();
+            format!("   trimmed: {cells}")
+        } else {
+            String::new()
+        };
+        println!("{style:<12} {:>4}   untrimmed: {plain}{trimmed}", sel.len());
     }
 }
 

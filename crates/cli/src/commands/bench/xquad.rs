@@ -18,7 +18,7 @@ use bib_embed::EmbedKind;
 
 use bib_retrieve::trim::{apply, score_texts, Prepared, SentenceScores, TrimOptions, TrimScorer};
 use bib_retrieve::{
-    ChunkRecord, EmbeddingCache, Filter, MemoryIndex, Mode, RetrieveOptions, Retriever,
+    ChunkIndex, ChunkRecord, EmbeddingCache, Filter, MemoryIndex, Mode, RetrieveOptions, Retriever,
 };
 use bib_text::tokens::estimate_tokens;
 use serde::Deserialize;
@@ -275,7 +275,15 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 .map(|h| contents[h.id as usize].clone())
                 .collect();
             let prepared: Vec<Prepared<'_>> = cs.iter().map(|t| Prepared::new(t)).collect();
-            let scores = score_texts(embedder.as_ref(), &cache, &q.text, qv, &prepared, 60.0)?;
+            let scores = score_texts(
+                embedder.as_ref(),
+                &cache,
+                &q.text,
+                qv,
+                &prepared,
+                60.0,
+                &ix.term_config()?,
+            )?;
             drop(prepared);
             cases.push(Case {
                 answer: span.text.clone(),

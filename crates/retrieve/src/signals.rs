@@ -1,0 +1,659 @@
+//! Ranking signals on top of fusion (issue 15): the fused list's best candidates are re-scored
+//! with what a plain BM25 + cosine cannot see, each signal weighted and switchable:
+//!
+//! - **field**: how much of the question's IDF mass the chunk's title, heading path and file
+//!   name cover (a BM25F-like boost of those fields over the body: `nuspec` → `nuspec.md`);
+//! - **phrase**: exact strings — quoted phrases, identifier-like tokens (`NU1101`,
+//!   `-SkipDuplicate`, `packageSourceCredentials`, `nuget.config`) and runs of adjacent question
+//!   words (`dotnet nuget push`) found verbatim (case and accents folded, Markdown code and
+//!   emphasis marks dropped) in the chunk; the question's exact items also pull their own BM25
+//!   candidates into the pool, so a pasted error message finds its page;
+//! - **sentence**: the best single sentence's cosine to the question (sentence vectors are the
+//!   trimmer's, looked up in the content-keyed cache that ingest fills), so a chunk with one
+//!   sentence very close to the question is not beaten by one that is vaguely close everywhere;
+//! - **sentence_lex**: the best single sentence's BM25 among all the candidates' sentences
+//!   (the question's words together in one sentence, not spread over a long chunk);
+//! - **doc**: document aggregation, the best other candidate chunk of the same file.
+//!
+//! Each contributes `weight × value` (values in [0, 1]) to the fused score; [`Explain`] keeps
+//! every part so `bib ask --explain` can show why a chunk ranked where it did.
+
+use std::collections::HashMap;
+
+use bib_text::bm25::idf;
+use bib_text::terms::{fold_accents, is_stop_word};
+use serde::{Deserialize, Serialize};
+
+use crate::error::RetrieveError;
+use crate::index::ChunkRecord;
+
+/// Weights of the ranking signals (0 turns one off) and how deep they re-score. Written (in
+/// `bib.toml`, JSON reports) as its `key=value` spec ([`Signals::spec`]).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct Signals {
+    /// Title, heading path and file name coverage of the question's terms.
+    pub field: f64,
+    /// Exact strings of the question found verbatim.
+    pub phrase: f64,
+    /// Best sentence cosine (min-max over the re-scored candidates).
+    pub sentence: f64,
+    /// Best sentence BM25 among the re-scored candidates' sentences (over the best one).
+    pub sentence_lex: f64,
+    /// Best other candidate of the same document.
+    pub doc: f64,
+    /// Fused candidates re-scored (the rest keep their fused score).
+    pub depth: usize,
+    /// BM25 candidates fetched per exact item of the question (0: none).
+    pub exact_candidates: usize,
+}
+
+impl Signals {
+    /// Every signal off: the fusion alone, as before issue 15.
+    pub const OFF: Signals = Signals {
+        field: 0.0,
+        phrase: 0.0,
+        sentence: 0.0,
+        sentence_lex: 0.0,
+        doc: 0.0,
+        depth: 30,
+        exact_candidates: 0,
+    };
+
+    /// Whether any signal changes a score.
+    pub fn any(&self) -> bool {
+        self.field > 0.0
+            || self.phrase > 0.0
+            || self.sentence > 0.0
+            || self.sentence_lex > 0.0
+            || self.doc > 0.0
+    }
+
+    /// Parse `off`, `default`, or `key=value` pairs over the default (`field=0.2,doc=0`).
+    pub fn parse(spec: &str) -> Result<Signals, RetrieveError> {
+        let bad = |reason: String| RetrieveError::InvalidOption {
+            name: "signals".into(),
+            reason,
+        };
+        let s = spec.trim();
+        match s.to_ascii_lowercase().as_str() {
+            "off" | "none" => return Ok(Self::OFF),
+            "default" | "" => return Ok(Self::default()),
+            _ => {}
+        }
+        let mut out = Self::default();
+        for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (k, v) = part
+                .split_once('=')
+                .ok_or_else(|| bad(format!("`{part}` is not key=value")))?;
+            let k = k.trim().to_ascii_lowercase();
+            let v = v.trim();
+            let num = || -> Result<f64, RetrieveError> {
+                v.parse::<f64>()
+                    .ok()
+                    .filter(|x| x.is_finite() && *x >= 0.0)
+                    .ok_or_else(|| bad(format!("`{k}` must be a number ≥ 0, not `{v}`")))
+            };
+            let int = || -> Result<usize, RetrieveError> {
+                v.parse::<usize>()
+                    .map_err(|_| bad(format!("`{k}` must be a whole number ≥ 0, not `{v}`")))
+            };
+            match k.as_str() {
+                "field" => out.field = num()?,
+                "phrase" => out.phrase = num()?,
+                "sentence" => out.sentence = num()?,
+                "sentence_lex" => out.sentence_lex = num()?,
+                "doc" => out.doc = num()?,
+                "depth" => out.depth = int()?,
+                "exact_candidates" | "exact" => out.exact_candidates = int()?,
+                other => {
+                    return Err(bad(format!(
+                        "unknown signal `{other}` (field, phrase, sentence, sentence_lex, doc, \
+                         depth, exact_candidates)"
+                    )))
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The canonical `key=value` form.
+    pub fn spec(&self) -> String {
+        format!(
+            "field={},phrase={},sentence={},sentence_lex={},doc={},depth={},exact_candidates={}",
+            self.field,
+            self.phrase,
+            self.sentence,
+            self.sentence_lex,
+            self.doc,
+            self.depth,
+            self.exact_candidates
+        )
+    }
+}
+
+/// The defaults, measured on the wiki dev sets and SciFact with term function V2 (BENCHMARKS.md,
+/// "Ranking signals (issue 15)"); a signal is on only where both say it pays:
+/// - `phrase` 0.4: dev_en top-5 +4, dev_es ±0 (top-1 +3), SciFact nDCG@10 +0.015;
+/// - `sentence` 0.3: dev_en top-5 +4, dev_es +1, SciFact +0.004 (alone it costs SciFact
+///   0.008; next to `phrase` it pays);
+/// - `doc` 0.1: dev top-10 +4 over both sets; SciFact has one chunk per document, so it cannot
+///   move there;
+/// - `field` off: with the others on it costs dev_es 1–2 questions at every k and SciFact 0.003;
+/// - `sentence_lex` off: alone it costs dev_es top-5 2 questions and SciFact 0.004;
+/// - `depth` 30: SciFact is the same as at 100, the dev sets trade 2 questions at dev_en
+///   top-5 for 2 at dev_es top-10, and an ask at SciFact scale on SQLite takes 18 ms instead
+///   of 107 ms at p50 (each re-scored candidate is fetched and its sentence vectors read).
+impl Default for Signals {
+    fn default() -> Self {
+        Self {
+            field: 0.0,
+            phrase: 0.4,
+            sentence: 0.3,
+            sentence_lex: 0.0,
+            doc: 0.1,
+            depth: 30,
+            exact_candidates: 20,
+        }
+    }
+}
+
+impl TryFrom<String> for Signals {
+    type Error = RetrieveError;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        Self::parse(&s)
+    }
+}
+
+impl From<Signals> for String {
+    fn from(s: Signals) -> String {
+        s.spec()
+    }
+}
+
+impl std::str::FromStr for Signals {
+    type Err = RetrieveError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::parse(s)
+    }
+}
+
+/// One signal's part of a score.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SignalPart {
+    /// The signal's value in [0, 1] (sentence: after min-max scaling).
+    pub value: f64,
+    /// Its weight.
+    pub weight: f64,
+    /// `weight × value`, added to the score.
+    pub contribution: f64,
+    /// What matched (terms, exact strings, the sentence), for people.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub matched: Vec<String>,
+    /// The raw value before scaling (sentence: the best sentence's cosine).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub raw: Option<f64>,
+}
+
+impl SignalPart {
+    /// A part with `contribution = weight × value`.
+    pub fn new(value: f64, weight: f64, matched: Vec<String>, raw: Option<f64>) -> Self {
+        Self {
+            value,
+            weight,
+            contribution: weight * value,
+            matched,
+            raw,
+        }
+    }
+}
+
+/// Why a chunk scored what it did: every part of its final score.
+#[derive(Debug, Clone, PartialEq, Serialize, Default)]
+pub struct Explain {
+    /// How the lists were fused: `convex`, `rrf`, or the single list's name.
+    pub fusion: String,
+    /// Raw BM25 score (when the chunk was in the BM25 list).
+    pub bm25: Option<f64>,
+    /// BM25 divided by the list's best (convex fusion).
+    pub bm25_norm: Option<f64>,
+    /// Raw cosine to the question (stored vector).
+    pub cosine: Option<f64>,
+    /// Cosine min-max scaled over the candidates (convex fusion).
+    pub cosine_norm: Option<f64>,
+    /// BM25 weight α of convex fusion.
+    pub alpha: Option<f64>,
+    /// The fused score before the signals.
+    pub fused: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub field: Option<SignalPart>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub phrase: Option<SignalPart>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sentence: Option<SignalPart>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sentence_lex: Option<SignalPart>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub doc: Option<SignalPart>,
+    /// The final score (`fused` + every contribution).
+    #[serde(rename = "final")]
+    pub final_score: f64,
+}
+
+impl Explain {
+    /// The sum of every signal's contribution (`final − fused`).
+    pub fn contributions(&self) -> f64 {
+        [
+            &self.field,
+            &self.phrase,
+            &self.sentence,
+            &self.sentence_lex,
+            &self.doc,
+        ]
+        .iter()
+        .filter_map(|p| p.as_ref().map(|p| p.contribution))
+        .sum()
+    }
+}
+
+/// The exact items of a question: what must occur verbatim, with its weight.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExactItem {
+    /// Normalised as [`normalize_exact`] does.
+    pub text: String,
+    /// Quoted phrase 3, identifier 2, run of question words 1.
+    pub weight: f64,
+    /// Quoted or identifier-like (these also fetch their own BM25 candidates).
+    pub strong: bool,
+}
+
+/// Lower case, Latin accents folded, Markdown code/emphasis marks (`` ` ``, `*`) dropped,
+/// whitespace collapsed to one space: how exact strings are compared.
+pub fn normalize_exact(s: &str) -> String {
+    let lower = s.to_lowercase();
+    let folded = fold_accents(&lower);
+    let mut out = String::with_capacity(folded.len());
+    let mut space = false;
+    for c in folded.chars() {
+        if c == '`' || c == '*' {
+            continue;
+        }
+        if c.is_whitespace() {
+            space = !out.is_empty();
+            continue;
+        }
+        if space {
+            out.push(' ');
+            space = false;
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// Whether a raw question token looks like an identifier: a digit next to letters (`NU1101`),
+/// a leading dash (`-SkipDuplicate`), inner capitals (`packageSourceCredentials`), or `.`, `_`,
+/// `/`, `\`, `-` between letters (`nuget.config`, `http-cache`).
+fn identifier_like(tok: &str) -> bool {
+    let has_letter = tok.chars().any(char::is_alphabetic);
+    if !has_letter || tok.chars().count() < 3 {
+        return false;
+    }
+    let has_digit = tok.chars().any(|c| c.is_ascii_digit());
+    let dash_lead =
+        tok.starts_with('-') && tok[1..].starts_with(|c: char| c.is_alphabetic() || c == '-');
+    let chars: Vec<char> = tok.chars().collect();
+    let inner_caps = chars
+        .windows(2)
+        .any(|w| w[0].is_lowercase() && w[1].is_uppercase());
+    let joined = chars.windows(3).any(|w| {
+        w[0].is_alphanumeric()
+            && matches!(w[1], '.' | '_' | '/' | '\\' | '-')
+            && w[2].is_alphanumeric()
+    });
+    has_digit || dash_lead || inner_caps || joined
+}
+
+/// Trim the punctuation a question puts around a token (`¿`, `?`, `,`, quotes, brackets).
+fn trim_token(t: &str) -> &str {
+    t.trim_matches(|c: char| {
+        matches!(
+            c,
+            '¿' | '?'
+                | '¡'
+                | '!'
+                | ','
+                | ';'
+                | ':'
+                | '('
+                | ')'
+                | '['
+                | ']'
+                | '"'
+                | '\''
+                | '“'
+                | '”'
+                | '«'
+                | '»'
+                | '`'
+                | '.'
+        )
+    })
+}
+
+/// The exact items of `query`: quoted spans (`"…"`, `“…”`, `«…»`, `` `…` ``), identifier-like
+/// tokens, and runs of two content words of the question that are adjacent or separated only by
+/// stop words (`unable to find`, `nuget push`).
+pub fn exact_items(query: &str) -> Vec<ExactItem> {
+    let mut out: Vec<ExactItem> = Vec::new();
+    let mut add = |text: String, weight: f64, strong: bool| {
+        if text.chars().count() >= 2 && !out.iter().any(|i| i.text == text) {
+            out.push(ExactItem {
+                text,
+                weight,
+                strong,
+            });
+        }
+    };
+    for (open, close) in [('"', '"'), ('“', '”'), ('«', '»'), ('`', '`')] {
+        let mut rest = query;
+        while let Some(a) = rest.find(open) {
+            let after = &rest[a + open.len_utf8()..];
+            let Some(b) = after.find(close) else { break };
+            let inner = normalize_exact(&after[..b]);
+            if inner.contains(' ') || identifier_like(after[..b].trim()) {
+                add(inner, 3.0, true);
+            }
+            rest = &after[b + close.len_utf8()..];
+        }
+    }
+    let toks: Vec<&str> = query
+        .split_whitespace()
+        .map(trim_token)
+        .filter(|t| !t.is_empty())
+        .collect();
+    for t in &toks {
+        if identifier_like(t) {
+            add(normalize_exact(t), 2.0, true);
+        }
+    }
+    // Runs of content words: pair each content word with the next one, across ≤ 2 stop words.
+    let content: Vec<usize> = (0..toks.len())
+        .filter(|&i| {
+            let t = toks[i];
+            t.chars().count() >= 2
+                && t.chars().any(char::is_alphanumeric)
+                && !is_stop_word(&t.to_lowercase())
+        })
+        .collect();
+    for w in content.windows(2) {
+        let (i, j) = (w[0], w[1]);
+        if j - i <= 3 {
+            add(normalize_exact(&toks[i..=j].join(" ")), 1.0, false);
+        }
+    }
+    out
+}
+
+/// Whether `needle` occurs in `hay` (both normalised) between word boundaries.
+pub fn contains_exact(hay: &str, needle: &str) -> bool {
+    if needle.is_empty() {
+        return false;
+    }
+    let boundary = |c: Option<char>| c.is_none_or(|c| !c.is_alphanumeric());
+    let mut from = 0;
+    while let Some(i) = hay[from..].find(needle) {
+        let at = from + i;
+        let end = at + needle.len();
+        let first = needle.chars().next();
+        let last = needle.chars().next_back();
+        let before_ok =
+            !first.is_some_and(char::is_alphanumeric) || boundary(hay[..at].chars().next_back());
+        let after_ok =
+            !last.is_some_and(char::is_alphanumeric) || boundary(hay[end..].chars().next());
+        if before_ok && after_ok {
+            return true;
+        }
+        from = at + needle.chars().next().map_or(1, char::len_utf8);
+    }
+    false
+}
+
+/// The phrase signal of one chunk: matched weight over total weight, and what matched.
+pub fn phrase_score(items: &[ExactItem], normalized_content: &str) -> (f64, Vec<String>) {
+    let total: f64 = items.iter().map(|i| i.weight).sum();
+    if total <= 0.0 {
+        return (0.0, Vec::new());
+    }
+    let mut got = 0.0;
+    let mut matched = Vec::new();
+    for i in items {
+        if contains_exact(normalized_content, &i.text) {
+            got += i.weight;
+            matched.push(i.text.clone());
+        }
+    }
+    (got / total, matched)
+}
+
+/// The text of a chunk's fields: title, heading path and file name (without extension, `-`/`_`
+/// as spaces).
+pub fn field_text(rec: &ChunkRecord) -> String {
+    let file = rec.path.rsplit('/').next().unwrap_or(&rec.path);
+    let stem = file.strip_suffix(".md").unwrap_or(file);
+    let mut s = String::with_capacity(64);
+    s.push_str(&rec.title);
+    for h in &rec.heading_path {
+        s.push(' ');
+        s.push_str(h);
+    }
+    s.push(' ');
+    s.push_str(stem);
+    s.push(' ');
+    s.push_str(&stem.replace(['-', '_', '.'], " "));
+    s
+}
+
+/// IDF of each query term in the index.
+#[derive(Debug, Clone, Default)]
+pub struct QueryTerms {
+    pub terms: Vec<String>,
+    pub idf: Vec<f64>,
+}
+
+impl QueryTerms {
+    /// The question's `terms` (from the index's term function), with IDF from the index's
+    /// chunk count and their document frequencies.
+    pub fn new(terms: Vec<String>, n_chunks: usize, dfs: &[usize]) -> Self {
+        let idf = terms
+            .iter()
+            .enumerate()
+            .map(|(i, _)| idf(n_chunks, dfs.get(i).copied().unwrap_or(0)))
+            .collect();
+        Self { terms, idf }
+    }
+
+    /// The field signal of a chunk: IDF mass of the query terms its fields hold, over the
+    /// query's, and the terms that matched.
+    pub fn field_score(&self, fields: &[String]) -> (f64, Vec<String>) {
+        let total: f64 = self.idf.iter().sum();
+        if total <= 0.0 {
+            return (0.0, Vec::new());
+        }
+        let mut got = 0.0;
+        let mut matched = Vec::new();
+        for (t, w) in self.terms.iter().zip(&self.idf) {
+            if fields.contains(t) {
+                got += w;
+                matched.push(t.clone());
+            }
+        }
+        (got / total, matched)
+    }
+}
+
+/// Min-max scaling of `v` into [0, 1] (all 1 when they are equal); a non-finite value (a
+/// candidate without the signal) scales to 0 and does not count for the range.
+pub fn min_max(v: &[f64]) -> Vec<f64> {
+    let ok = v.iter().copied().filter(|x| x.is_finite());
+    let lo = ok.clone().fold(f64::INFINITY, f64::min);
+    let hi = ok.fold(f64::NEG_INFINITY, f64::max);
+    let span = hi - lo;
+    v.iter()
+        .map(|x| match (x.is_finite(), span > 0.0) {
+            (false, _) => 0.0,
+            (true, true) => (x - lo) / span,
+            (true, false) => 1.0,
+        })
+        .collect()
+}
+
+/// Document aggregation: for each candidate, the best score among the *other* candidates of
+/// the same path (0 when it is alone).
+pub fn best_other_of_doc(paths: &[&str], scores: &[f64]) -> Vec<f64> {
+    let mut best: HashMap<&str, (f64, f64)> = HashMap::new(); // path → (best, second best)
+    for (p, &s) in paths.iter().zip(scores) {
+        let e = best
+            .entry(p)
+            .or_insert((f64::NEG_INFINITY, f64::NEG_INFINITY));
+        if s > e.0 {
+            *e = (s, e.0);
+        } else if s > e.1 {
+            e.1 = s;
+        }
+    }
+    paths
+        .iter()
+        .zip(scores)
+        .map(|(p, &s)| {
+            let (b1, b2) = best[p];
+            let other = if s >= b1 { b2 } else { b1 };
+            if other.is_finite() {
+                other.max(0.0)
+            } else {
+                0.0
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bib_text::terms::{terms_with, TermConfig};
+
+    fn texts(items: &[ExactItem]) -> Vec<&str> {
+        items.iter().map(|i| i.text.as_str()).collect()
+    }
+
+    #[test]
+    fn exact_items_of_questions() {
+        let q = exact_items("¿Qué hace -StorePasswordInClearText?");
+        assert!(texts(&q).contains(&"-storepasswordincleartext"), "{q:?}");
+        let q = exact_items("restore fails with NU1101 in packageSourceCredentials");
+        let t = texts(&q);
+        assert!(
+            t.contains(&"nu1101") && t.contains(&"packagesourcecredentials"),
+            "{t:?}"
+        );
+        let q = exact_items("error \"Unable to find package\" when I run dotnet nuget push");
+        let t = texts(&q);
+        assert!(t.contains(&"unable to find package"), "{t:?}");
+        assert!(
+            t.contains(&"dotnet nuget") && t.contains(&"nuget push"),
+            "{t:?}"
+        );
+        assert!(
+            q.iter()
+                .find(|i| i.text == "unable to find package")
+                .unwrap()
+                .strong
+        );
+        assert!(!q.iter().find(|i| i.text == "nuget push").unwrap().strong);
+        assert!(exact_items("").is_empty());
+        assert!(exact_items("the and of").is_empty(), "stop words only");
+    }
+
+    #[test]
+    fn exact_matching_respects_word_boundaries_and_marks() {
+        let hay =
+            normalize_exact("Run `dotnet nuget push` with **-SkipDuplicate**; NU11010 is other.");
+        assert!(contains_exact(&hay, "dotnet nuget push"));
+        assert!(contains_exact(&hay, "-skipduplicate"));
+        assert!(!contains_exact(&hay, "nu1101"), "{hay}");
+        assert!(contains_exact(
+            &normalize_exact("Configuración  del\n paquete"),
+            "configuracion del paquete"
+        ));
+        let items = exact_items("dotnet nuget push -SkipDuplicate");
+        let (s, m) = phrase_score(&items, &hay);
+        // The identifier (2) and the runs `dotnet nuget`, `nuget push` (1 each) occur; the run
+        // `push -skipduplicate` does not (`with` sits between them).
+        assert_eq!(
+            m,
+            ["-skipduplicate", "dotnet nuget", "nuget push"],
+            "{items:?}"
+        );
+        assert!((s - 4.0 / 5.0).abs() < 1e-12, "{s}");
+        let (s, _) = phrase_score(&items, "nothing here");
+        assert_eq!(s, 0.0);
+    }
+
+    #[test]
+    fn field_text_and_score() {
+        let rec = ChunkRecord {
+            id: 1,
+            path: "reference/nuspec-reference.md".into(),
+            chunk_index: 0,
+            title: ".nuspec reference".into(),
+            heading_path: vec!["Metadata".into()],
+            content: String::new(),
+            metadata: serde_json::Value::Null,
+            citation: Default::default(),
+        };
+        // No stems, so the query's terms are its three words.
+        let cfg = TermConfig {
+            stem: bib_text::terms::Stemming::None,
+            ..TermConfig::V1
+        };
+        let f = terms_with(&field_text(&rec), &cfg);
+        let q = QueryTerms::new(
+            terms_with("nuspec metadata version", &cfg),
+            100,
+            &[5, 10, 50],
+        );
+        let (s, m) = q.field_score(&f);
+        let want = (idf(100, 5) + idf(100, 10)) / (idf(100, 5) + idf(100, 10) + idf(100, 50));
+        assert!((s - want).abs() < 1e-12, "{s} vs {want}");
+        assert_eq!(m, vec!["nuspec".to_string(), "metadata".to_string()]);
+        let q = QueryTerms::new(Vec::new(), 100, &[]);
+        assert_eq!(q.field_score(&f).0, 0.0);
+    }
+
+    #[test]
+    fn doc_aggregation_takes_the_best_other() {
+        let paths = ["a", "b", "a", "a"];
+        let s = [0.9, 0.8, 0.5, 0.7];
+        assert_eq!(best_other_of_doc(&paths, &s), vec![0.7, 0.0, 0.9, 0.9]);
+        assert_eq!(min_max(&[1.0, 3.0, 2.0]), vec![0.0, 1.0, 0.5]);
+        assert_eq!(min_max(&[2.0, 2.0]), vec![1.0, 1.0]);
+        assert_eq!(min_max(&[1.0, f64::NAN, 3.0]), vec![0.0, 0.0, 1.0]);
+    }
+
+    #[test]
+    fn signals_parse_and_name_bad_keys() {
+        assert_eq!(Signals::parse("off").unwrap(), Signals::OFF);
+        let s = Signals::parse("field=0.25, doc=0").unwrap();
+        assert_eq!((s.field, s.doc), (0.25, 0.0));
+        assert_eq!(Signals::parse(&s.spec()).unwrap(), s);
+        for (spec, needle) in [
+            ("field=-1", "field"),
+            ("colour=1", "colour"),
+            ("field", "key=value"),
+            ("depth=x", "depth"),
+        ] {
+            let e = Signals::parse(spec).unwrap_err().to_string();
+            assert!(e.contains(needle), "{spec}: {e}");
+        }
+    }
+}
