@@ -294,9 +294,13 @@ pub enum Products {
 }
 
 impl Default for Products {
-    /// Integer products with the fastest kernel of this CPU.
+    /// Integer products where the CPU has AVX-512 VNNI; elsewhere f32 sgemm, which is faster
+    /// there than the portable integer kernel (that one exists to test the arithmetic).
     fn default() -> Self {
-        Products::Int8(Kernel::detect())
+        match Kernel::detect() {
+            Kernel::Vnni => Products::Int8(Kernel::Vnni),
+            Kernel::Portable => Products::F32,
+        }
     }
 }
 
