@@ -320,7 +320,7 @@ pub fn evaluate(
         )));
     }
     let variants = args.variants();
-    let filter = Filter::parse(&args.filters)?;
+    let filter = Filter::parse(&args.filters).map_err(bib_retrieve::RetrieveError::from)?;
     let base_bm25 = args.mode == Mode::Bm25;
     if kb.embedder.is_none() {
         if let Some(v) = variants.iter().find(|v| v.needs_embedder(base_bm25)) {

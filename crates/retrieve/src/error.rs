@@ -24,3 +24,9 @@ pub enum RetrieveError {
     #[error("synthesis: {0}")]
     Synthesis(String),
 }
+
+impl From<bib_store::InvalidFilter> for RetrieveError {
+    fn from(e: bib_store::InvalidFilter) -> Self {
+        RetrieveError::InvalidFilter(e.0)
+    }
+}

@@ -26,14 +26,6 @@ impl<'a> StoreIndex<'a> {
     }
 }
 
-fn to_store_filter(f: &Filter) -> bib_store::Filter {
-    bib_store::Filter {
-        path_prefix: f.path_prefix.clone(),
-        fields: f.fields.clone(),
-        collections: f.collections.clone(),
-    }
-}
-
 fn err(e: bib_store::StoreError) -> RetrieveError {
     RetrieveError::Index(e.to_string())
 }
@@ -55,9 +47,7 @@ impl ChunkIndex for StoreIndex<'_> {
         filter: &Filter,
     ) -> Result<Vec<Hit>, RetrieveError> {
         Ok(hits(
-            self.store
-                .bm25_search(query, limit, &to_store_filter(filter))
-                .map_err(err)?,
+            self.store.bm25_search(query, limit, filter).map_err(err)?,
         ))
     }
 
@@ -69,7 +59,7 @@ impl ChunkIndex for StoreIndex<'_> {
     ) -> Result<Vec<Hit>, RetrieveError> {
         Ok(hits(
             self.store
-                .vector_search(query_vec, limit, &to_store_filter(filter))
+                .vector_search(query_vec, limit, filter)
                 .map_err(err)?,
         ))
     }

@@ -4,11 +4,17 @@
 //! one of them), an optional path prefix (plain string prefix of the
 //! normalized path) and front-matter `key = value` conditions. A field matches when its value
 //! is that string, or, for a list field, when any element is; numbers and booleans compare by
-//! their JSON text; a document lacking the field does not match. These are the same semantics
-//! as `bib_retrieve::Filter`, so an adapter is a field-by-field copy.
+//! their JSON text; a document lacking the field does not match. This is the one filter type:
+//! `bib_retrieve::Filter` is this type, so the same filter goes from the CLI, MCP and HTTP
+//! through retrieval into both stores unchanged.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+
+/// A filter expression that is not `key=value`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid filter `{0}`: expected key=value")]
+pub struct InvalidFilter(pub String);
 
 /// A conjunction of conditions. The default filter matches everything.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -53,6 +59,28 @@ impl Filter {
         self
     }
 
+    /// Build a filter from `key=value` expressions. The key `path` sets the path prefix;
+    /// every other key is a front-matter field.
+    pub fn parse<S: AsRef<str>>(exprs: &[S]) -> Result<Self, InvalidFilter> {
+        let mut f = Filter::default();
+        for e in exprs {
+            let e = e.as_ref();
+            let Some((k, v)) = e.split_once('=') else {
+                return Err(InvalidFilter(e.to_string()));
+            };
+            let (k, v) = (k.trim(), v.trim());
+            if k.is_empty() {
+                return Err(InvalidFilter(e.to_string()));
+            }
+            if k == "path" {
+                f.path_prefix = Some(v.trim_start_matches("./").to_string());
+            } else {
+                f.fields.push((k.to_string(), v.to_string()));
+            }
+        }
+        Ok(f)
+    }
+
     /// Whether the filter has no condition.
     pub fn is_empty(&self) -> bool {
         self.path_prefix.is_none() && self.fields.is_empty() && self.collections.is_empty()
@@ -86,7 +114,7 @@ fn value_matches(v: &Value, want: &str) -> bool {
         Value::String(s) => s == want,
         Value::Array(items) => items.iter().any(|i| value_matches(i, want)),
         Value::Null | Value::Object(_) => false,
-        // Numbers and booleans compare by their JSON text, like `bib_retrieve::Filter`.
+        // Numbers and booleans compare by their JSON text.
         other => json_text(other) == want,
     }
 }
@@ -129,5 +157,37 @@ mod tests {
         assert!(c.matches_collection("kb") && c.matches_collection("api"));
         assert!(!c.matches_collection("notes"));
         assert!(Filter::none().matches_collection("anything"));
+    }
+
+    #[test]
+    fn parse_and_match_cases() {
+        let meta = json!({"app": "core", "tags": ["nuget", "cli"], "draft": false, "n": 3});
+        // (filters, path, expected)
+        let cases: &[(&[&str], &str, bool)] = &[
+            (&[], "a.md", true),
+            (&["app=core"], "a.md", true),
+            (&["app=web"], "a.md", false),
+            (&["tags=cli"], "a.md", true),
+            (&["tags=docs"], "a.md", false),
+            (&["draft=false"], "a.md", true),
+            (&["n=3"], "a.md", true),
+            (&["missing=x"], "a.md", false),
+            (&["path=guides/"], "guides/x.md", true),
+            (&["path=./guides/"], "guides/x.md", true),
+            (&["path=guides/"], "api/x.md", false),
+            (&["path=guides/", "app=core"], "guides/x.md", true),
+            (&["path=guides/", "app=web"], "guides/x.md", false),
+        ];
+        for (exprs, path, expect) in cases {
+            let f = Filter::parse(exprs).unwrap();
+            assert_eq!(f.matches(path, &meta), *expect, "{exprs:?} on {path}");
+        }
+    }
+
+    #[test]
+    fn bad_expressions_are_errors() {
+        assert!(Filter::parse(&["novalue"]).is_err());
+        assert!(Filter::parse(&["=x"]).is_err());
+        assert!(Filter::parse(&["k=v=w"]).unwrap().fields == vec![("k".into(), "v=w".into())]);
     }
 }
