@@ -53,6 +53,11 @@ impl Bars {
                     .with_key("eta_done", eta_from_work),
             );
         }
+        self.show(step, b);
+    }
+
+    /// Make `b` the bar of `step`, replacing the previous step's.
+    fn show(&self, step: &str, b: ProgressBar) {
         b.set_prefix(step.to_string());
         // Redraw twice a second, so elapsed time and ETA move while a batch is embedded.
         b.enable_steady_tick(Duration::from_millis(500));
@@ -72,11 +77,7 @@ impl Bars {
         )) {
             b.set_style(style);
         }
-        b.set_prefix(step.to_string());
-        b.enable_steady_tick(Duration::from_millis(500));
-        if let Some(old) = self.slot().replace(b) {
-            old.finish_and_clear();
-        }
+        self.show(step, b);
     }
 
     pub fn inc(&self, n: u64) {
