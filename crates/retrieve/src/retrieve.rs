@@ -516,6 +516,7 @@ impl<'a> Retriever<'a> {
             ..opts.clone()
         };
         let (hits, best_cosine) = self.search_lists(query, &ranked, filter, qv.as_deref())?;
+        let trimmed = trimming.is_some();
         let filled = match trimming {
             None => {
                 let answer = self.fetch(&hits)?;
@@ -556,12 +557,17 @@ impl<'a> Retriever<'a> {
             .iter()
             .map(|c| estimate_tokens(&c.chunk.content))
             .sum();
-        let exact_tokens_in_context = tokenizer.map(|tk| {
-            chunks
-                .iter()
-                .map(|c| tk.count_tokens(&c.chunk.content))
-                .sum()
-        });
+        // Untrimmed, the context is the baseline: its tokens are counted once.
+        let exact_tokens_in_context = if trimmed {
+            tokenizer.map(|tk| {
+                chunks
+                    .iter()
+                    .map(|c| tk.count_tokens(&c.chunk.content))
+                    .sum()
+            })
+        } else {
+            exact_tokens_before
+        };
         timings.total_ms = ms(t0);
         Ok(RetrievalResult {
             query: query.to_string(),

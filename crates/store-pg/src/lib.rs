@@ -6,10 +6,11 @@
 //!
 //! - **Same lexical scores.** Postings hold `bib_store::lexical::term_counts` of each chunk
 //!   (the shared `bib_text::terms` function) with the chunk length; `lex_stats` (chunk count,
-//!   total length) is kept by triggers inside the writing transaction. A query reads its terms'
-//!   postings and the statistics in one statement (one snapshot) and scores them with
-//!   `bib_text::bm25::{idf, tf_factor}` in the same order as the SQLite store, so scores are
-//!   bit-for-bit those of the embedded store.
+//!   total length) is kept by triggers inside the writing transaction. A query is scored in
+//!   the database: one statement (one snapshot) aggregates its terms' postings with the
+//!   statistics by the formula of `bib_text::bm25::{idf, tf_factor}` and returns only the best
+//!   `limit` chunks. Scores equal the embedded store's to 1e-12 (the sums run in the
+//!   database's order, so ties may differ in their last bits).
 //! - **Vectors** live in a pgvector `vector` column; cosine search is approximate through a
 //!   partial HNSW index per dimension (`vector_cosine_ops`, default) or exact
 //!   (`?vector_search=exact`, the same top-k as SQLite).

@@ -11,11 +11,11 @@ use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bib_store::{
-    qualified_name, ApplyOutcome, AuditReport, ChunkId, ChunkRecord, ChunkState, DocRecord,
-    DocumentChange, Filter, Hit, LexicalStats, NodeId, QueryLogEntry, QueryLogRetention, RunRow,
-    Store, StoreError,
+    could_be_chunk_hash, qualified_name, ApplyOutcome, AuditReport, ChunkId, ChunkRecord,
+    ChunkState, DocRecord, DocumentChange, Filter, Hit, LexicalStats, NodeId, QueryLogEntry,
+    QueryLogRetention, RunRow, Store, StoreError,
 };
-use bib_text::bm25::{idf, tf_factor, Bm25Params};
+use bib_text::bm25::Bm25Params;
 use bib_text::terms::{term_counts_with, terms_with, TermConfig};
 use pgvector::Vector;
 use serde_json::Value;
@@ -38,6 +38,25 @@ fn pg(op: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
         message: e.to_string(),
     }
 }
+
+/// BM25 over the postings of the query's distinct terms (`$1`), optionally only in the
+/// documents `$2` (NULL = all), with `k1 = $3`, `b = $4`, best `$5` first (ties by chunk id).
+/// Document frequencies count every document, as in the SQLite store: a filter narrows the
+/// hits, not the statistics.
+const BM25_SQL: &str = "\
+WITH s AS (\
+    SELECT GREATEST(n_chunks, 1)::float8 AS n, \
+           CASE WHEN n_chunks > 0 AND total_len > 0 \
+                THEN total_len::float8 / n_chunks ELSE 1.0 END AS avg \
+    FROM lex_stats WHERE id = 1), \
+w AS (\
+    SELECT p.term, GREATEST(ln(1.0 + (s.n - count(*) + 0.5) / (count(*) + 0.5)), 1e-6) AS idf \
+    FROM postings p CROSS JOIN s WHERE p.term = ANY($1) GROUP BY p.term, s.n) \
+SELECT p.chunk_id, \
+       sum(w.idf * p.tf * ($3 + 1.0) / (p.tf + $3 * (1.0 - $4 + $4 * p.dl / s.avg))) AS score \
+FROM postings p JOIN w ON w.term = p.term CROSS JOIN s \
+WHERE p.term = ANY($1) AND ($2::bigint[] IS NULL OR p.node_id = ANY($2)) \
+GROUP BY p.chunk_id ORDER BY score DESC, p.chunk_id LIMIT $5";
 
 fn now_ms() -> i64 {
     SystemTime::now()
@@ -1157,61 +1176,30 @@ impl Store for PgStore {
         if q.is_empty() {
             return Ok(Vec::new());
         }
+        let params = Bm25Params::default();
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
         self.block(async {
             let allowed = self.allowed_nodes(filter).await?;
-            // One statement, one snapshot: the corpus statistics and the postings agree.
-            let rows = sqlx::query(
-                "SELECT s.n_chunks, s.total_len, p.term, p.chunk_id, p.node_id, p.tf, p.dl \
-                 FROM lex_stats s LEFT JOIN postings p ON p.term = ANY($1) WHERE s.id = 1",
-            )
-            .bind(&q)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(pg("bm25"))?;
-            let Some(first) = rows.first() else {
-                return Err(StoreError::Corrupt {
-                    what: "lex_stats".into(),
-                    reason: "the statistics row is missing".into(),
-                });
-            };
-            let stats = LexicalStats {
-                chunks: get::<i64>(first, 0, "bm25")?.max(0) as u64,
-                total_len: get::<i64>(first, 1, "bm25")?.max(0) as u64,
-                terms: 0,
-            };
-            let avg = stats.avg_len();
-            let params = Bm25Params::default();
-            let mut by_term: HashMap<String, Vec<(i64, i64, i32, i32)>> = HashMap::new();
+            if allowed.as_ref().is_some_and(|a| a.is_empty()) {
+                return Ok(Vec::new());
+            }
+            // Scored where the postings are: one statement (one snapshot, so the statistics and
+            // the postings agree) that ships back only the best `limit` chunks. It is the
+            // formula of `bib_text::bm25` (`idf` × `tf_factor`) written in SQL; the conformance
+            // suite holds it to the SQLite store's scores.
+            let rows = sqlx::query(BM25_SQL)
+                .bind(&q)
+                .bind(allowed)
+                .bind(params.k1)
+                .bind(params.b)
+                .bind(limit)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(pg("bm25"))?;
+            let mut scored = Vec::with_capacity(rows.len());
             for r in &rows {
-                let Some(t) = get::<Option<String>>(r, 2, "bm25")? else {
-                    continue;
-                };
-                by_term.entry(t).or_default().push((
-                    get(r, 3, "bm25")?,
-                    get(r, 4, "bm25")?,
-                    get(r, 5, "bm25")?,
-                    get(r, 6, "bm25")?,
-                ));
+                scored.push((get::<i64>(r, 0, "bm25")?, get::<f64>(r, 1, "bm25")?));
             }
-            let allowed: Option<HashSet<i64>> = allowed.map(|v| v.into_iter().collect());
-            // Same arithmetic in the same order as the SQLite store: term by term, in query order.
-            let mut scores: HashMap<ChunkId, f64> = HashMap::new();
-            for t in &q {
-                let Some(post) = by_term.get(t) else { continue };
-                let w = idf(stats.chunks as usize, post.len());
-                for &(cid, node, tf, dl) in post {
-                    if let Some(a) = &allowed {
-                        if !a.contains(&node) {
-                            continue;
-                        }
-                    }
-                    let s = w * tf_factor(f64::from(tf), f64::from(dl), avg, params);
-                    *scores.entry(cid).or_insert(0.0) += s;
-                }
-            }
-            let mut scored: Vec<(ChunkId, f64)> = scores.into_iter().collect();
-            scored.sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-            scored.truncate(limit);
             self.hits_from(scored).await
         })
     }
@@ -1327,12 +1315,17 @@ impl Store for PgStore {
         }
         self.block(async {
             let mut found: HashMap<String, Vec<f32>> = HashMap::new();
+            let chunk_keys: Vec<&str> = hashes
+                .iter()
+                .map(String::as_str)
+                .filter(|h| could_be_chunk_hash(h))
+                .collect();
             let rows = sqlx::query(
                 "SELECT DISTINCT ON (content_hash) content_hash, embedding FROM chunks \
                  WHERE model_id = $1 AND content_hash = ANY($2) ORDER BY content_hash, id",
             )
             .bind(model_id)
-            .bind(hashes)
+            .bind(&chunk_keys)
             .fetch_all(&self.pool)
             .await
             .map_err(pg("cached vectors"))?;

@@ -248,23 +248,39 @@ fn same_bm25_ranking() {
         for f in &filters {
             let a = lite.bm25_search(q, 10_000, f).unwrap();
             let b = pg.bm25_search(q, 10_000, f).unwrap();
-            let (na, nb) = (normalised(&a), normalised(&b));
-            assert_eq!(na.len(), nb.len(), "{q:?}: hit counts differ");
-            for (x, y) in na.iter().zip(&nb) {
-                assert_eq!(x.0, y.0, "{q:?} {f:?}: ranking differs");
+            assert_eq!(a.len(), b.len(), "{q:?}: hit counts differ");
+            // Every chunk gets the same score to 1e-12, and PostgreSQL's order is SQLite's up
+            // to ties (its sums run in the database's order, so equal scores may differ in
+            // their last bits and swap).
+            let lite_scores: std::collections::HashMap<(String, u32), f64> =
+                normalised(&a).into_iter().collect();
+            let mut last = f64::INFINITY;
+            for (k, score) in b.iter().map(|h| (key(h), h.score)) {
+                let want = lite_scores[&k];
                 assert!(
-                    (x.1 - y.1).abs() <= 1e-12 * x.1.abs().max(1.0),
-                    "{q:?}: score {} vs {}",
-                    x.1,
-                    y.1
+                    (want - score).abs() <= 1e-12 * want.abs().max(1.0),
+                    "{q:?} {f:?}: {k:?} scored {score} vs {want}"
                 );
+                assert!(
+                    want <= last + 1e-12,
+                    "{q:?} {f:?}: ranking differs at {k:?}"
+                );
+                last = want;
             }
             // The top-10 cut picks the same chunks (up to a tie straddling the cut).
             let ta = lite.bm25_search(q, 10, f).unwrap();
             let tb = pg.bm25_search(q, 10, f).unwrap();
             assert_eq!(ta.len(), tb.len());
-            if a.len() <= 10 || a[9].score > a[10].score {
-                assert_eq!(normalised(&ta), normalised(&tb), "{q:?}: top-10 differs");
+            // PostgreSQL sums in the database, in its own order: equal to the last bits is
+            // not promised, equal to 1e-12 is (checked above).
+            if a.len() <= 10 || a[9].score > a[10].score + 1e-9 {
+                let keys = |h: &[Hit]| -> Vec<(String, u32)> {
+                    normalised(h).into_iter().map(|(k, _)| k).collect()
+                };
+                let (mut ka, mut kb) = (keys(&ta), keys(&tb));
+                ka.sort();
+                kb.sort();
+                assert_eq!(ka, kb, "{q:?}: top-10 differs");
             }
             compared += a.len();
         }

@@ -139,6 +139,7 @@ pub trait Store: Send + Sync {
 
     // ── embedding cache ────────────────────────────────────────────────────────────────
     /// Vectors already known for `(model_id, content_hash)`: from stored chunks or the cache.
+    /// Only a [`could_be_chunk_hash`] key is looked up among the chunks.
     fn cached_vectors(
         &self,
         model_id: &str,
@@ -172,4 +173,11 @@ pub trait Store: Send + Sync {
     fn query_log_retention(&self) -> QueryLogRetention;
     /// The last `limit` logged queries, newest first.
     fn recent_queries(&self, limit: usize) -> Result<Vec<QueryLogEntry>, StoreError>;
+}
+
+/// Whether `key` could be a stored chunk's `content_hash` (bare hex SHA-256 of its text). The
+/// embedding cache's own keys carry a kind prefix (`text:…`, see `bib_embed::store_key`), so a
+/// lookup of sentence vectors — hundreds per ask — never probes the chunks table.
+pub fn could_be_chunk_hash(key: &str) -> bool {
+    !key.contains(':')
 }

@@ -1250,7 +1250,11 @@ impl Store for SqliteStore {
         let conn = self.conn();
         let mut found: HashMap<String, Vec<f32>> = HashMap::with_capacity(hashes.len());
         for (table, column) in [("chunks", "embedding"), ("embed_cache", "vector")] {
-            let rest: Vec<&String> = hashes.iter().filter(|h| !found.contains_key(*h)).collect();
+            let rest: Vec<&String> = hashes
+                .iter()
+                .filter(|h| !found.contains_key(*h))
+                .filter(|h| table != "chunks" || crate::could_be_chunk_hash(h))
+                .collect();
             for part in rest.chunks(BATCH) {
                 let marks = vec!["?"; part.len()].join(",");
                 let sql = format!(
