@@ -17,7 +17,6 @@
 //!
 //! [`watch`] re-runs the (incremental, idempotent) ingest whenever files change.
 
-pub mod bench;
 pub mod lines;
 mod pipeline;
 pub mod scan;

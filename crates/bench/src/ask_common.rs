@@ -232,16 +232,6 @@ pub fn recall_at(ranked: &[String], relevant: &[String], k: usize) -> f64 {
     relevant.iter().filter(|r| top.contains(r)).count() as f64 / relevant.len() as f64
 }
 
-/// The p-th percentile (0–100) of `v` (sorted in place), nearest rank.
-pub fn percentile(v: &mut [f64], p: f64) -> f64 {
-    if v.is_empty() {
-        return 0.0;
-    }
-    v.sort_by(f64::total_cmp);
-    let rank = ((p / 100.0) * v.len() as f64).ceil() as usize;
-    v[rank.clamp(1, v.len()) - 1]
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -254,8 +244,5 @@ mod tests {
         assert_eq!(ndcg_at(&s(&["b"]), &s(&["a"]), 10), 0.0);
         assert_eq!(recall_at(&s(&["a", "b", "c"]), &s(&["c", "d"]), 2), 0.0);
         assert_eq!(recall_at(&s(&["a", "b", "c"]), &s(&["c", "d"]), 3), 0.5);
-        let mut v = vec![5.0, 1.0, 3.0, 2.0, 4.0];
-        assert_eq!(percentile(&mut v, 50.0), 3.0);
-        assert_eq!(percentile(&mut v, 99.0), 5.0);
     }
 }

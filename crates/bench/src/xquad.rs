@@ -194,7 +194,7 @@ fn evaluate(cases: &[Case], opts: &TrimOptions) -> (f64, f64, f64) {
 pub fn run(a: Args) -> anyhow::Result<()> {
     let data = data_dir(a.data.clone()).join("xquad");
     let thresholds = parse_sweep(&a.sweep)?;
-    let embedder = super::super::ask::load_embedder(&a.model)?;
+    let embedder = bib_app::model::load_embedder(&a.model)?;
     let cache = EmbeddingCache::default();
     // (scorer, window, lexical_top, min_sentences)
     let variants: Vec<(TrimScorer, usize, usize, usize)> = a

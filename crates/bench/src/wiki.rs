@@ -206,7 +206,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             "--sets: `{w}` is not one of golden_en, golden_es_dev, dev_en, dev_es"
         );
     }
-    let embedder = super::super::ask::load_embedder(&a.model)?;
+    let embedder = bib_app::model::load_embedder(&a.model)?;
     let d = RetrieveOptions::default();
     let alpha = a.fusion_alpha.unwrap_or(d.convex_alpha);
     anyhow::ensure!(
