@@ -186,16 +186,13 @@ fn open_service(store: &std::path::Path, tokens: TokenCheck) -> anyhow::Result<A
         s.store = StoreSpec::Sqlite(store.to_path_buf());
     })?;
     let store: Arc<dyn Store> = Arc::from(settings.store.open_existing()?);
-    let model_id = bib_app::model::store_model(store.as_ref())?;
-    let embedder: Result<Arc<dyn bib_embed::Embedder>, String> =
-        match bib_app::model::load_embedder(&model_id) {
-            Ok(e) => Ok(Arc::from(e)),
-            Err(e) => {
-                eprintln!("warning: {e:#}; serving BM25 only");
-                Err(format!("{e:#}"))
-            }
-        };
-    Ok(Arc::new(Service::new(store, embedder, settings, tokens)))
+    Ok(Arc::new(Service::with_store_model(
+        store,
+        settings,
+        tokens,
+        true,
+        |why| eprintln!("warning: {why}; serving BM25 only"),
+    )?))
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {
