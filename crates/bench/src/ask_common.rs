@@ -134,6 +134,38 @@ pub fn load_scifact(dir: &Path) -> anyhow::Result<SciFact> {
 }
 
 /// Read a JSONL file into typed rows; a bad line names the file and line number.
+/// SciFact's corpus and first `queries` queries, with the default model and the corpus
+/// vectors (cached under `cache_dir`): what the latency and store benchmarks measure on.
+pub struct EmbeddedSciFact {
+    pub docs: Vec<SciDoc>,
+    pub queries: Vec<SciQuery>,
+    pub embedder: Box<dyn Embedder>,
+    pub vecs: Vec<Vec<f32>>,
+}
+
+/// Load SciFact from the data folder `data` and embed its corpus ([`EmbeddedSciFact`]).
+pub fn scifact_embedded(
+    data: Option<PathBuf>,
+    queries: usize,
+    cache_dir: &Path,
+) -> anyhow::Result<EmbeddedSciFact> {
+    let SciFact {
+        docs,
+        queries: mut qs,
+        ..
+    } = load_scifact(&data_dir(data).join("scifact"))?;
+    qs.truncate(queries);
+    let embedder = bib_app::model::load_embedder(bib_embed::DEFAULT_MODEL)?;
+    let texts: Vec<String> = docs.iter().map(SciDoc::embed_text).collect();
+    let vecs = embed_corpus_cached(embedder.as_ref(), &texts, cache_dir, "scifact")?;
+    Ok(EmbeddedSciFact {
+        docs,
+        queries: qs,
+        embedder,
+        vecs,
+    })
+}
+
 pub fn read_jsonl<T: DeserializeOwned>(path: &Path) -> anyhow::Result<Vec<T>> {
     let f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
     let mut out = Vec::new();

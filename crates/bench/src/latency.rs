@@ -25,7 +25,7 @@ use bib_retrieve::{
 use bib_store::{SqliteStore, Store};
 use serde_json::{json, Value};
 
-use super::ask_common::{data_dir, embed_corpus_cached, load_scifact, SciDoc, SciFact, SciQuery};
+use super::ask_common::{scifact_embedded, EmbeddedSciFact, SciQuery};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -84,15 +84,13 @@ fn time_asks(
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {
-    let dir = data_dir(a.data.clone()).join("scifact");
-    let SciFact {
-        docs, mut queries, ..
-    } = load_scifact(&dir)?;
-    queries.truncate(a.queries);
-    let embedder = bib_app::model::load_embedder(bib_embed::DEFAULT_MODEL)?;
+    let EmbeddedSciFact {
+        docs,
+        queries,
+        embedder,
+        vecs,
+    } = scifact_embedded(a.data.clone(), a.queries, &a.cache_dir)?;
     let e = embedder.as_ref();
-    let texts: Vec<String> = docs.iter().map(SciDoc::embed_text).collect();
-    let vecs = embed_corpus_cached(e, &texts, &a.cache_dir, "scifact")?;
 
     let mut mem = MemoryIndex::new();
     for (i, (d, v)) in docs.iter().zip(&vecs).enumerate() {

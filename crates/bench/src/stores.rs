@@ -24,9 +24,7 @@ use bib_store::{DocumentChange, Filter, Hit, SqliteStore, Store};
 use bib_store_pg::{PgOptions, PgStore, VectorSearch};
 use serde_json::json;
 
-use super::ask_common::{
-    chunk_write, data_dir, embed_corpus_cached, load_scifact, SciDoc, SciFact,
-};
+use super::ask_common::{chunk_write, scifact_embedded, EmbeddedSciFact};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -92,15 +90,13 @@ struct Row {
 }
 
 fn scifact(a: &Args) -> anyhow::Result<Dataset> {
-    let dir = data_dir(a.data.clone()).join("scifact");
-    let SciFact {
-        docs, mut queries, ..
-    } = load_scifact(&dir)?;
-    queries.truncate(a.queries);
-    let embedder = bib_app::model::load_embedder(bib_embed::DEFAULT_MODEL)?;
+    let EmbeddedSciFact {
+        docs,
+        queries,
+        embedder,
+        vecs,
+    } = scifact_embedded(a.data.clone(), a.queries, &a.cache_dir)?;
     let e = embedder.as_ref();
-    let texts: Vec<String> = docs.iter().map(SciDoc::embed_text).collect();
-    let vecs = embed_corpus_cached(e, &texts, &a.cache_dir, "scifact")?;
     let qtexts: Vec<&str> = queries.iter().map(|q| q.text.as_str()).collect();
     let qvecs = e.embed(&qtexts, bib_embed::EmbedKind::Query)?;
     let changes = docs
