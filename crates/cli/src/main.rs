@@ -52,7 +52,7 @@ enum Command {
     /// Ask the knowledge base a question.
     Ask(commands::ask::Args),
     /// Run a benchmark and print a report.
-    Bench(commands::bench::Args),
+    Bench(bib_bench::Args),
     /// Compare retrieval variants (A/B harness) over a golden set or the query log.
     Eval(commands::eval::Args),
     /// Copy a knowledge base to another store (e.g. SQLite to postgres://).
@@ -94,7 +94,7 @@ fn dispatch(cli: Cli) -> anyhow::Result<()> {
         Command::Status(a) => commands::status::run(a),
         Command::Get(a) => commands::get::run(a),
         Command::Ask(a) => commands::ask::run(a),
-        Command::Bench(a) => commands::bench::run(a),
+        Command::Bench(a) => bib_bench::run(a),
         Command::Eval(a) => commands::eval::run(a),
         Command::Migrate(a) => commands::migrate::run(a),
         Command::Mcp(a) => commands::mcp::run(a),

@@ -11,7 +11,7 @@ use std::path::Path;
 use std::process::Stdio;
 use std::time::Instant;
 
-use bib_store::{SqliteStore, Store};
+use bib_store::{RunStatus, SqliteStore, Store};
 use ingest_support::*;
 
 /// Version 1 of the wiki.
@@ -183,6 +183,6 @@ fn sigkill_at_any_moment_then_rerun_converges() {
     }
     assert!(a.audit().unwrap().coherent);
     let runs = a.runs(100).unwrap();
-    assert!(runs.iter().any(|r| r.status == "interrupted"));
-    assert_eq!(runs[0].status, "completed");
+    assert!(runs.iter().any(|r| r.status == RunStatus::Interrupted));
+    assert_eq!(runs[0].status, RunStatus::Completed);
 }

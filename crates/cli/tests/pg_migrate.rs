@@ -7,7 +7,7 @@
 use std::process::Command;
 
 use bib_store::conformance::sample_change_meta;
-use bib_store::{Filter, QueryLogEntry, SqliteStore, Store};
+use bib_store::{Filter, QueryLogEntry, RunStatus, SqliteStore, Store};
 use bib_store_pg::testing::{admin_exec, fresh_schema, test_url, with_param};
 use bib_store_pg::PgStore;
 use serde_json::json;
@@ -55,8 +55,12 @@ fn build_sqlite_kb(path: &std::path::Path) -> SqliteStore {
     s.apply_document(&sample_change_meta("empty.md", &[], json!(null)))
         .unwrap();
     let r = s.begin_run(&json!({"root": "wiki"})).unwrap();
-    s.finish_run(r, "completed", &json!({"root": "wiki", "ok": true}))
-        .unwrap();
+    s.finish_run(
+        r,
+        RunStatus::Completed,
+        &json!({"root": "wiki", "ok": true}),
+    )
+    .unwrap();
     let hits = s.bm25_search("packages", 3, &Filter::none()).unwrap();
     s.log_query(&QueryLogEntry {
         id: 0,
@@ -144,7 +148,7 @@ fn migrate_sqlite_to_postgres() {
     assert_eq!(key(&lite, "packages CLI"), key(&pg, "packages CLI"));
     let runs = pg.runs(10).unwrap();
     assert_eq!(runs.len(), 1);
-    assert_eq!(runs[0].status, "completed");
+    assert_eq!(runs[0].status, RunStatus::Completed);
     assert_eq!(
         runs[0].started_at_ms,
         lite.runs(1).unwrap()[0].started_at_ms

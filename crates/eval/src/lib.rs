@@ -20,6 +20,7 @@ pub mod matching;
 pub mod passage;
 pub mod report;
 pub mod small_to_big;
+pub mod stats;
 pub mod sweep;
 pub mod variant;
 

@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
+use crate::stats::mean;
 use crate::sweep::SweepReport;
 use crate::variant::Variant;
 
@@ -152,15 +153,6 @@ pub struct EvalReport {
     pub questions: Vec<QuestionReport>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sweep: Option<SweepReport>,
-}
-
-fn mean(xs: impl IntoIterator<Item = f64>) -> Option<f64> {
-    let (mut s, mut n) = (0.0, 0usize);
-    for x in xs {
-        s += x;
-        n += 1;
-    }
-    (n > 0).then(|| s / n as f64)
 }
 
 /// Percentage reduction of `after` relative to `before` (0 when `before` is 0).

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{invalid, EvalError};
 use crate::matching::Haystack;
 use crate::report::{not_worse, reduction_pct, MIN_REDUCTION_PCT};
+use crate::stats::mean;
 
 /// Which points to try.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -167,10 +168,7 @@ pub fn run(
             q.answer.as_ref().map(|a| h.contains(a)),
         )
     };
-    let mean_opt = |xs: Vec<Option<f64>>| -> Option<f64> {
-        let v: Vec<f64> = xs.into_iter().flatten().collect();
-        (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
-    };
+    let mean_opt = |xs: Vec<Option<f64>>| mean(xs.into_iter().flatten());
     let (mut be, mut ba) = (Vec::new(), Vec::new());
     for q in questions {
         let whole: Vec<String> = q.chunks.iter().map(|c| c.content.clone()).collect();

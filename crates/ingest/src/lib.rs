@@ -17,13 +17,13 @@
 //!
 //! [`watch`] re-runs the (incremental, idempotent) ingest whenever files change.
 
-pub mod bench;
 pub mod lines;
 mod pipeline;
 pub mod scan;
 mod watch;
 mod writer;
 
+use bib_store::RunStatus;
 use serde::{Deserialize, Serialize};
 
 pub use pipeline::{
@@ -32,13 +32,30 @@ pub use pipeline::{
 pub use watch::watch;
 pub use writer::{DocumentWriter, WriteReport, Written};
 
+/// The phase of a run a file-level problem happened in (shown and stored as `A` / `B`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Phase {
+    /// Registering: scan and parse.
+    A,
+    /// Indexing: chunk, embed and write.
+    B,
+}
+
+impl std::fmt::Display for Phase {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(match self {
+            Phase::A => "A",
+            Phase::B => "B",
+        })
+    }
+}
+
 /// A file-level problem: reported with its path, counted in `errors`, never fatal to the run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FileIssue {
     /// Path relative to the wiki root.
     pub path: String,
-    /// `A` (scan/parse) or `B` (chunk/embed/write).
-    pub phase: String,
+    pub phase: Phase,
     pub reason: String,
 }
 
@@ -176,8 +193,8 @@ pub struct Coverage {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct RunReport {
     pub id: i64,
-    /// `completed` or `failed`.
-    pub status: String,
+    /// `running` until the run finishes, then `completed` or `failed`.
+    pub status: RunStatus,
     pub root: String,
     /// The collection the run ingested into.
     #[serde(default)]

@@ -5,14 +5,16 @@ use std::path::Path;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use bib_embed::{store_key, EmbedKind, Embedder};
-use bib_store::{DocRecord, Store};
+use bib_store::{DocRecord, RunStatus, Store};
 use bib_text::sentences::chunk_sentences;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 use crate::scan::{scan_with, FoundFile};
 use crate::writer::DocumentWriter;
-use crate::{FileIssue, IngestError, IngestOptions, PhaseA, PhaseC, Progress, RunReport, Unit};
+use crate::{
+    FileIssue, IngestError, IngestOptions, Phase, PhaseA, PhaseC, Progress, RunReport, Unit,
+};
 
 /// A registered document (Phase A output).
 #[derive(Debug, Clone, PartialEq)]
@@ -325,7 +327,7 @@ pub fn ingest(
         .filter(|c| !c.trim().is_empty())
         .unwrap_or_else(|| bib_store::collection_for_root(&root_shown));
     let mut report = RunReport {
-        status: "running".into(),
+        status: RunStatus::Running,
         root: root_shown.clone(),
         collection: collection.clone(),
         store: store.location(),
@@ -362,7 +364,7 @@ pub fn ingest(
         if let Some(other) = foreign.get(f.path.as_str()) {
             issues.push(FileIssue {
                 path: f.path.clone(),
-                phase: "A".into(),
+                phase: Phase::A,
                 reason: format!(
                     "already in collection `{other}`; skipped (ingest with --collection {other}, \
                      or remove that collection first with `bib rm --collection {other}`)"
@@ -379,7 +381,7 @@ pub fn ingest(
                     .unwrap_or(&f.abs)
                     .to_string_lossy()
                     .into(),
-                phase: "A".into(),
+                phase: Phase::A,
                 reason: format!(
                     "same document as `{}` after path normalization; skipped",
                     f.path
@@ -391,7 +393,7 @@ pub fn ingest(
             Ok(d) => docs.push(d),
             Err(reason) => issues.push(FileIssue {
                 path: f.path.clone(),
-                phase: "A".into(),
+                phase: Phase::A,
                 reason,
             }),
         }
@@ -565,14 +567,13 @@ fn finish(
     failure: Option<String>,
 ) -> Result<RunReport, IngestError> {
     report.status = if failure.is_some() {
-        "failed"
+        RunStatus::Failed
     } else {
-        "completed"
-    }
-    .into();
+        RunStatus::Completed
+    };
     report.failure = failure;
     report.duration_ms = ms(t0.elapsed());
     let value = serde_json::to_value(&report).unwrap_or(json!({}));
-    store.finish_run(report.id, &report.status, &value)?;
+    store.finish_run(report.id, report.status, &value)?;
     Ok(report)
 }

@@ -18,7 +18,7 @@ use ignore::gitignore::{Gitignore, GitignoreBuilder};
 use ignore::Match;
 use unicode_normalization::UnicodeNormalization;
 
-use crate::FileIssue;
+use crate::{FileIssue, Phase};
 
 /// A Markdown file found under the root.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -172,7 +172,7 @@ impl Walker<'_> {
 fn issue(out: &mut Scan, rel: &Path, reason: String) {
     out.issues.push(FileIssue {
         path: rel.to_string_lossy().replace('\\', "/"),
-        phase: "A".into(),
+        phase: Phase::A,
         reason,
     });
 }

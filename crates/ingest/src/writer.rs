@@ -10,7 +10,7 @@ use bib_text::chunk::{chunk_markdown, Chunk};
 use bib_text::tokens::estimate_tokens;
 
 use crate::pipeline::{embed_sentence_vectors, ms, sha256_hex, ParsedDoc};
-use crate::{FileIssue, IngestError, IngestOptions, PhaseB, Progress};
+use crate::{FileIssue, IngestError, IngestOptions, Phase, PhaseB, Progress};
 
 struct PlannedChunk {
     index: u32,
@@ -253,7 +253,7 @@ impl<'a> DocumentWriter<'a> {
             if pc.tokens_model as usize > cap {
                 let issue = FileIssue {
                     path: self.docs[doc_idx].path.clone(),
-                    phase: "B".into(),
+                    phase: Phase::B,
                     reason: format!(
                         "chunk {} has {} tokens; {} reads the first {cap}, so the rest of it \
                          is found by keywords only",
@@ -352,7 +352,7 @@ impl<'a> DocumentWriter<'a> {
                 self.b.errors += to_write;
                 self.issues.push(FileIssue {
                     path: doc.path.clone(),
-                    phase: "B".into(),
+                    phase: Phase::B,
                     reason,
                 });
                 self.progress.advance(doc.text.len() as u64);
@@ -395,7 +395,7 @@ impl<'a> DocumentWriter<'a> {
                 self.b.errors += to_write;
                 self.issues.push(FileIssue {
                     path: doc.path.clone(),
-                    phase: "B".into(),
+                    phase: Phase::B,
                     reason: "stopped before its write; nothing was written".into(),
                 });
                 self.progress.advance(doc.text.len() as u64);
@@ -420,7 +420,7 @@ impl<'a> DocumentWriter<'a> {
                     self.b.errors += to_write;
                     self.issues.push(FileIssue {
                         path: doc.path.clone(),
-                        phase: "B".into(),
+                        phase: Phase::B,
                         reason: format!("store write failed: {e}"),
                     });
                 }

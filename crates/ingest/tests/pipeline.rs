@@ -6,7 +6,7 @@ use std::sync::Mutex;
 
 use bib_embed::{store_key, EmbedError, EmbedKind, Embedder};
 use bib_ingest::{ingest, IngestOptions, NoProgress, RunReport};
-use bib_store::{conformance::fake_vector, Filter, SqliteStore, Store};
+use bib_store::{conformance::fake_vector, Filter, RunStatus, SqliteStore, Store};
 use bib_text::chunk::chunk_markdown;
 use bib_text::sentences::chunk_sentences;
 use bib_text::tokens::{EstimateCounter, TokenCounter};
@@ -112,7 +112,7 @@ fn incremental_ingest_skips_unchanged_and_prunes() {
     let emb = FakeEmbedder::default();
 
     let r1 = run(&root, &store, &emb);
-    assert_eq!(r1.status, "completed", "{r1:?}");
+    assert_eq!(r1.status, RunStatus::Completed, "{r1:?}");
     assert_eq!(r1.phase_a.registered, 5);
     let b1 = r1.phase_b.clone().unwrap();
     assert!(b1.chunks_total >= 5);
@@ -196,7 +196,7 @@ fn incremental_ingest_skips_unchanged_and_prunes() {
     let runs = store.runs(10).unwrap();
     assert_eq!(runs.len(), 5);
     assert_eq!(runs[0].id, r5.id);
-    assert_eq!(runs[0].status, "completed");
+    assert_eq!(runs[0].status, RunStatus::Completed);
     assert_eq!(runs[0].record["phase_b"]["documents_removed"], 1);
 }
 
@@ -228,7 +228,7 @@ fn sentence_vectors_are_embedded_once_under_the_trimming_key() {
 
     let r1 = ingest_default();
     let b1 = r1.phase_b.clone().unwrap();
-    assert_eq!(r1.status, "completed", "{r1:?}");
+    assert_eq!(r1.status, RunStatus::Completed, "{r1:?}");
     assert_eq!(b1.sentence_warning, None);
     let keys = sentence_keys(&store);
     assert!(keys.len() > 50, "{} sentences", keys.len());
@@ -356,12 +356,12 @@ fn register_guard_stops_before_touching_the_index() {
     std::fs::remove_file(root.join("guides/d.md")).unwrap();
     emb.reset();
     let r = run(&root, &store, &emb);
-    assert_eq!(r.status, "failed");
+    assert_eq!(r.status, RunStatus::Failed);
     assert!(r.failure.unwrap().contains("registered"));
     assert!(r.phase_b.is_none());
     assert_eq!(emb.embedded(), 0);
     assert_eq!(snapshot(&store), before, "index changed despite the guard");
-    assert_eq!(store.runs(1).unwrap()[0].status, "failed");
+    assert_eq!(store.runs(1).unwrap()[0].status, RunStatus::Failed);
 }
 
 #[test]
@@ -383,7 +383,7 @@ fn index_guard_failure_does_not_prune() {
     std::fs::remove_file(root.join("e.md")).unwrap();
     emb.fail.store(true, Ordering::SeqCst);
     let r = run(&root, &store, &emb);
-    assert_eq!(r.status, "failed", "{r:?}");
+    assert_eq!(r.status, RunStatus::Failed, "{r:?}");
     let b = r.phase_b.unwrap();
     assert!(!b.guard_passed);
     assert!(b.errors > 0);
@@ -392,12 +392,12 @@ fn index_guard_failure_does_not_prune() {
     assert!(r
         .errors
         .iter()
-        .any(|e| e.phase == "B" && e.reason.contains("injected")));
+        .any(|e| e.phase == bib_ingest::Phase::B && e.reason.contains("injected")));
     assert!(store.audit().unwrap().coherent);
     // Once the model works again the next run converges.
     emb.fail.store(false, Ordering::SeqCst);
     let r = run(&root, &store, &emb);
-    assert_eq!(r.status, "completed");
+    assert_eq!(r.status, RunStatus::Completed);
     assert!(store.documents().unwrap().iter().all(|d| d.path != "e.md"));
 }
 
@@ -431,7 +431,7 @@ fn bad_inputs_are_reported_and_the_rest_ingests() {
         ..IngestOptions::default()
     };
     let r = ingest(&root, &store, &emb, &opts, &NoProgress).unwrap();
-    assert_eq!(r.status, "completed", "{r:?}");
+    assert_eq!(r.status, RunStatus::Completed, "{r:?}");
     assert_eq!(r.phase_a.registered, 20);
     assert_eq!(r.phase_a.errors, 5);
     let find = |p: &str| {
@@ -465,7 +465,7 @@ fn public_prefix_never_registers_twice_and_empty_root_refuses_to_prune() {
     let store = SqliteStore::open(t.path().join("kb.sqlite")).unwrap();
     let emb = FakeEmbedder::default();
     let r = run(&root, &store, &emb);
-    assert_eq!(r.status, "completed", "{r:?}");
+    assert_eq!(r.status, RunStatus::Completed, "{r:?}");
     let paths: Vec<String> = store
         .documents()
         .unwrap()
@@ -494,7 +494,7 @@ fn public_prefix_never_registers_twice_and_empty_root_refuses_to_prune() {
     std::fs::remove_dir_all(&root).unwrap();
     std::fs::create_dir_all(&root).unwrap();
     let r = run(&root, &store, &emb);
-    assert_eq!(r.status, "failed");
+    assert_eq!(r.status, RunStatus::Failed);
     let f = r.failure.as_deref().unwrap();
     assert!(
         f.contains("no Markdown files") && f.contains("10 stored documents"),
@@ -528,7 +528,7 @@ fn includes_are_expanded_and_may_not_leave_the_root() {
     write(&root, "leak.md", "# Leak\n\n[!INCLUDE [s](../secret.md)]\n");
     let store = SqliteStore::open(t.path().join("kb.sqlite")).unwrap();
     let r = run(&root, &store, &FakeEmbedder::default());
-    assert_eq!(r.status, "completed", "{r:?}");
+    assert_eq!(r.status, RunStatus::Completed, "{r:?}");
     let hits = store
         .bm25_search("zebrafinch", 10, &Filter::none())
         .unwrap();

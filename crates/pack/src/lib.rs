@@ -51,7 +51,7 @@ use serde::{Deserialize, Serialize};
 pub use embed_cache::EmbedCache;
 pub use input::{parse_history, InputError};
 pub use options::{autotune, PackOptions, Tuned};
-pub use packer::{mark_superseded, output_tokens, PackStats, Packed, Packer, Session};
+pub use packer::{mark_superseded, output_tokens, PackMode, PackStats, Packed, Packer, Session};
 pub use tokens::{
     estimate_from, estimate_tokens, pieces_and_len, truncate_to_fit, truncate_to_tokens,
 };

@@ -29,11 +29,40 @@ use crate::{Message, PackedMessage};
 /// evidence.
 const RELEVANT: f64 = 10.0;
 
+/// How a pack chose its lines (stats field `mode`: `lexical`, `hybrid` or `none`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PackMode {
+    /// An empty history: nothing to choose.
+    #[default]
+    None,
+    /// BM25 only.
+    Lexical,
+    /// BM25 and embeddings, fused by rank.
+    Hybrid,
+}
+
+impl PackMode {
+    /// The name in the stats.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PackMode::None => "none",
+            PackMode::Lexical => "lexical",
+            PackMode::Hybrid => "hybrid",
+        }
+    }
+}
+
+impl std::fmt::Display for PackMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
 /// Statistics of one pack. Field names are stable (external checks read them).
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct PackStats {
-    /// `lexical`, `hybrid`, or `none` for an empty history.
-    pub mode: String,
+    pub mode: PackMode,
     /// The budget asked for.
     pub budget: usize,
     /// Tokens of the input history (packer's estimate, +4 per message).
@@ -406,7 +435,7 @@ impl Packer {
             return Packed {
                 messages: Vec::new(),
                 stats: PackStats {
-                    mode: "none".into(),
+                    mode: PackMode::None,
                     budget,
                     ..PackStats::default()
                 },
@@ -414,7 +443,7 @@ impl Packer {
         }
         let mut ctx = self.prepare(history, contents, msg_ids, budget);
         let mut stats = PackStats {
-            mode: "lexical".into(),
+            mode: PackMode::Lexical,
             budget,
             history_tokens: ctx.history_tokens,
             input_messages: history.len(),
@@ -438,7 +467,7 @@ impl Packer {
             match self.semantic_scores(&mut ctx, e) {
                 Ok(blocks) => {
                     lexical = false;
-                    stats.mode = "hybrid".into();
+                    stats.mode = PackMode::Hybrid;
                     stats.blocks = Some(blocks);
                 }
                 Err(err) => stats.semantic_error = Some(err),

@@ -361,6 +361,30 @@ impl Service {
         }
     }
 
+    /// A service over `store` with the model its chunks were embedded with, or BM25 only:
+    /// when `load_model` is off, or when the model cannot load — then `warn` is told why.
+    pub fn with_store_model(
+        store: Arc<dyn Store>,
+        settings: Settings,
+        tokens: TokenCheck,
+        load_model: bool,
+        warn: impl FnOnce(&str),
+    ) -> Result<Self, bib_store::StoreError> {
+        let model_id = bib_app::model::store_model(store.as_ref())?;
+        let embedder: Result<Arc<dyn Embedder>, String> = if !load_model {
+            Err("started with --no-model".to_string())
+        } else {
+            bib_app::model::load_embedder(&model_id)
+                .map(Arc::from)
+                .map_err(|e| {
+                    let reason = e.to_string();
+                    warn(&reason);
+                    reason
+                })
+        };
+        Ok(Self::new(store, embedder, settings, tokens))
+    }
+
     pub fn store(&self) -> &dyn Store {
         self.store.as_ref()
     }

@@ -13,7 +13,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use bib_store::{
     could_be_chunk_hash, qualified_name, ApplyOutcome, AuditReport, ChunkId, ChunkRecord,
     ChunkState, DocRecord, DocumentChange, Filter, Hit, LexicalStats, NodeId, QueryLogEntry,
-    QueryLogRetention, RunRow, Store, StoreError,
+    QueryLogRetention, RunRow, RunStatus, Store, StoreError,
 };
 use bib_text::bm25::Bm25Params;
 use bib_text::terms::{term_counts_with, terms_with, TermConfig};
@@ -390,7 +390,7 @@ impl PgStore {
             )
             .bind(row.started_at_ms)
             .bind(row.finished_at_ms)
-            .bind(&row.status)
+            .bind(row.status.as_str())
             .bind(row.record.to_string())
             .fetch_one(&self.pool)
             .await
@@ -1488,13 +1488,13 @@ impl Store for PgStore {
         })
     }
 
-    fn finish_run(&self, id: i64, status: &str, record: &Value) -> Result<(), StoreError> {
+    fn finish_run(&self, id: i64, status: RunStatus, record: &Value) -> Result<(), StoreError> {
         let n = self.block(async {
             sqlx::query(
                 "UPDATE runs SET status = $2, finished_at_ms = $3, record = $4 WHERE id = $1",
             )
             .bind(id)
-            .bind(status)
+            .bind(status.as_str())
             .bind(now_ms())
             .bind(record.to_string())
             .execute(&self.pool)
@@ -1524,7 +1524,7 @@ impl Store for PgStore {
                         id: get(r, 0, "runs")?,
                         started_at_ms: get(r, 1, "runs")?,
                         finished_at_ms: get(r, 2, "runs")?,
-                        status: get(r, 3, "runs")?,
+                        status: get::<String>(r, 3, "runs")?.parse()?,
                         record: parse_json("run record", &get::<String>(r, 4, "runs")?)?,
                     })
                 })

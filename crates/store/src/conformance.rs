@@ -10,7 +10,9 @@ use bib_text::bm25::{Bm25Index, Bm25Params};
 use bib_text::terms::{term_counts_with, term_sequence_with, terms_with, TermConfig};
 use serde_json::{json, Value};
 
-use crate::{ChunkWrite, DocumentChange, Filter, QueryLogEntry, QueryLogRetention, Store};
+use crate::{
+    ChunkWrite, DocumentChange, Filter, QueryLogEntry, QueryLogRetention, RunStatus, Store,
+};
 
 /// Builds a fresh, empty store.
 pub type Factory<'a> = &'a dyn Fn() -> Box<dyn Store>;
@@ -712,17 +714,17 @@ fn query_log_retention(s: &dyn Store) {
 fn runs_and_query_log(s: &dyn Store) {
     let a = s.begin_run(&json!({"root": "w"})).unwrap();
     let b = s.begin_run(&json!({"root": "w"})).unwrap();
-    s.finish_run(b, "completed", &json!({"root": "w", "ok": true}))
+    s.finish_run(b, RunStatus::Completed, &json!({"root": "w", "ok": true}))
         .unwrap();
-    assert!(s.finish_run(9_999, "failed", &json!({})).is_err());
+    assert!(s.finish_run(9_999, RunStatus::Failed, &json!({})).is_err());
     let runs = s.runs(10).unwrap();
     assert_eq!(runs.len(), 2);
     assert_eq!(runs[0].id, b);
-    assert_eq!(runs[0].status, "completed");
+    assert_eq!(runs[0].status, RunStatus::Completed);
     assert_eq!(runs[0].record["ok"], true);
     assert!(runs[0].finished_at_ms.is_some());
     assert_eq!(runs[1].id, a);
-    assert_eq!(runs[1].status, "interrupted");
+    assert_eq!(runs[1].status, RunStatus::Interrupted);
     assert_eq!(s.runs(1).unwrap().len(), 1);
     for i in 0..5 {
         let e = QueryLogEntry {

@@ -159,7 +159,7 @@ pub trait Store: Send + Sync {
     fn finish_run(
         &self,
         id: i64,
-        status: &str,
+        status: RunStatus,
         record: &serde_json::Value,
     ) -> Result<(), StoreError>;
     /// The last `limit` runs, newest first.

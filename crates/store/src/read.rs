@@ -7,7 +7,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::{CollectionInfo, DocRecord, Store, StoreError};
+use crate::{CollectionInfo, DocRecord, RunStatus, Store, StoreError};
 
 /// A range of 1-based, inclusive line numbers; `None` ends are the first and last line.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -348,8 +348,7 @@ pub fn get_lines(
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LastRun {
     pub id: i64,
-    /// `running`, `completed`, `failed` or `interrupted`.
-    pub status: String,
+    pub status: RunStatus,
     /// RFC 3339 UTC.
     pub started_at: String,
     pub collection: Option<String>,
@@ -380,7 +379,7 @@ pub fn status(store: &dyn Store) -> Result<KbStatus, StoreError> {
     let text = |r: &serde_json::Value, k: &str| r.get(k).and_then(|v| v.as_str()).map(String::from);
     let last_run = store.runs(1)?.into_iter().next().map(|r| LastRun {
         id: r.id,
-        status: r.status.clone(),
+        status: r.status,
         started_at: iso_utc(r.started_at_ms),
         collection: text(&r.record, "collection"),
         root: text(&r.record, "root"),
@@ -535,7 +534,7 @@ mod tests {
             .unwrap();
         s.finish_run(
             id,
-            "failed",
+            RunStatus::Failed,
             &serde_json::json!({"collection": "kb", "failure": "boom"}),
         )
         .unwrap();
@@ -545,7 +544,7 @@ mod tests {
         let names: Vec<&str> = st.collections.iter().map(|c| c.name.as_str()).collect();
         assert_eq!(names, ["kb", "notes"]);
         let run = st.last_run.unwrap();
-        assert_eq!((run.id, run.status.as_str()), (id, "failed"));
+        assert_eq!((run.id, run.status), (id, RunStatus::Failed));
         assert_eq!(run.failure.as_deref(), Some("boom"));
     }
 

@@ -26,7 +26,7 @@ use serde_json::Value;
 use crate::{
     qualified_name, ApplyOutcome, AuditReport, ChunkId, ChunkRecord, ChunkState, DocRecord,
     DocumentChange, Filter, Hit, LexicalStats, NodeId, QueryLogEntry, QueryLogRetention, RunRow,
-    Store, StoreError,
+    RunStatus, Store, StoreError,
 };
 
 /// Default location of a knowledge base, relative to the working directory.
@@ -1388,12 +1388,12 @@ impl Store for SqliteStore {
         Ok(conn.last_insert_rowid())
     }
 
-    fn finish_run(&self, id: i64, status: &str, record: &Value) -> Result<(), StoreError> {
+    fn finish_run(&self, id: i64, status: RunStatus, record: &Value) -> Result<(), StoreError> {
         let conn = self.conn();
         let n = conn
             .execute(
                 "UPDATE runs SET status = ?2, finished_at_ms = ?3, record = ?4 WHERE id = ?1",
-                params![id, status, now_ms(), record.to_string()],
+                params![id, status.as_str(), now_ms(), record.to_string()],
             )
             .map_err(StoreError::sqlite("finish run"))?;
         if n == 0 {
@@ -1428,7 +1428,7 @@ impl Store for SqliteStore {
                 id,
                 started_at_ms: s,
                 finished_at_ms: f,
-                status,
+                status: status.parse()?,
                 record: parse_json("run record", &rec)?,
             });
         }

@@ -317,6 +317,55 @@ pub struct AuditReport {
     pub coherent: bool,
 }
 
+/// Where an ingest run is: stored in the `runs` table and shown by `bib runs` / `bib status`
+/// under these lowercase names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RunStatus {
+    /// Begun and not finished (yet).
+    #[default]
+    Running,
+    /// Finished with every guard holding.
+    Completed,
+    /// Finished with a failure (the record says why).
+    Failed,
+    /// Still `running` when a later run began: the process died or was stopped.
+    Interrupted,
+}
+
+impl RunStatus {
+    /// The stored and shown name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Running => "running",
+            RunStatus::Completed => "completed",
+            RunStatus::Failed => "failed",
+            RunStatus::Interrupted => "interrupted",
+        }
+    }
+}
+
+impl std::fmt::Display for RunStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
+impl std::str::FromStr for RunStatus {
+    type Err = crate::StoreError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "running" => Ok(RunStatus::Running),
+            "completed" => Ok(RunStatus::Completed),
+            "failed" => Ok(RunStatus::Failed),
+            "interrupted" => Ok(RunStatus::Interrupted),
+            other => Err(crate::StoreError::Invalid(format!(
+                "unknown run status `{other}`"
+            ))),
+        }
+    }
+}
+
 /// One ingest run as listed by [`crate::Store::runs`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunRow {
@@ -324,8 +373,7 @@ pub struct RunRow {
     /// Unix milliseconds.
     pub started_at_ms: i64,
     pub finished_at_ms: Option<i64>,
-    /// `running`, `completed`, `failed` or `interrupted`.
-    pub status: String,
+    pub status: RunStatus,
     /// The full run record written by ingest.
     pub record: Value,
 }

@@ -157,13 +157,7 @@ fn apply_flags(a: &Args, s: &mut Settings) {
     }
 }
 
-/// Load the embedding model the store was built with.
-pub fn load_embedder(model_id: &str) -> anyhow::Result<Box<dyn Embedder>> {
-    if bib_embed::models::spec(model_id).is_none() {
-        bail!("the knowledge base was embedded with `{model_id}`, which this build cannot load");
-    }
-    Ok(bib_embed::load_installed(model_id)?)
-}
+pub(crate) use bib_app::model::{load_embedder, store_model};
 
 /// Why an ask needing the model could not have it: the model id and the loader's error.
 struct ModelUnavailable {
@@ -175,15 +169,8 @@ struct ModelUnavailable {
 fn try_load(model_id: &str) -> Result<Box<dyn Embedder>, ModelUnavailable> {
     load_embedder(model_id).map_err(|error| ModelUnavailable {
         model: model_id.to_string(),
-        error,
+        error: error.into(),
     })
-}
-
-/// The model the knowledge base's chunks were embedded with (the default when none is recorded).
-pub(crate) fn store_model(store: &dyn Store) -> anyhow::Result<String> {
-    Ok(store
-        .embedding_model()?
-        .unwrap_or_else(|| bib_embed::DEFAULT_MODEL.to_string()))
 }
 
 /// How the store was opened for this ask.

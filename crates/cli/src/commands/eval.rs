@@ -219,7 +219,7 @@ fn eval_store(
     let store = store.as_ref();
     let embedder = match load_embedder(&store_model(store)?) {
         Ok(e) => Some(e),
-        Err(e) if ctx.needs_model => return Err(e),
+        Err(e) if ctx.needs_model => return Err(e.into()),
         Err(_) => None,
     };
     let report = bib_eval::evaluate_store(

@@ -12,6 +12,7 @@ use std::time::Duration;
 use anyhow::Context;
 use bib_app::Settings;
 use bib_ingest::{IngestOptions, Progress, RunReport};
+use bib_store::RunStatus;
 
 use crate::progress::Bars;
 use crate::settings::SettingsArgs;
@@ -226,7 +227,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     let report = bib_ingest::ingest(&args.dir, store, &embedder, &opts, progress)?;
     print(&report, args.json, &bars)?;
-    if report.status != "completed" {
+    if report.status != RunStatus::Completed {
         anyhow::bail!(
             "ingest failed: {}",
             report.failure.as_deref().unwrap_or("see the run record")
@@ -238,14 +239,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bib_ingest::FileIssue;
+    use bib_ingest::{FileIssue, Phase};
 
     #[test]
     fn warnings_are_listed_unless_the_terminal_already_showed_them() {
         let r = RunReport {
             warnings: vec![FileIssue {
                 path: "guides/long.md".into(),
-                phase: "B".into(),
+                phase: Phase::B,
                 reason: "chunk 3 has 1200 tokens".into(),
             }],
             ..RunReport::default()

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use anyhow::{bail, Context};
-use bib_store::{ChunkId, DocumentChange, Store, StoreError};
+use bib_store::{ChunkId, DocumentChange, RunStatus, Store, StoreError};
 
 use bib_app::StoreSpec;
 
@@ -165,8 +165,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             }
             None => {
                 let id = dst.begin_run(&r.record)?;
-                if r.status != "running" {
-                    dst.finish_run(id, &r.status, &r.record)?;
+                if r.status != RunStatus::Running {
+                    dst.finish_run(id, r.status, &r.record)?;
                 }
             }
         }

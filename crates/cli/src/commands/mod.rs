@@ -1,7 +1,6 @@
 //! One module per subcommand. Each has `Args` (clap) and `run(Args) -> anyhow::Result<()>`.
 
 pub mod ask;
-pub mod bench;
 pub mod chunk;
 pub mod config;
 pub mod embed;

@@ -28,7 +28,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 let mut v = r.record.clone();
                 if let Some(o) = v.as_object_mut() {
                     o.insert("id".into(), r.id.into());
-                    o.insert("status".into(), r.status.clone().into());
+                    o.insert("status".into(), r.status.as_str().into());
                     o.insert("finished_at_ms".into(), r.finished_at_ms.into());
                 }
                 v

@@ -92,19 +92,13 @@ fn service_with(
     settings: bib_app::Settings,
 ) -> anyhow::Result<Arc<Service>> {
     let store: Arc<dyn Store> = Arc::from(settings.store.open_existing()?);
-    let model_id = super::ask::store_model(store.as_ref())?;
-    let embedder: Result<Arc<dyn bib_embed::Embedder>, String> = if common.no_model {
-        Err("started with --no-model".to_string())
-    } else {
-        match super::ask::load_embedder(&model_id) {
-            Ok(e) => Ok(Arc::from(e)),
-            Err(e) => {
-                eprintln!("warning: {e:#}; serving BM25 only");
-                Err(format!("{e:#}"))
-            }
-        }
-    };
-    Ok(Arc::new(Service::new(store, embedder, settings, tokens)))
+    Ok(Arc::new(Service::with_store_model(
+        store,
+        settings,
+        tokens,
+        !common.no_model,
+        |why| eprintln!("warning: {why}; serving BM25 only"),
+    )?))
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {

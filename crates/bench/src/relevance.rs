@@ -13,6 +13,7 @@
 use std::path::PathBuf;
 
 use bib_eval::load_golden;
+use bib_eval::stats::percentile;
 use bib_retrieve::relevance::floor_for;
 use bib_retrieve::Relevance;
 use bib_retrieve::{EmbeddingCache, Filter, RetrieveOptions, Retriever, StoreIndex};
@@ -97,7 +98,7 @@ fn fires(qs: &[&Scored], floor: f64) -> String {
 pub fn run(a: Args) -> anyhow::Result<()> {
     let data = data_dir(a.data.clone()).join("wiki");
     let floors = parse_sweep(&a.sweep)?;
-    let embedder = super::super::ask::load_embedder(&a.model)?;
+    let embedder = bib_app::model::load_embedder(&a.model)?;
     let cmd = command_line();
     println!("command: {cmd}");
     let in_force = floor_for(&a.model);
@@ -176,20 +177,16 @@ fn print_report(scored: &[Scored], floors: &[f64], in_force: Option<f64>, model:
     let held = pick(&|s| s.answerable && !s.set.starts_with("dev_"));
     let off = pick(&|s| !s.answerable);
     let summary = |name: &str, qs: &[&Scored]| {
-        let mut c: Vec<f64> = qs.iter().map(|q| q.cosine).collect();
-        c.sort_by(f64::total_cmp);
-        let at = |p: f64| {
-            c.get(((c.len() as f64 - 1.0) * p).round() as usize)
-                .copied()
-        };
+        let c: Vec<f64> = qs.iter().map(|q| q.cosine).collect();
+        let at = |p: f64| (!c.is_empty()).then(|| percentile(&c, p));
         println!(
             "{name:<22} n {:>3}  min {:.3}  p10 {:.3}  median {:.3}  p90 {:.3}  max {:.3}",
             c.len(),
             at(0.0).unwrap_or(f64::NAN),
-            at(0.1).unwrap_or(f64::NAN),
-            at(0.5).unwrap_or(f64::NAN),
-            at(0.9).unwrap_or(f64::NAN),
-            at(1.0).unwrap_or(f64::NAN)
+            at(10.0).unwrap_or(f64::NAN),
+            at(50.0).unwrap_or(f64::NAN),
+            at(90.0).unwrap_or(f64::NAN),
+            at(100.0).unwrap_or(f64::NAN)
         );
     };
     println!("\nbest-chunk cosine ({model}), per kind of question:");

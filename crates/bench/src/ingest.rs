@@ -1,31 +1,53 @@
-//! The ingest benchmark shared by `bib bench ingest` and the `bench_ingest` example: ingest
-//! real wikis twice into fresh stores and report wall time, chunks/s, the embedding share,
-//! audit coherence, the unchanged second run's ratio, and store search latency at that scale.
+//! `bib bench ingest` (and the `bench_ingest` example) — ingest real wikis (the NuGet wikis by
+//! default) with the default model, twice, into fresh stores: wall time, chunks/s, the
+//! embedding share, audit coherence, the unchanged second run's ratio, and store search
+//! latency at that scale.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use anyhow::Context;
 use bib_embed::{EmbedKind, Embedder};
+use bib_eval::stats::percentile;
+use bib_ingest::{IngestOptions, NoProgress};
 use bib_store::{Filter, SqliteStore, Store};
 
-use crate::{IngestOptions, NoProgress};
-
-/// Errors of the benchmark (the first failing step, as text).
-pub type BenchResult<T> = Result<T, String>;
-
-fn pct(v: &[f64], q: f64) -> f64 {
-    if v.is_empty() {
-        return 0.0;
-    }
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    let i = ((s.len() - 1) as f64 * q).round() as usize;
-    s[i]
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Wiki directories [default: the NuGet es and en wikis under ../shared/bench/data/wiki].
+    #[arg(long = "wiki")]
+    pub wikis: Vec<PathBuf>,
+    /// Where to put the temporary stores (removed afterwards).
+    #[arg(long)]
+    pub tmp: Option<PathBuf>,
 }
 
-/// Run the benchmark over `wikis` with `embedder`, stores under `tmp`; returns a Markdown report.
-pub fn run(wikis: &[PathBuf], embedder: &dyn Embedder, tmp: &Path) -> BenchResult<String> {
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let wikis = if args.wikis.is_empty() {
+        let base = PathBuf::from("../shared/bench/data/wiki");
+        vec![base.join("nuget-es"), base.join("nuget-en")]
+    } else {
+        args.wikis
+    };
+    let tmp = args.tmp.unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("bib-bench-ingest-{}", std::process::id()))
+    });
+    let t = Instant::now();
+    let embedder = bib_embed::UseM3::load_default().context("loading the default model")?;
+    println!(
+        "model {} loaded in {:.2} s (not counted below)\n",
+        embedder.model_id(),
+        t.elapsed().as_secs_f64()
+    );
+    let report = report(&wikis, &embedder, &tmp)?;
+    let _ = std::fs::remove_dir_all(&tmp);
+    println!("{report}");
+    Ok(())
+}
+
+/// The benchmark over `wikis` with `embedder`, stores under `tmp`: a Markdown report.
+pub fn report(wikis: &[PathBuf], embedder: &dyn Embedder, tmp: &Path) -> anyhow::Result<String> {
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -40,15 +62,15 @@ pub fn run(wikis: &[PathBuf], embedder: &dyn Embedder, tmp: &Path) -> BenchResul
         );
         let dir = tmp.join(&name);
         let _ = std::fs::remove_dir_all(&dir);
-        let store = SqliteStore::open(dir.join("kb.sqlite")).map_err(|e| e.to_string())?;
+        let store = SqliteStore::open(dir.join("kb.sqlite"))?;
         let opts = IngestOptions::default();
         let t1 = Instant::now();
-        let r1 = crate::ingest(wiki, &store, embedder, &opts, &NoProgress)
-            .map_err(|e| format!("ingesting {}: {e}", wiki.display()))?;
+        let r1 = bib_ingest::ingest(wiki, &store, embedder, &opts, &NoProgress)
+            .with_context(|| format!("ingesting {}", wiki.display()))?;
         let s1 = t1.elapsed().as_secs_f64();
         let t2 = Instant::now();
-        let r2 = crate::ingest(wiki, &store, embedder, &opts, &NoProgress)
-            .map_err(|e| format!("ingesting {}: {e}", wiki.display()))?;
+        let r2 = bib_ingest::ingest(wiki, &store, embedder, &opts, &NoProgress)
+            .with_context(|| format!("ingesting {}", wiki.display()))?;
         let s2 = t2.elapsed().as_secs_f64();
         let b1 = r1.phase_b.clone().unwrap_or_default();
         let b2 = r2.phase_b.clone().unwrap_or_default();
@@ -73,32 +95,19 @@ pub fn run(wikis: &[PathBuf], embedder: &dyn Embedder, tmp: &Path) -> BenchResul
         for e in &r1.errors {
             let _ = writeln!(out, "|  problem: [{}] {}: {} |", e.phase, e.path, e.reason);
         }
-        let titles: Vec<String> = store
-            .documents()
-            .map_err(|e| e.to_string())?
-            .into_iter()
-            .map(|d| d.title)
-            .collect();
+        let titles: Vec<String> = store.documents()?.into_iter().map(|d| d.title).collect();
         let refs: Vec<&str> = titles.iter().map(String::as_str).collect();
         let mut qv = Vec::new();
         for chunk in refs.chunks(25) {
-            qv.extend(
-                embedder
-                    .embed(chunk, EmbedKind::Query)
-                    .map_err(|e| e.to_string())?,
-            );
+            qv.extend(embedder.embed(chunk, EmbedKind::Query)?);
         }
         let (mut bm, mut vs) = (Vec::new(), Vec::new());
         for (q, v) in titles.iter().zip(&qv) {
             let t = Instant::now();
-            store
-                .bm25_search(q, 10, &Filter::none())
-                .map_err(|e| e.to_string())?;
+            store.bm25_search(q, 10, &Filter::none())?;
             bm.push(t.elapsed().as_secs_f64() * 1000.0);
             let t = Instant::now();
-            store
-                .vector_search(v, 10, &Filter::none())
-                .map_err(|e| e.to_string())?;
+            store.vector_search(v, 10, &Filter::none())?;
             vs.push(t.elapsed().as_secs_f64() * 1000.0);
         }
         let warm = &vs[1.min(vs.len())..];
@@ -106,11 +115,11 @@ pub fn run(wikis: &[PathBuf], embedder: &dyn Embedder, tmp: &Path) -> BenchResul
             "| {name} | {} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |",
             b1.chunks_total,
             titles.len(),
-            pct(&bm, 0.5),
-            pct(&bm, 0.99),
+            percentile(&bm, 50.0),
+            percentile(&bm, 99.0),
             vs.first().copied().unwrap_or(0.0),
-            pct(warm, 0.5),
-            pct(warm, 0.99)
+            percentile(warm, 50.0),
+            percentile(warm, 99.0)
         ));
         drop(store);
         let _ = std::fs::remove_dir_all(&dir);

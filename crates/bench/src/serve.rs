@@ -19,11 +19,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use bib_server::{HttpOptions, TokenCheck};
+use bib_app::{Settings, StoreSpec};
+use bib_eval::stats::percentile;
+use bib_server::{HttpOptions, Service, TokenCheck};
 use bib_store::{SqliteStore, Store};
 use serde_json::{json, Value};
-
-use crate::commands::serve::{build_service, CommonArgs};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -179,12 +179,20 @@ fn load_questions(a: &Args, store: &dyn Store) -> anyhow::Result<Vec<String>> {
     Ok(qs)
 }
 
-fn pct(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let i = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
+/// The service `bib serve --store <store>` would run: settings from the environment and
+/// `bib.toml` as usual, the store's own model (BM25 only, with a warning, when it cannot load).
+fn open_service(store: &std::path::Path, tokens: TokenCheck) -> anyhow::Result<Arc<Service>> {
+    let settings = Settings::resolve(None, &|k| std::env::var(k).ok(), |s| {
+        s.store = StoreSpec::Sqlite(store.to_path_buf());
+    })?;
+    let store: Arc<dyn Store> = Arc::from(settings.store.open_existing()?);
+    Ok(Arc::new(Service::with_store_model(
+        store,
+        settings,
+        tokens,
+        true,
+        |why| eprintln!("warning: {why}; serving BM25 only"),
+    )?))
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {
@@ -221,15 +229,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             }
         }
     }
-    let common = CommonArgs {
-        settings: crate::settings::SettingsArgs {
-            config: crate::settings::ConfigArg { config: None },
-            store: Some(copy.display().to_string()),
-        },
-        token_file: None,
-        no_model: false,
-    };
-    let service = build_service(&common, TokenCheck::new(Some(TOKEN), false)?)?;
+    let service = open_service(&copy, TokenCheck::new(Some(TOKEN), false)?)?;
     let questions = Arc::new(load_questions(&a, service.store())?);
     let docs_before = service.store().documents()?.len();
     let opts = HttpOptions {
@@ -350,10 +350,11 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let lost = acked.iter().filter(|p| !present.contains(*p)).count();
     let audit = after.audit()?;
 
-    let mut lat = latencies.lock().unwrap().clone();
-    lat.sort_by(f64::total_cmp);
-    let mut wl = write_lat.lock().unwrap().clone();
-    wl.sort_by(f64::total_cmp);
+    let lat = latencies.lock().unwrap().clone();
+    let (ask_p50, ask_p99) = (percentile(&lat, 50.0), percentile(&lat, 99.0));
+    let ask_max = percentile(&lat, 100.0);
+    let wl = write_lat.lock().unwrap().clone();
+    let (write_p50, write_p99) = (percentile(&wl, 50.0), percentile(&wl, 99.0));
     let errors = errors.lock().unwrap().clone();
     let n_err: u64 = errors.values().sum();
     let report = json!({
@@ -366,15 +367,15 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         "questions": questions.len(),
         "asks_ok": lat.len(),
         "asks_per_sec": lat.len() as f64 / wall,
-        "ask_p50_ms": pct(&lat, 50.0),
-        "ask_p99_ms": pct(&lat, 99.0),
-        "ask_max_ms": lat.last().copied().unwrap_or(0.0),
+        "ask_p50_ms": ask_p50,
+        "ask_p99_ms": ask_p99,
+        "ask_max_ms": ask_max,
         "ask_errors": n_err,
         "ask_errors_by_kind": errors,
         "writes_acked": acked.len(),
         "writes_per_sec": acked.len() as f64 / wall,
-        "write_p50_ms": pct(&wl, 50.0),
-        "write_p99_ms": pct(&wl, 99.0),
+        "write_p50_ms": write_p50,
+        "write_p99_ms": write_p99,
         "write_errors": write_errors.load(Ordering::Relaxed),
         "lost_writes": lost,
         "store_coherent": audit.coherent,
@@ -385,15 +386,15 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     } else {
         println!(
             "asks: {} ok in {:.1} s = {:.1} req/s · p50 {:.1} ms · p99 {:.1} ms · max {:.1} ms · errors {}",
-            lat.len(), wall, lat.len() as f64 / wall, pct(&lat, 50.0), pct(&lat, 99.0),
-            lat.last().copied().unwrap_or(0.0), n_err
+            lat.len(), wall, lat.len() as f64 / wall, ask_p50, ask_p99,
+            ask_max, n_err
         );
         if !errors.is_empty() {
             println!("  errors by kind: {errors:?}");
         }
         println!(
             "writes: {} acknowledged ({:.1}/s, p50 {:.1} ms, p99 {:.1} ms), {} failed, {} lost · store coherent: {}",
-            acked.len(), acked.len() as f64 / wall, pct(&wl, 50.0), pct(&wl, 99.0),
+            acked.len(), acked.len() as f64 / wall, write_p50, write_p99,
             write_errors.load(Ordering::Relaxed), lost, audit.coherent
         );
     }

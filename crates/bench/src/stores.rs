@@ -19,13 +19,12 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::Context;
+use bib_eval::stats::percentile;
 use bib_store::{DocumentChange, Filter, Hit, SqliteStore, Store};
 use bib_store_pg::{PgOptions, PgStore, VectorSearch};
 use serde_json::json;
 
-use super::ask_common::{
-    chunk_write, data_dir, embed_corpus_cached, load_scifact, percentile, SciDoc, SciFact,
-};
+use super::ask_common::{chunk_write, scifact_embedded, EmbeddedSciFact};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -91,15 +90,13 @@ struct Row {
 }
 
 fn scifact(a: &Args) -> anyhow::Result<Dataset> {
-    let dir = data_dir(a.data.clone()).join("scifact");
-    let SciFact {
-        docs, mut queries, ..
-    } = load_scifact(&dir)?;
-    queries.truncate(a.queries);
-    let embedder = super::super::ask::load_embedder(bib_embed::DEFAULT_MODEL)?;
+    let EmbeddedSciFact {
+        docs,
+        queries,
+        embedder,
+        vecs,
+    } = scifact_embedded(a.data.clone(), a.queries, &a.cache_dir)?;
     let e = embedder.as_ref();
-    let texts: Vec<String> = docs.iter().map(SciDoc::embed_text).collect();
-    let vecs = embed_corpus_cached(e, &texts, &a.cache_dir, "scifact")?;
     let qtexts: Vec<&str> = queries.iter().map(|q| q.text.as_str()).collect();
     let qvecs = e.embed(&qtexts, bib_embed::EmbedKind::Query)?;
     let changes = docs
@@ -206,10 +203,6 @@ fn synthetic(n: usize, dims: usize, nq: usize) -> Dataset {
         docs,
         queries,
     }
-}
-
-fn pct(v: &[f64], p: f64) -> f64 {
-    percentile(&mut v.to_vec(), p)
 }
 
 fn ms(t: Instant) -> f64 {
@@ -423,7 +416,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     );
     let mut report = Vec::new();
     for r in &rows {
-        let p = |v: &[f64]| (pct(v, 50.0), pct(v, 99.0));
+        let p = |v: &[f64]| (percentile(v, 50.0), percentile(v, 99.0));
         let (b50, b99) = p(&r.bm25);
         let (v50, v99) = p(&r.vector);
         let (h50, h99) = p(&r.hybrid);
@@ -463,7 +456,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             .collect();
         for name in names {
             let Some(r) = of(name) else { continue };
-            let h = |v: &[f64]| pct(v, 50.0);
+            let h = |v: &[f64]| percentile(v, 50.0);
             println!(
                 "  {:<15} {:<20} ingest {:.2}×  bm25 p50 {:.2}×  vector p50 {:.2}×  hybrid p50 {:.2}×",
                 d.name,

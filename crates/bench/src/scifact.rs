@@ -87,7 +87,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         queries.len()
     );
 
-    let embedder = super::super::ask::load_embedder(&a.model)?;
+    let embedder = bib_app::model::load_embedder(&a.model)?;
     let texts: Vec<String> = docs.iter().map(SciDoc::embed_text).collect();
     let vecs = embed_corpus_cached(embedder.as_ref(), &texts, &a.cache_dir, "scifact")?;
 

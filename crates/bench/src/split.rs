@@ -60,32 +60,47 @@ fn time(texts: &[String], passes: usize, f: Splitter) -> (f64, usize) {
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let dir = data_dir(args.data)?;
-    let mut files = Vec::new();
-    for sub in ["wiki/nuget-es", "wiki/nuget-en"] {
-        collect_md(&dir.join(sub), &mut files)?;
-    }
-    let texts: Vec<String> = files
-        .iter()
-        .map(|p| std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display())))
-        .collect::<anyhow::Result<_>>()?;
-    let bytes: usize = texts.iter().map(String::len).sum();
-    let mb = bytes as f64 / 1_000_000.0;
+    let texts = read_markdown(&[dir.join("wiki/nuget-es"), dir.join("wiki/nuget-en")])?;
     println!(
         "Splitter throughput: {} files, {:.2} MB (nuget-es + nuget-en), best of {} passes",
         texts.len(),
-        mb,
+        megabytes(&texts),
         args.passes
     );
     println!();
+    print_table(&texts, args.passes);
+    Ok(())
+}
+
+/// Every `.md` file under `dirs` (except SOURCE.md), read into memory, in path order.
+pub fn read_markdown(dirs: &[PathBuf]) -> anyhow::Result<Vec<String>> {
+    let mut files = Vec::new();
+    for d in dirs {
+        collect_md(d, &mut files)?;
+    }
+    files
+        .iter()
+        .map(|p| std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display())))
+        .collect()
+}
+
+/// The size of `texts` in MB (10^6 bytes).
+pub fn megabytes(texts: &[String]) -> f64 {
+    texts.iter().map(String::len).sum::<usize>() as f64 / 1_000_000.0
+}
+
+/// The throughput table: each splitter's best of `passes` over `texts`, next to UAX #29.
+pub fn print_table(texts: &[String], passes: usize) {
+    let mb = megabytes(texts);
     println!("| splitter | sentences | seconds | MB/s | vs UAX #29 |");
     println!("|---|---:|---:|---:|---:|");
-    let (base_t, base_n) = time(&texts, args.passes, split_uax29);
+    let (base_t, base_n) = time(texts, passes, split_uax29);
     let rows: [(&str, Splitter); 2] = [
         ("bib split_sentences (Markdown mode)", split_sentences),
         ("bib split_prose (prose mode)", split_prose),
     ];
     for (name, f) in rows {
-        let (t, n) = time(&texts, args.passes, f);
+        let (t, n) = time(texts, passes, f);
         println!(
             "| {name} | {n} | {t:.4} | {:.1} | {:.2}x |",
             mb / t,
@@ -96,5 +111,4 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         "| unicode-segmentation UAX #29 alone | {base_n} | {base_t:.4} | {:.1} | 1.00x |",
         mb / base_t
     );
-    Ok(())
 }

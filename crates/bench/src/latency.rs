@@ -16,6 +16,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::Context;
+use bib_eval::stats::{mean, percentile};
 use bib_retrieve::trim::{TrimOptions, ASK_PROFILE};
 use bib_retrieve::{
     ChunkIndex, ChunkRecord, EmbeddingCache, Filter, MemoryIndex, RetrieveOptions, Retriever,
@@ -24,9 +25,7 @@ use bib_retrieve::{
 use bib_store::{SqliteStore, Store};
 use serde_json::{json, Value};
 
-use super::ask_common::{
-    data_dir, embed_corpus_cached, load_scifact, percentile, SciDoc, SciFact, SciQuery,
-};
+use super::ask_common::{scifact_embedded, EmbeddedSciFact, SciQuery};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -85,15 +84,13 @@ fn time_asks(
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {
-    let dir = data_dir(a.data.clone()).join("scifact");
-    let SciFact {
-        docs, mut queries, ..
-    } = load_scifact(&dir)?;
-    queries.truncate(a.queries);
-    let embedder = super::super::ask::load_embedder(bib_embed::DEFAULT_MODEL)?;
+    let EmbeddedSciFact {
+        docs,
+        queries,
+        embedder,
+        vecs,
+    } = scifact_embedded(a.data.clone(), a.queries, &a.cache_dir)?;
     let e = embedder.as_ref();
-    let texts: Vec<String> = docs.iter().map(SciDoc::embed_text).collect();
-    let vecs = embed_corpus_cached(e, &texts, &a.cache_dir, "scifact")?;
 
     let mut mem = MemoryIndex::new();
     for (i, (d, v)) in docs.iter().zip(&vecs).enumerate() {
@@ -193,10 +190,10 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             // state (page cache, allocator, statement cache).
             let warmup = &queries[..queries.len().min(20)];
             time_asks(index, e, warmup, (t, signals), cache, backing.clone())?;
-            let mut ms = time_asks(index, e, &queries, (t, signals), cache, backing)?;
-            let mean = ms.iter().sum::<f64>() / ms.len().max(1) as f64;
-            let p50 = percentile(&mut ms, 50.0);
-            let p99 = percentile(&mut ms, 99.0);
+            let ms = time_asks(index, e, &queries, (t, signals), cache, backing)?;
+            let mean = mean(ms.iter().copied()).unwrap_or(0.0);
+            let p50 = percentile(&ms, 50.0);
+            let p99 = percentile(&ms, 99.0);
             println!("{iname:<10} {tname:<16} {p50:>9.2} {p99:>9.2} {mean:>9.2}");
             rows.push(json!({"index": iname, "trim": tname, "p50_ms": p50, "p99_ms": p99, "mean_ms": mean}));
         }

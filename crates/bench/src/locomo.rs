@@ -404,8 +404,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     );
 
     let embedder: Option<Box<dyn bib_embed::Embedder>> = if args.hybrid {
-        let e = super::super::pack::default_embedder()
-            .context("loading the default embedder for --hybrid")?;
+        let e: Box<dyn bib_embed::Embedder> = Box::new(
+            bib_embed::UseM3::load_default()
+                .context("loading the default embedder for --hybrid")?,
+        );
         // One cache across sessions and budgets: each turn and question is embedded once.
         Some(Box::new(bib_embed::CachedEmbedder::new(
             e,

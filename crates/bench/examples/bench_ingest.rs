@@ -1,5 +1,5 @@
 //! Release-mode ingest benchmark without building the whole CLI:
-//! `cargo run --release -p bib-ingest --example bench_ingest -- [WIKI_DIR ...]`
+//! `cargo run --release -p bib-bench --example bench_ingest -- [WIKI_DIR ...]`
 //! (same report as `bib bench ingest`).
 
 use std::path::PathBuf;
@@ -27,10 +27,10 @@ fn main() {
         t.elapsed().as_secs_f64()
     );
     let tmp = std::env::temp_dir().join(format!("bib-bench-ingest-{}", std::process::id()));
-    match bib_ingest::bench::run(&wikis, &embedder, &tmp) {
+    match bib_bench::ingest::report(&wikis, &embedder, &tmp) {
         Ok(r) => println!("{r}"),
         Err(e) => {
-            eprintln!("bench_ingest: {e}");
+            eprintln!("bench_ingest: {e:#}");
             std::process::exit(1);
         }
     }

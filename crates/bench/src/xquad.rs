@@ -18,7 +18,8 @@ use bib_embed::EmbedKind;
 
 use bib_retrieve::trim::{apply, score_texts, Prepared, SentenceScores, TrimOptions, TrimScorer};
 use bib_retrieve::{
-    ChunkIndex, ChunkRecord, EmbeddingCache, Filter, MemoryIndex, Mode, RetrieveOptions, Retriever,
+    ChunkIndex, ChunkRecord, EmbeddingCache, Filter, Fusion, MemoryIndex, Mode, RetrieveOptions,
+    Retriever,
 };
 use bib_text::tokens::estimate_tokens;
 use serde::Deserialize;
@@ -53,9 +54,9 @@ pub struct Args {
         default_value = "cos:0:0:1,cos:1:0:1,hyb:1:0:1,cos:0:5:1,cos:0:5:0"
     )]
     variants: Vec<String>,
-    /// Hybrid fusion of the retrieval step: convex (the default of `bib ask`) or rrf.
-    #[arg(long, default_value = "convex")]
-    fusion: String,
+    /// Hybrid fusion of the retrieval step (convex is the default of `bib ask`).
+    #[arg(long, value_enum, ignore_case = true, default_value = "convex")]
+    fusion: Fusion,
     /// Goal: answers kept (fraction).
     #[arg(long, default_value_t = 0.97)]
     goal_kept: f64,
@@ -194,7 +195,7 @@ fn evaluate(cases: &[Case], opts: &TrimOptions) -> (f64, f64, f64) {
 pub fn run(a: Args) -> anyhow::Result<()> {
     let data = data_dir(a.data.clone()).join("xquad");
     let thresholds = parse_sweep(&a.sweep)?;
-    let embedder = super::super::ask::load_embedder(&a.model)?;
+    let embedder = bib_app::model::load_embedder(&a.model)?;
     let cache = EmbeddingCache::default();
     // (scorer, window, lexical_top, min_sentences)
     let variants: Vec<(TrimScorer, usize, usize, usize)> = a
@@ -248,7 +249,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         let ropts = RetrieveOptions {
             top_k: a.top_k,
             mode: Mode::Hybrid,
-            fusion: a.fusion.parse()?,
+            fusion: a.fusion,
             ..RetrieveOptions::default()
         };
         let mut cases = Vec::new();

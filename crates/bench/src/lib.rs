@@ -1,18 +1,22 @@
-//! `bib bench <name>` — benchmarks that write a report. Slow ones live here, never in tests.
-//! Each benchmark is one module with `Args` and `run`.
+//! `bib-bench` — the benchmarks behind `bib bench <name>`: each writes a report. Slow ones
+//! live here, never in tests. Each benchmark is one module with `Args` (clap) and `run`; the
+//! `bib` binary only dispatches to [`run`].
+//!
+//! The crate sits above the application layer (`bib-app`) and the library crates and uses
+//! them as any front end does; nothing in the product depends on it.
 
 use clap::Subcommand;
 
 mod ask_common;
 mod embed;
-mod ingest;
+pub mod ingest;
 mod latency;
 mod locomo;
 mod relevance;
 mod sbd;
 mod scifact;
 mod serve;
-mod split;
+pub mod split;
 mod stores;
 mod wiki;
 mod xquad;

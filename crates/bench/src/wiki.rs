@@ -64,12 +64,12 @@ pub struct Args {
     /// own cached store.
     #[arg(long, default_value = bib_embed::DEFAULT_MODEL)]
     model: String,
-    /// Retrieval mode of the top-k table: hybrid (default), bm25 or vector.
-    #[arg(long, default_value = "hybrid")]
-    mode: String,
-    /// Fusion of the top-k table in hybrid mode: convex (default) or rrf.
-    #[arg(long, default_value = "convex")]
-    fusion: String,
+    /// Retrieval mode of the top-k table.
+    #[arg(long, value_enum, ignore_case = true, default_value = "hybrid")]
+    mode: Mode,
+    /// Fusion of the top-k table in hybrid mode.
+    #[arg(long, value_enum, ignore_case = true, default_value = "convex")]
+    fusion: Fusion,
     /// BM25 weight α of convex fusion [default: the product default].
     #[arg(long)]
     fusion_alpha: Option<f64>,
@@ -186,8 +186,7 @@ fn pct(n: usize, d: usize) -> String {
 
 pub fn run(a: Args) -> anyhow::Result<()> {
     let data = data_dir(a.data.clone()).join("wiki");
-    let mode: Mode = a.mode.parse()?;
-    let fusion: Fusion = a.fusion.parse()?;
+    let (mode, fusion) = (a.mode, a.fusion);
     anyhow::ensure!(
         !a.ks.is_empty() && a.ks.iter().all(|&k| k > 0),
         "--ks: every cut-off must be at least 1"
@@ -206,7 +205,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             "--sets: `{w}` is not one of golden_en, golden_es_dev, dev_en, dev_es"
         );
     }
-    let embedder = super::super::ask::load_embedder(&a.model)?;
+    let embedder = bib_app::model::load_embedder(&a.model)?;
     let d = RetrieveOptions::default();
     let alpha = a.fusion_alpha.unwrap_or(d.convex_alpha);
     anyhow::ensure!(

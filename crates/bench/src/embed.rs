@@ -14,6 +14,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context};
 use bib_embed::{cosine, EmbedKind, Embedder};
+use bib_eval::stats::mean;
 use serde_json::{json, Value};
 
 use super::ask_common::{data_dir, load_scifact, ndcg_at, SciFact, SciQuery};
@@ -190,7 +191,7 @@ fn run_model(a: &Args, model: &str, out: &Path) -> anyhow::Result<()> {
                     .zip(&p.vectors)
                     .map(|(x, y)| cosine(x, y))
                     .collect();
-                let mean = cos.iter().sum::<f32>() / cos.len().max(1) as f32;
+                let mean = mean(cos.iter().map(|&c| f64::from(c))).unwrap_or(0.0) as f32;
                 let min = cos.iter().copied().fold(f32::INFINITY, f32::min);
                 (
                     Some(p.per_s),
