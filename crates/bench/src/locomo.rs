@@ -411,7 +411,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         // One cache across sessions and budgets: each turn and question is embedded once.
         Some(Box::new(bib_embed::CachedEmbedder::new(
             e,
-            bib_embed::MemoryCache::new(),
+            bib_embed::EmbeddingCache::with_capacity(1_000_000),
         )))
     } else {
         None

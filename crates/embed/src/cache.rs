@@ -1,15 +1,17 @@
-//! Embedding cache keyed by (model id, content hash).
+//! The one embedding cache: vectors keyed by (model id, kind, text).
 //!
-//! [`VectorCache`] is the storage seam (an in-memory [`MemoryCache`] here; the store can back
-//! it with a table). [`CachedEmbedder`] wraps any [`Embedder`]: it looks every text up first,
-//! embeds only the misses (each distinct text once, even if repeated within the call), stores
-//! them, and returns vectors in input order. The key covers the text and whether it is a query
-//! or a passage (asymmetric models embed the two differently), so unchanged text is never
-//! embedded twice by the same model.
+//! [`EmbeddingCache`] is bounded and thread-safe; it embeds only the misses (each distinct
+//! text once, even if repeated within the call) in one batch and returns vectors in input
+//! order. It may have a persistent second level ([`VectorBacking`]: the store's content-keyed
+//! vector table, through `bib_retrieve::StoreVectors`), keyed by [`store_key`] — the key ingest
+//! writes sentence vectors under — so a sentence embedded by one process is not embedded again
+//! by the next. [`CachedEmbedder`] wraps any [`Embedder`] with one. Retrieval, trimming, the
+//! history packer and the benchmarks all use this cache. The key covers whether the text is a
+//! query or a passage (asymmetric models embed the two differently).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use bib_text::tokens::TokenCounter;
 use sha2::{Digest, Sha256};
@@ -37,129 +39,246 @@ pub fn store_key(text: &str, kind: EmbedKind) -> String {
     format!("text:{}", hex::encode(content_key(text, kind)))
 }
 
-/// Storage for vectors keyed by (model id, content key).
-pub trait VectorCache: Send + Sync {
-    /// One entry per key, `None` for a miss.
-    fn get_many(
-        &self,
-        model_id: &str,
-        keys: &[ContentKey],
-    ) -> Result<Vec<Option<Vec<f32>>>, EmbedError>;
-    /// Store vectors (overwriting any previous value for the same key).
-    fn put_many(
-        &self,
-        model_id: &str,
-        entries: &[(ContentKey, Vec<f32>)],
-    ) -> Result<(), EmbedError>;
+/// A persistent second level for [`EmbeddingCache`]: vectors by (model id, [`store_key`]).
+/// Failures are the backing's to swallow: a miss only costs an embedding.
+pub trait VectorBacking: Send + Sync {
+    /// Known vectors among `keys`.
+    fn get(&self, model_id: &str, keys: &[String]) -> Vec<(String, Vec<f32>)>;
+    /// Remember vectors.
+    fn put(&self, model_id: &str, items: &[(String, Vec<f32>)]);
 }
 
-/// A process-local cache; optionally bounded (oldest insertions are evicted first).
-#[derive(Debug, Default)]
-pub struct MemoryCache {
-    inner: Mutex<MemoryInner>,
-    capacity: Option<usize>,
-}
+type Key = (String, EmbedKind, String);
 
 #[derive(Debug, Default)]
-struct MemoryInner {
-    map: HashMap<(String, ContentKey), Vec<f32>>,
-    order: std::collections::VecDeque<(String, ContentKey)>,
+struct Entries {
+    map: HashMap<Key, Arc<[f32]>>,
+    /// Insertion order, for evicting the oldest first.
+    order: VecDeque<Key>,
 }
 
-impl MemoryCache {
-    /// Unbounded cache.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Cache holding at most `capacity` vectors.
-    pub fn with_capacity(capacity: usize) -> Self {
-        Self {
-            inner: Mutex::default(),
-            capacity: Some(capacity.max(1)),
+impl Entries {
+    fn insert(&mut self, key: Key, v: Arc<[f32]>, capacity: usize) {
+        if self.map.insert(key.clone(), v).is_none() {
+            self.order.push_back(key);
         }
-    }
-
-    /// Number of vectors held.
-    pub fn len(&self) -> usize {
-        self.lock().map.len()
-    }
-
-    /// Whether the cache is empty.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, MemoryInner> {
-        // A panic while holding the lock cannot leave the map half-updated in a way that
-        // matters for a cache, so a poisoned lock is simply reused.
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        while self.map.len() > capacity {
+            let Some(old) = self.order.pop_front() else {
+                break;
+            };
+            self.map.remove(&old);
+        }
     }
 }
 
-impl VectorCache for MemoryCache {
-    fn get_many(
-        &self,
-        model_id: &str,
-        keys: &[ContentKey],
-    ) -> Result<Vec<Option<Vec<f32>>>, EmbedError> {
-        let inner = self.lock();
-        Ok(keys
-            .iter()
-            .map(|k| inner.map.get(&(model_id.to_string(), *k)).cloned())
-            .collect())
-    }
-
-    fn put_many(
-        &self,
-        model_id: &str,
-        entries: &[(ContentKey, Vec<f32>)],
-    ) -> Result<(), EmbedError> {
-        let mut inner = self.lock();
-        for (k, v) in entries {
-            let key = (model_id.to_string(), *k);
-            if inner.map.insert(key.clone(), v.clone()).is_none() {
-                inner.order.push_back(key);
-            }
-        }
-        if let Some(cap) = self.capacity {
-            while inner.map.len() > cap {
-                let Some(old) = inner.order.pop_front() else {
-                    break;
-                };
-                inner.map.remove(&old);
-            }
-        }
-        Ok(())
-    }
-}
-
-/// An [`Embedder`] that consults a [`VectorCache`] before embedding.
-pub struct CachedEmbedder<E, C> {
-    inner: E,
-    cache: C,
+/// Thread-safe, bounded (oldest insertions evicted first), content-keyed cache of embeddings.
+pub struct EmbeddingCache {
+    entries: Mutex<Entries>,
+    capacity: usize,
+    backing: Option<Arc<dyn VectorBacking>>,
     hits: AtomicUsize,
-    misses: AtomicUsize,
+    embedded: AtomicUsize,
 }
 
-impl<E: Embedder, C: VectorCache> std::fmt::Debug for CachedEmbedder<E, C> {
+impl std::fmt::Debug for EmbeddingCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CachedEmbedder")
-            .field("model", &self.inner.model_id())
-            .field("hits", &self.hits())
-            .field("misses", &self.misses())
+        f.debug_struct("EmbeddingCache")
+            .field("len", &self.len())
+            .field("capacity", &self.capacity)
+            .field("persistent", &self.backing.is_some())
             .finish()
     }
 }
 
-impl<E: Embedder, C: VectorCache> CachedEmbedder<E, C> {
-    pub fn new(inner: E, cache: C) -> Self {
+impl Default for EmbeddingCache {
+    fn default() -> Self {
+        Self::with_capacity(100_000)
+    }
+}
+
+impl EmbeddingCache {
+    /// A cache holding at most `capacity` vectors.
+    pub fn with_capacity(capacity: usize) -> Self {
         Self {
-            inner,
-            cache,
+            entries: Mutex::default(),
+            capacity: capacity.max(1),
+            backing: None,
             hits: AtomicUsize::new(0),
-            misses: AtomicUsize::new(0),
+            embedded: AtomicUsize::new(0),
         }
+    }
+
+    /// Add a persistent second level.
+    pub fn with_backing(mut self, backing: Arc<dyn VectorBacking>) -> Self {
+        self.backing = Some(backing);
+        self
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Entries> {
+        // A panic while holding the lock cannot leave the map half-updated in a way that
+        // matters for a cache, so a poisoned lock is simply reused.
+        self.entries.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Number of vectors held in memory.
+    pub fn len(&self) -> usize {
+        self.lock().map.len()
+    }
+
+    /// Whether the cache holds nothing in memory.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Texts served without embedding so far (from memory or the backing).
+    pub fn hits(&self) -> usize {
+        self.hits.load(Ordering::Relaxed)
+    }
+
+    /// Distinct texts sent to a model so far.
+    pub fn embedded(&self) -> usize {
+        self.embedded.load(Ordering::Relaxed)
+    }
+
+    /// The vectors of `texts` already known (in memory, else in the persistent backing, which
+    /// then fills memory), in order; `None` where neither has one. Never embeds.
+    pub fn cached(
+        &self,
+        model_id: &str,
+        texts: &[&str],
+        kind: EmbedKind,
+    ) -> Vec<Option<Arc<[f32]>>> {
+        let key = |t: &str| (model_id.to_string(), kind, t.to_string());
+        let mut out: Vec<Option<Arc<[f32]>>> = Vec::with_capacity(texts.len());
+        // Each distinct missing text once, with every position it fills.
+        let mut missing: Vec<&str> = Vec::new();
+        let mut slots: HashMap<&str, Vec<usize>> = HashMap::new();
+        {
+            let entries = self.lock();
+            for (i, t) in texts.iter().enumerate() {
+                let hit = entries.map.get(&key(t)).cloned();
+                if hit.is_none() {
+                    let e = slots.entry(t).or_default();
+                    if e.is_empty() {
+                        missing.push(t);
+                    }
+                    e.push(i);
+                }
+                out.push(hit);
+            }
+        }
+        if let (Some(b), false) = (&self.backing, missing.is_empty()) {
+            let keys: Vec<String> = missing.iter().map(|t| store_key(t, kind)).collect();
+            let found: HashMap<String, Vec<f32>> = b.get(model_id, &keys).into_iter().collect();
+            if !found.is_empty() {
+                let mut entries = self.lock();
+                for (t, k) in missing.iter().zip(&keys) {
+                    if let Some(v) = found.get(k) {
+                        let v: Arc<[f32]> = Arc::from(v.as_slice());
+                        for &i in &slots[t] {
+                            out[i] = Some(v.clone());
+                        }
+                        entries.insert(key(t), v, self.capacity);
+                    }
+                }
+            }
+        }
+        self.hits.fetch_add(
+            out.iter().filter(|v| v.is_some()).count(),
+            Ordering::Relaxed,
+        );
+        out
+    }
+
+    /// Embed `texts`, taking what is cached ([`Self::cached`]) and sending the rest
+    /// (deduplicated) to the model in **one** batch. Returns one vector per input, in order.
+    pub fn embed(
+        &self,
+        embedder: &dyn Embedder,
+        texts: &[&str],
+        kind: EmbedKind,
+    ) -> Result<Vec<Arc<[f32]>>, EmbedError> {
+        let model = embedder.model_id().to_string();
+        let mut out = self.cached(&model, texts, kind);
+        let mut missing: Vec<&str> = Vec::new();
+        let mut seen: HashSet<&str> = HashSet::new();
+        for (slot, t) in out.iter().zip(texts) {
+            if slot.is_none() && seen.insert(t) {
+                missing.push(t);
+            }
+        }
+        if missing.is_empty() {
+            return Ok(out.into_iter().flatten().collect());
+        }
+        let vecs = embedder.embed(&missing, kind)?;
+        if vecs.len() != missing.len() {
+            return Err(EmbedError::Other(format!(
+                "{model} returned {} vectors for {} texts",
+                vecs.len(),
+                missing.len()
+            )));
+        }
+        self.embedded.fetch_add(missing.len(), Ordering::Relaxed);
+        let fresh: HashMap<&str, Arc<[f32]>> = missing
+            .iter()
+            .copied()
+            .zip(vecs.into_iter().map(Arc::from))
+            .collect();
+        for (slot, t) in out.iter_mut().zip(texts) {
+            if slot.is_none() {
+                *slot = fresh.get(t).cloned();
+            }
+        }
+        if let Some(b) = &self.backing {
+            let items: Vec<(String, Vec<f32>)> = missing
+                .iter()
+                .map(|t| (store_key(t, kind), fresh[t].to_vec()))
+                .collect();
+            b.put(&model, &items);
+        }
+        let mut entries = self.lock();
+        for t in &missing {
+            entries.insert(
+                (model.clone(), kind, t.to_string()),
+                fresh[t].clone(),
+                self.capacity,
+            );
+        }
+        drop(entries);
+        Ok(out
+            .into_iter()
+            .map(|v| v.unwrap_or_else(|| Arc::from(Vec::new())))
+            .collect())
+    }
+
+    /// Remember vectors computed elsewhere (a benchmark's cached corpus), under the keys
+    /// [`Self::embed`] looks up: `(model, kind, text)`.
+    pub fn insert(&self, model_id: &str, kind: EmbedKind, items: Vec<(String, Vec<f32>)>) {
+        let mut entries = self.lock();
+        for (t, v) in items {
+            entries.insert((model_id.to_string(), kind, t), Arc::from(v), self.capacity);
+        }
+    }
+}
+
+/// An [`Embedder`] that consults an [`EmbeddingCache`] before embedding.
+pub struct CachedEmbedder<E> {
+    inner: E,
+    cache: EmbeddingCache,
+}
+
+impl<E: Embedder> std::fmt::Debug for CachedEmbedder<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CachedEmbedder")
+            .field("model", &self.inner.model_id())
+            .field("cache", &self.cache)
+            .finish()
+    }
+}
+
+impl<E: Embedder> CachedEmbedder<E> {
+    pub fn new(inner: E, cache: EmbeddingCache) -> Self {
+        Self { inner, cache }
     }
 
     /// The wrapped embedder.
@@ -168,22 +287,12 @@ impl<E: Embedder, C: VectorCache> CachedEmbedder<E, C> {
     }
 
     /// The cache.
-    pub fn cache(&self) -> &C {
+    pub fn cache(&self) -> &EmbeddingCache {
         &self.cache
-    }
-
-    /// Texts served from the cache so far.
-    pub fn hits(&self) -> usize {
-        self.hits.load(Ordering::Relaxed)
-    }
-
-    /// Distinct texts that had to be embedded so far.
-    pub fn misses(&self) -> usize {
-        self.misses.load(Ordering::Relaxed)
     }
 }
 
-impl<E: Embedder, C: VectorCache> Embedder for CachedEmbedder<E, C> {
+impl<E: Embedder> Embedder for CachedEmbedder<E> {
     fn model_id(&self) -> &str {
         self.inner.model_id()
     }
@@ -201,51 +310,12 @@ impl<E: Embedder, C: VectorCache> Embedder for CachedEmbedder<E, C> {
     }
 
     fn embed(&self, texts: &[&str], kind: EmbedKind) -> Result<Vec<Vec<f32>>, EmbedError> {
-        let model = self.inner.model_id();
-        let keys: Vec<ContentKey> = texts.iter().map(|t| content_key(t, kind)).collect();
-        let mut out = self.cache.get_many(model, &keys)?;
-        if out.len() != texts.len() {
-            return Err(EmbedError::Other(
-                "vector cache returned the wrong number of entries".into(),
-            ));
-        }
-        // Distinct missing texts, each embedded once.
-        let mut first_of: HashMap<ContentKey, usize> = HashMap::new();
-        let mut todo: Vec<usize> = Vec::new();
-        for (i, slot) in out.iter().enumerate() {
-            if slot.is_none() && !first_of.contains_key(&keys[i]) {
-                first_of.insert(keys[i], todo.len());
-                todo.push(i);
-            }
-        }
-        self.hits.fetch_add(
-            out.iter().filter(|s| s.is_some()).count(),
-            Ordering::Relaxed,
-        );
-        if !todo.is_empty() {
-            let batch: Vec<&str> = todo.iter().map(|&i| texts[i]).collect();
-            let fresh = self.inner.embed(&batch, kind)?;
-            if fresh.len() != batch.len() {
-                return Err(EmbedError::Other(format!(
-                    "{model} returned {} vectors for {} texts",
-                    fresh.len(),
-                    batch.len()
-                )));
-            }
-            self.misses.fetch_add(todo.len(), Ordering::Relaxed);
-            let entries: Vec<(ContentKey, Vec<f32>)> = todo
-                .iter()
-                .map(|&i| keys[i])
-                .zip(fresh.iter().cloned())
-                .collect();
-            self.cache.put_many(model, &entries)?;
-            for (i, slot) in out.iter_mut().enumerate() {
-                if slot.is_none() {
-                    *slot = Some(fresh[first_of[&keys[i]]].clone());
-                }
-            }
-        }
-        Ok(out.into_iter().map(Option::unwrap_or_default).collect())
+        Ok(self
+            .cache
+            .embed(&self.inner, texts, kind)?
+            .iter()
+            .map(|v| v.to_vec())
+            .collect())
     }
 }
 
@@ -285,7 +355,7 @@ mod tests {
 
     #[test]
     fn unchanged_text_is_embedded_once() {
-        let e = CachedEmbedder::new(Counting::default(), MemoryCache::new());
+        let e = CachedEmbedder::new(Counting::default(), EmbeddingCache::default());
         let a = e.embed(&["uno", "dos", "uno"], EmbedKind::Passage).unwrap();
         assert_eq!(e.inner().texts.load(Ordering::Relaxed), 2);
         assert_eq!(a[0], a[2]);
@@ -296,7 +366,7 @@ mod tests {
         assert_eq!(e.inner().texts.load(Ordering::Relaxed), 3);
         assert_eq!(b[0], a[1]);
         assert_eq!(b[2], a[0]);
-        assert_eq!((e.hits(), e.misses()), (2, 3));
+        assert_eq!((e.cache().hits(), e.cache().embedded()), (2, 3));
         // Query and passage are cached separately.
         let q = e.embed(&["uno"], EmbedKind::Query).unwrap();
         assert_ne!(q[0], a[0]);
@@ -305,27 +375,37 @@ mod tests {
 
     #[test]
     fn keys_separate_models_and_kinds() {
-        let cache = MemoryCache::new();
         let k = content_key("x", EmbedKind::Passage);
         assert_ne!(k, content_key("x", EmbedKind::Query));
         assert_ne!(k, content_key("y", EmbedKind::Passage));
-        cache.put_many("m1", &[(k, vec![1.0])]).unwrap();
-        assert_eq!(cache.get_many("m1", &[k]).unwrap(), vec![Some(vec![1.0])]);
-        assert_eq!(cache.get_many("m2", &[k]).unwrap(), vec![None]);
+        let cache = EmbeddingCache::default();
+        cache.insert("m1", EmbedKind::Passage, vec![("x".into(), vec![1.0])]);
+        let got = |m: &str, kind| {
+            cache.cached(m, &["x"], kind)[0]
+                .as_deref()
+                .map(<[f32]>::to_vec)
+        };
+        assert_eq!(got("m1", EmbedKind::Passage), Some(vec![1.0]));
+        assert_eq!(got("m2", EmbedKind::Passage), None);
+        assert_eq!(got("m1", EmbedKind::Query), None);
     }
 
     #[test]
     fn bounded_cache_evicts_oldest() {
-        let cache = MemoryCache::with_capacity(2);
-        let keys: Vec<ContentKey> = ["a", "b", "c"]
-            .iter()
-            .map(|t| content_key(t, EmbedKind::Passage))
-            .collect();
-        for (i, k) in keys.iter().enumerate() {
-            cache.put_many("m", &[(*k, vec![i as f32])]).unwrap();
+        let cache = EmbeddingCache::with_capacity(2);
+        for (i, t) in ["a", "b", "c"].iter().enumerate() {
+            cache.insert(
+                "m",
+                EmbedKind::Passage,
+                vec![(t.to_string(), vec![i as f32])],
+            );
         }
         assert_eq!(cache.len(), 2);
-        let got = cache.get_many("m", &keys).unwrap();
+        let got: Vec<Option<Vec<f32>>> = cache
+            .cached("m", &["a", "b", "c"], EmbedKind::Passage)
+            .into_iter()
+            .map(|v| v.map(|v| v.to_vec()))
+            .collect();
         assert_eq!(got, vec![None, Some(vec![1.0]), Some(vec![2.0])]);
     }
 }

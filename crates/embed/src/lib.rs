@@ -19,7 +19,9 @@ pub mod spm;
 pub mod use_m3;
 
 pub use batch::{embed_in_batches, split_batches, BatchPlan};
-pub use cache::{content_key, store_key, CachedEmbedder, ContentKey, MemoryCache, VectorCache};
+pub use cache::{
+    content_key, store_key, CachedEmbedder, ContentKey, EmbeddingCache, VectorBacking,
+};
 pub use e5::E5Small;
 pub use models::{model_dir, DEFAULT_MODEL};
 pub use openai::{OpenAiConfig, OpenAiEmbedder};

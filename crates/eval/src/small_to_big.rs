@@ -119,7 +119,9 @@ impl SentenceIndex {
         let mut owner = Vec::with_capacity(texts.len());
         for batch in texts.chunks(256) {
             let strs: Vec<&str> = batch.iter().map(|(_, s, _)| s.as_str()).collect();
-            let vecs = cache.embed(embedder, &strs, EmbedKind::Passage)?;
+            let vecs = cache
+                .embed(embedder, &strs, EmbedKind::Passage)
+                .map_err(bib_retrieve::RetrieveError::from)?;
             for ((parent, s, i), v) in batch.iter().zip(vecs) {
                 let id = owner.len() as ChunkId;
                 index.add(

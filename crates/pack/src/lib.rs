@@ -36,7 +36,6 @@
 //! ```
 
 pub mod dates;
-pub mod embed_cache;
 pub mod input;
 pub mod lang;
 pub mod ledger;
@@ -48,7 +47,6 @@ pub mod tokens;
 
 use serde::{Deserialize, Serialize};
 
-pub use embed_cache::EmbedCache;
 pub use input::{parse_history, InputError};
 pub use options::{autotune, PackOptions, Tuned};
 pub use packer::{mark_superseded, output_tokens, PackMode, PackStats, Packed, Packer, Session};

@@ -13,7 +13,6 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use serde::Serialize;
 
 use crate::dates::annotate_dates;
-use crate::embed_cache::EmbedCache;
 use crate::lang::Lang;
 use crate::ledger::{build_ledger_pairs, render_card};
 use crate::options::{autotune, PackOptions};
@@ -23,6 +22,7 @@ use crate::tokens::{
     truncate_to_fit, truncate_to_tokens, utf16_len,
 };
 use crate::{Message, PackedMessage};
+use bib_embed::EmbeddingCache;
 
 /// Relevant lines live in the stratum [10, 11]; filler below 1. The gap is wider than any MMR
 /// penalty (≤ 0.8), so diversity reorders within a stratum and never lifts filler above
@@ -133,7 +133,7 @@ pub struct Packer {
     /// content → [(UTC day, annotated content)] (None = unchanged).
     annotations: FxHashMap<Box<str>, Vec<DayAnnotation>>,
     qmark: Vec<u16>,
-    embed_cache: EmbedCache,
+    embed_cache: EmbeddingCache,
 }
 
 impl std::fmt::Debug for Packer {
@@ -290,7 +290,8 @@ impl Packer {
             msgs: Vec::new(),
             annotations: FxHashMap::default(),
             qmark: Vec::new(),
-            embed_cache: EmbedCache::default(),
+            // The reference keeps 4,000 vectors.
+            embed_cache: EmbeddingCache::with_capacity(4000),
         }
     }
 
@@ -301,7 +302,7 @@ impl Packer {
 
     /// Vectors encoded so far by the hybrid path (cache misses).
     pub fn embedded_texts(&self) -> usize {
-        self.embed_cache.encoded
+        self.embed_cache.embedded()
     }
 
     /// Lexical pack: BM25 against the live question, IDF from this history, no heuristics.
@@ -804,12 +805,12 @@ impl Packer {
         let q = slice16(&ctx.query, 0, 2000).to_owned();
         let qv = self
             .embed_cache
-            .encode(e, &[q.as_str()], EmbedKind::Query)
+            .embed(e, &[q.as_str()], EmbedKind::Query)
             .map_err(|err| err.to_string())?;
         let refs: Vec<&str> = blocks.iter().map(String::as_str).collect();
         let bv = self
             .embed_cache
-            .encode(e, &refs, EmbedKind::Passage)
+            .embed(e, &refs, EmbedKind::Passage)
             .map_err(|err| err.to_string())?;
         let qv = qv.first().ok_or("no query vector")?;
         for (bi, v) in bv.iter().enumerate() {

@@ -1,31 +1,12 @@
-//! A content-keyed embedding cache, so a sentence is embedded once per process.
-//!
-//! Keys are (model id, kind, text): the same sentence under another model or as a query is a
-//! different vector. The cache is bounded; when full it is emptied (simple and predictable —
-//! trimming touches a few hundred sentences per question, far below the default bound).
-//!
-//! A cache may have a persistent second level ([`VectorBacking`], e.g. the store's own
-//! content-keyed vector cache through [`StoreVectors`], keyed by [`bib_embed::store_key`] — the
-//! key ingest writes sentence vectors under), so a sentence embedded by one `bib ask`
-//! process is not embedded again by the next.
+//! The store as the persistent second level of the one embedding cache
+//! ([`bib_embed::EmbeddingCache`]): [`StoreVectors`] reads and writes the store's
+//! content-keyed vector table under [`bib_embed::store_key`] — the key ingest writes sentence
+//! vectors under — so a sentence embedded by one `bib ask` process is not embedded again by
+//! the next.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use bib_embed::{store_key, EmbedKind, Embedder};
-
-use crate::error::RetrieveError;
-
-type Key = (String, EmbedKind, String);
-
-/// A persistent second level for [`EmbeddingCache`]: vectors by (model id, content key).
-/// Failures are the backing's to swallow: a miss only costs an embedding.
-pub trait VectorBacking: Send + Sync {
-    /// Known vectors among `keys`.
-    fn get(&self, model_id: &str, keys: &[String]) -> Vec<(String, Vec<f32>)>;
-    /// Remember vectors.
-    fn put(&self, model_id: &str, items: &[(String, Vec<f32>)]);
-}
+pub use bib_embed::{EmbeddingCache, VectorBacking};
 
 /// The store's content-keyed vector cache as a [`VectorBacking`].
 pub struct StoreVectors(pub Arc<dyn bib_store::Store>);
@@ -47,182 +28,11 @@ impl VectorBacking for StoreVectors {
     }
 }
 
-/// Thread-safe, bounded, content-keyed cache of embeddings.
-pub struct EmbeddingCache {
-    map: Mutex<HashMap<Key, Arc<[f32]>>>,
-    capacity: usize,
-    backing: Option<Arc<dyn VectorBacking>>,
-}
-
-impl std::fmt::Debug for EmbeddingCache {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EmbeddingCache")
-            .field("len", &self.len())
-            .field("capacity", &self.capacity)
-            .field("persistent", &self.backing.is_some())
-            .finish()
-    }
-}
-
-impl Default for EmbeddingCache {
-    fn default() -> Self {
-        Self::with_capacity(100_000)
-    }
-}
-
-impl EmbeddingCache {
-    /// A cache holding at most `capacity` vectors.
-    pub fn with_capacity(capacity: usize) -> Self {
-        Self {
-            map: Mutex::new(HashMap::new()),
-            capacity: capacity.max(1),
-            backing: None,
-        }
-    }
-
-    /// Add a persistent second level.
-    pub fn with_backing(mut self, backing: Arc<dyn VectorBacking>) -> Self {
-        self.backing = Some(backing);
-        self
-    }
-
-    /// Number of cached vectors.
-    pub fn len(&self) -> usize {
-        self.map.lock().map(|m| m.len()).unwrap_or(0)
-    }
-
-    /// Whether the cache is empty.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// The vectors of `texts` already known (in memory, else in the persistent backing, which
-    /// then fills memory), in order; `None` where neither has one. Never embeds. Linear in the
-    /// number of texts (the ranking signals ask for a thousand sentences at once).
-    pub fn cached(
-        &self,
-        model_id: &str,
-        texts: &[&str],
-        kind: EmbedKind,
-    ) -> Result<Vec<Option<Arc<[f32]>>>, RetrieveError> {
-        let key = |t: &str| (model_id.to_string(), kind, t.to_string());
-        let mut out: Vec<Option<Arc<[f32]>>> = Vec::with_capacity(texts.len());
-        // Each distinct missing text once, with every position it fills.
-        let mut missing: Vec<&str> = Vec::new();
-        let mut slots: HashMap<&str, Vec<usize>> = HashMap::new();
-        {
-            let map = self.map.lock().map_err(|_| poisoned())?;
-            for (i, t) in texts.iter().enumerate() {
-                let hit = map.get(&key(t)).cloned();
-                if hit.is_none() {
-                    let e = slots.entry(t).or_default();
-                    if e.is_empty() {
-                        missing.push(t);
-                    }
-                    e.push(i);
-                }
-                out.push(hit);
-            }
-        }
-        if let (Some(b), false) = (&self.backing, missing.is_empty()) {
-            let keys: Vec<String> = missing.iter().map(|t| store_key(t, kind)).collect();
-            let found: HashMap<String, Vec<f32>> = b.get(model_id, &keys).into_iter().collect();
-            if !found.is_empty() {
-                let mut map = self.map.lock().map_err(|_| poisoned())?;
-                for (t, k) in missing.iter().zip(&keys) {
-                    if let Some(v) = found.get(k) {
-                        let v: Arc<[f32]> = Arc::from(v.clone());
-                        for &i in &slots[t] {
-                            out[i] = Some(v.clone());
-                        }
-                        map.insert(key(t), v);
-                    }
-                }
-            }
-        }
-        Ok(out)
-    }
-
-    /// Embed `texts`, taking what is cached ([`Self::cached`]) and sending the rest
-    /// (deduplicated) to the model in **one** batch. Returns one vector per input, in order.
-    pub fn embed(
-        &self,
-        embedder: &dyn Embedder,
-        texts: &[&str],
-        kind: EmbedKind,
-    ) -> Result<Vec<Arc<[f32]>>, RetrieveError> {
-        let model = embedder.model_id().to_string();
-        let key = |t: &str| (model.clone(), kind, t.to_string());
-        let mut out = self.cached(&model, texts, kind)?;
-        let mut missing: Vec<&str> = Vec::new();
-        let mut seen: std::collections::HashSet<&str> = std::collections::HashSet::new();
-        for (slot, t) in out.iter().zip(texts) {
-            if slot.is_none() && seen.insert(t) {
-                missing.push(t);
-            }
-        }
-        if !missing.is_empty() {
-            let vecs = embedder.embed(&missing, kind)?;
-            if vecs.len() != missing.len() {
-                return Err(RetrieveError::EmbedCount {
-                    expected: missing.len(),
-                    got: vecs.len(),
-                });
-            }
-            let fresh: HashMap<&str, Arc<[f32]>> = missing
-                .iter()
-                .copied()
-                .zip(vecs.into_iter().map(Arc::from))
-                .collect();
-            for (slot, t) in out.iter_mut().zip(texts) {
-                if slot.is_none() {
-                    *slot = fresh.get(t).cloned();
-                }
-            }
-            if let Some(b) = &self.backing {
-                let items: Vec<(String, Vec<f32>)> = fresh
-                    .iter()
-                    .map(|(t, v)| (store_key(t, kind), v.to_vec()))
-                    .collect();
-                b.put(&model, &items);
-            }
-            let mut map = self.map.lock().map_err(|_| poisoned())?;
-            if map.len() + fresh.len() > self.capacity {
-                map.clear();
-            }
-            for (t, v) in fresh {
-                map.insert(key(t), v);
-            }
-        }
-        Ok(out
-            .into_iter()
-            .map(|v| v.unwrap_or_else(|| Arc::from(Vec::new())))
-            .collect())
-    }
-}
-
-impl EmbeddingCache {
-    /// Remember vectors computed elsewhere (a benchmark's cached corpus), under the keys
-    /// [`Self::embed`] looks up: `(model, kind, text)`.
-    pub fn insert(&self, model_id: &str, kind: EmbedKind, items: Vec<(String, Vec<f32>)>) {
-        let Ok(mut map) = self.map.lock() else { return };
-        if map.len() + items.len() > self.capacity {
-            map.clear();
-        }
-        for (t, v) in items {
-            map.insert((model_id.to_string(), kind, t), Arc::from(v));
-        }
-    }
-}
-
-fn poisoned() -> RetrieveError {
-    RetrieveError::Index("embedding cache lock poisoned".into())
-}
-
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
     use bib_embed::EmbedError;
+    use bib_embed::{store_key, EmbedKind, Embedder};
     use bib_text::tokens::{EstimateCounter, TokenCounter};
     use std::sync::atomic::{AtomicUsize, Ordering};
 

@@ -11,9 +11,6 @@ pub enum RetrieveError {
     /// The embedding model failed.
     #[error(transparent)]
     Embed(#[from] EmbedError),
-    /// The embedder returned a different number of vectors than texts.
-    #[error("embedder returned {got} vectors for {expected} texts")]
-    EmbedCount { expected: usize, got: usize },
     /// A bad option value (names the option).
     #[error("invalid option `{name}`: {reason}")]
     InvalidOption { name: String, reason: String },

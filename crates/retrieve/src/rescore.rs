@@ -163,7 +163,7 @@ impl Retriever<'_> {
         let cos: Vec<f64> = match qv {
             Some((e, qv)) if !all.is_empty() => self
                 .cache
-                .cached(e.model_id(), &all, EmbedKind::Passage)?
+                .cached(e.model_id(), &all, EmbedKind::Passage)
                 .iter()
                 .map(|v| {
                     v.as_ref()
