@@ -491,40 +491,28 @@ impl PgStore {
         Ok(Some(out))
     }
 
+    /// Scored ids as hits, without those whose chunk is gone (the search and a concurrent
+    /// write may interleave on the pool).
     async fn hits_from(&self, scored: Vec<(ChunkId, f64)>) -> Result<Vec<Hit>, StoreError> {
         if scored.is_empty() {
             return Ok(Vec::new());
         }
         let ids: Vec<i64> = scored.iter().map(|(id, _)| *id).collect();
-        let rows = sqlx::query(
-            "SELECT c.id, c.node_id, c.chunk_index, d.path FROM chunks c \
-             JOIN documents d ON d.node_id = c.node_id WHERE c.id = ANY($1)",
-        )
-        .bind(&ids)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(pg("hits"))?;
-        let mut by_id: HashMap<i64, (i64, i64, String)> = HashMap::with_capacity(rows.len());
+        let rows = sqlx::query("SELECT id FROM chunks WHERE id = ANY($1)")
+            .bind(&ids)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(pg("hits"))?;
+        let mut present = std::collections::HashSet::with_capacity(rows.len());
         for r in &rows {
-            by_id.insert(
-                get(r, 0, "hits")?,
-                (get(r, 1, "hits")?, get(r, 2, "hits")?, get(r, 3, "hits")?),
-            );
+            let id: i64 = get(r, 0, "hits")?;
+            present.insert(id);
         }
-        let mut out = Vec::with_capacity(scored.len());
-        for (id, score) in scored {
-            if let Some((node_id, idx, path)) = by_id.remove(&id) {
-                out.push(Hit {
-                    chunk_id: id,
-                    node_id,
-                    path,
-                    chunk_index: to_u32(idx),
-                    score,
-                    rank: out.len() + 1,
-                });
-            }
-        }
-        Ok(out)
+        Ok(scored
+            .into_iter()
+            .filter(|(id, _)| present.contains(id))
+            .map(|(id, score)| Hit { id, score })
+            .collect())
     }
 
     /// The recorded term function ([`TermConfig::V1`] when none is).

@@ -490,37 +490,13 @@ impl SqliteStore {
         Ok(Some(out))
     }
 
-    fn hits_from(conn: &Connection, scored: Vec<(ChunkId, f64)>) -> Result<Vec<Hit>, StoreError> {
-        let mut stmt = conn
-            .prepare_cached(
-                "SELECT c.node_id, c.chunk_index, d.path FROM chunks c \
-                 JOIN documents d ON d.node_id = c.node_id WHERE c.id = ?1",
-            )
-            .map_err(StoreError::sqlite("hits"))?;
-        let mut out = Vec::with_capacity(scored.len());
-        for (id, score) in scored {
-            let row = stmt
-                .query_row(params![id], |r| {
-                    Ok((
-                        r.get::<_, i64>(0)?,
-                        r.get::<_, i64>(1)?,
-                        r.get::<_, String>(2)?,
-                    ))
-                })
-                .optional()
-                .map_err(StoreError::sqlite("hits"))?;
-            if let Some((node_id, idx, path)) = row {
-                out.push(Hit {
-                    chunk_id: id,
-                    node_id,
-                    path,
-                    chunk_index: to_u32(idx),
-                    score,
-                    rank: out.len() + 1,
-                });
-            }
-        }
-        Ok(out)
+    /// Scored ids as hits (the postings and the versioned vector cache only hold stored
+    /// chunks, read under the same connection lock).
+    fn hits_from(scored: Vec<(ChunkId, f64)>) -> Vec<Hit> {
+        scored
+            .into_iter()
+            .map(|(id, score)| Hit { id, score })
+            .collect()
     }
 
     fn load_vectors(&self, conn: &Connection) -> Result<Arc<VectorCache>, StoreError> {
@@ -1099,7 +1075,7 @@ impl Store for SqliteStore {
         let mut scored: Vec<(ChunkId, f64)> = scores.into_iter().collect();
         scored.sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         scored.truncate(limit);
-        Self::hits_from(&conn, scored)
+        Ok(Self::hits_from(scored))
     }
 
     fn vector_search(
@@ -1138,7 +1114,7 @@ impl Store for SqliteStore {
             scored.truncate(k);
         }
         scored.sort_unstable_by(cmp);
-        Self::hits_from(&conn, scored)
+        Ok(Self::hits_from(scored))
     }
 
     fn lexical_stats(&self) -> Result<LexicalStats, StoreError> {
