@@ -464,7 +464,8 @@ pub fn ingest(
 
     // ── Phase B ──────────────────────────────────────────────────────────────────────────
     let tb = Instant::now();
-    let mut writer = DocumentWriter::new(store, embedder, opts, progress, &collection)?;
+    let mut writer =
+        DocumentWriter::with_stored(store, embedder, opts, progress, &collection, stored_docs)?;
     progress.start(
         "index",
         docs.iter().map(|d| d.text.len() as u64).sum(),

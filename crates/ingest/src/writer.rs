@@ -74,16 +74,21 @@ pub struct DocumentWriter<'a> {
     written: HashMap<String, Written>,
     /// The collection written into.
     collection: String,
-    /// Stored chunk states and documents, by path, as the writer started.
+    /// Stored chunk states and documents, by path: all of them as the writer started
+    /// ([`DocumentWriter::with_stored`]), or each document's own, looked up as it is added
+    /// (`lookup`, [`DocumentWriter::new`]).
     by_path: HashMap<String, Vec<ChunkState>>,
     stored: HashMap<String, DocRecord>,
+    lookup: bool,
     window: Vec<DocPlan>,
     pending: usize,
     gate: Option<&'a (dyn Fn() -> bool + Sync)>,
 }
 
 impl<'a> DocumentWriter<'a> {
-    /// A writer into `collection` of `store`.
+    /// A writer into `collection` of `store` that looks each document's stored row and chunk
+    /// states up by its path as it is added ([`Store::document`], [`Store::chunk_states_of`]):
+    /// for a few documents, such as one registration, in a store of any size.
     pub fn new(
         store: &'a dyn Store,
         embedder: &'a dyn Embedder,
@@ -91,15 +96,6 @@ impl<'a> DocumentWriter<'a> {
         progress: &'a dyn Progress,
         collection: &str,
     ) -> Result<Self, IngestError> {
-        let mut by_path: HashMap<String, Vec<ChunkState>> = HashMap::new();
-        for s in store.chunk_states()? {
-            by_path.entry(s.path.clone()).or_default().push(s);
-        }
-        let stored = store
-            .documents()?
-            .into_iter()
-            .map(|d| (d.path.clone(), d))
-            .collect();
         Ok(Self {
             store,
             embedder,
@@ -111,12 +107,35 @@ impl<'a> DocumentWriter<'a> {
             warnings: Vec::new(),
             written: HashMap::new(),
             collection: collection.to_string(),
-            by_path,
-            stored,
+            by_path: HashMap::new(),
+            stored: HashMap::new(),
+            lookup: true,
             window: Vec::new(),
             pending: 0,
             gate: None,
         })
+    }
+
+    /// A writer into `collection` of `store` for a whole directory: `documents` are the
+    /// store's documents as the caller read them (ingest's Phase A), and every chunk state is
+    /// read once, here.
+    pub fn with_stored(
+        store: &'a dyn Store,
+        embedder: &'a dyn Embedder,
+        opts: &'a IngestOptions,
+        progress: &'a dyn Progress,
+        collection: &str,
+        documents: Vec<DocRecord>,
+    ) -> Result<Self, IngestError> {
+        let mut by_path: HashMap<String, Vec<ChunkState>> = HashMap::new();
+        for s in store.chunk_states()? {
+            by_path.entry(s.path.clone()).or_default().push(s);
+        }
+        let mut writer = Self::new(store, embedder, opts, progress, collection)?;
+        writer.stored = documents.into_iter().map(|d| (d.path.clone(), d)).collect();
+        writer.by_path = by_path;
+        writer.lookup = false;
+        Ok(writer)
     }
 
     /// Ask `gate` right before each document's transaction; when it answers `false` the
@@ -129,6 +148,13 @@ impl<'a> DocumentWriter<'a> {
 
     /// Plan `doc`'s chunks; writes the buffered documents once enough chunks wait.
     pub fn add(&mut self, doc: ParsedDoc) -> Result<(), IngestError> {
+        if self.lookup && !self.by_path.contains_key(&doc.path) {
+            if let Some(d) = self.store.document(&doc.path)? {
+                self.stored.insert(doc.path.clone(), d);
+            }
+            let states = self.store.chunk_states_of(&doc.path)?;
+            self.by_path.insert(doc.path.clone(), states);
+        }
         let model = self.embedder.model_id().to_string();
         let body = &doc.text[doc.body_offset..];
         let chunks = chunk_markdown(&doc.title, body, doc.body_offset, &self.opts.chunk);

@@ -825,11 +825,7 @@ impl Service {
         collection: &str,
         work: &Work,
     ) -> Result<RegisterOutput, ServiceError> {
-        let existing = self
-            .store
-            .documents()?
-            .into_iter()
-            .find(|d| d.path == doc.path);
+        let existing = self.store.document(&doc.path)?;
         let (chunk_count, stale_chunks_pruned) = match &existing {
             Some(d) if d.content_hash == doc.content_hash => (d.chunk_count, 0),
             Some(d) => (0, u64::from(d.chunk_count)),
@@ -1013,15 +1009,6 @@ impl Service {
             by_node.entry(c.node_id).or_default().push(c);
         }
         let mut out = IndexOutput::default();
-        let old: HashMap<(i64, u32), (String, String)> = if by_node.is_empty() {
-            HashMap::new()
-        } else {
-            self.store
-                .chunk_states()?
-                .into_iter()
-                .map(|s| ((s.node_id, s.chunk_index), (s.content_hash, s.model_id)))
-                .collect()
-        };
         let mut nodes: Vec<i64> = by_node.keys().copied().collect();
         nodes.extend(keep.keys().filter(|k| !by_node.contains_key(*k)));
         for node in nodes {
@@ -1034,12 +1021,22 @@ impl Service {
                 });
                 continue;
             };
+            // The stored states of this document only (`(hash, model)` by chunk index).
+            let old: HashMap<u32, (String, String)> = if chunks.is_empty() {
+                HashMap::new()
+            } else {
+                self.store
+                    .chunk_states_of(&doc.path)?
+                    .into_iter()
+                    .map(|s| (s.chunk_index, (s.content_hash, s.model_id)))
+                    .collect()
+            };
             let mut todo = Vec::new();
             for c in chunks {
                 let heading_path = c.heading_path.clone().unwrap_or_default();
                 let prefix = doc_prefix(&doc.title, &heading_path);
                 let hash = chunk_hash(&prefix, &c.content);
-                let same = old.get(&(node, c.chunk_index)).is_some_and(|(h, m)| {
+                let same = old.get(&c.chunk_index).is_some_and(|(h, m)| {
                     *h == hash && embedder.is_some_and(|e| e.model_id() == m.as_str())
                 });
                 if same {

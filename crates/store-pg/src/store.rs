@@ -491,6 +491,63 @@ impl PgStore {
         Ok(Some(out))
     }
 
+    /// Documents whose row matches `filter` (an SQL condition on `documents d`, `$1` bound to
+    /// `path`), ordered by path.
+    async fn select_documents(
+        &self,
+        filter: &str,
+        path: Option<&str>,
+    ) -> Result<Vec<DocRecord>, StoreError> {
+        // COLLATE "C": byte order, the order SQLite gives, whatever the database locale.
+        let sql = format!(
+            "SELECT node_id, qualified_name, path, title, metadata, content_hash, \
+             chunk_count, collection, EXISTS (SELECT 1 FROM doc_sources s \
+             WHERE s.node_id = d.node_id AND s.content_hash = d.content_hash) \
+             FROM documents d WHERE {filter} ORDER BY path COLLATE \"C\""
+        );
+        // `filter` is one of this file's constant conditions; the path is bound.
+        let mut q = sqlx::query(AssertSqlSafe(sql));
+        if let Some(p) = path {
+            q = q.bind(p);
+        }
+        let rows = q.fetch_all(&self.pool).await.map_err(pg("documents"))?;
+        rows.iter().map(doc_from_row).collect()
+    }
+
+    /// Chunk states of the documents matching `filter` (an SQL condition on `documents d`,
+    /// `$1` bound to `path`), ordered by (path, chunk_index).
+    async fn select_chunk_states(
+        &self,
+        filter: &str,
+        path: Option<&str>,
+    ) -> Result<Vec<ChunkState>, StoreError> {
+        let sql = format!(
+            "SELECT d.path, c.node_id, c.chunk_index, c.content_hash, c.model_id, \
+             c.line_start, c.line_end FROM chunks c JOIN documents d ON d.node_id = c.node_id \
+             WHERE {filter} ORDER BY d.path COLLATE \"C\", c.chunk_index"
+        );
+        // `filter` is one of this file's constant conditions; the path is bound.
+        let mut q = sqlx::query(AssertSqlSafe(sql));
+        if let Some(p) = path {
+            q = q.bind(p);
+        }
+        let op = "chunk states";
+        let rows = q.fetch_all(&self.pool).await.map_err(pg(op))?;
+        rows.iter()
+            .map(|r| {
+                Ok(ChunkState {
+                    path: get(r, 0, op)?,
+                    node_id: get(r, 1, op)?,
+                    chunk_index: to_u32(get(r, 2, op)?),
+                    content_hash: get(r, 3, op)?,
+                    model_id: get(r, 4, op)?,
+                    line_start: to_u32(get(r, 5, op)?),
+                    line_end: to_u32(get(r, 6, op)?),
+                })
+            })
+            .collect()
+    }
+
     /// Scored ids as hits, without those whose chunk is gone (the search and a concurrent
     /// write may interleave on the pool).
     async fn hits_from(&self, scored: Vec<(ChunkId, f64)>) -> Result<Vec<Hit>, StoreError> {
@@ -938,19 +995,13 @@ impl Store for PgStore {
     }
 
     fn documents(&self) -> Result<Vec<DocRecord>, StoreError> {
-        self.block(async {
-            // COLLATE "C": byte order, the order SQLite gives, whatever the database locale.
-            let rows = sqlx::query(
-                "SELECT node_id, qualified_name, path, title, metadata, content_hash, \
-                 chunk_count, collection, EXISTS (SELECT 1 FROM doc_sources s \
-                 WHERE s.node_id = d.node_id AND s.content_hash = d.content_hash) \
-                 FROM documents d ORDER BY path COLLATE \"C\"",
-            )
-            .fetch_all(&self.pool)
-            .await
-            .map_err(pg("documents"))?;
-            rows.iter().map(doc_from_row).collect()
-        })
+        self.block(self.select_documents("TRUE", None))
+    }
+
+    fn document(&self, path: &str) -> Result<Option<DocRecord>, StoreError> {
+        Ok(self
+            .block(self.select_documents("d.path = $1", Some(path)))?
+            .pop())
     }
 
     fn embedding_model(&self) -> Result<Option<String>, StoreError> {
@@ -963,30 +1014,11 @@ impl Store for PgStore {
     }
 
     fn chunk_states(&self) -> Result<Vec<ChunkState>, StoreError> {
-        self.block(async {
-            let rows = sqlx::query(
-                "SELECT d.path, c.node_id, c.chunk_index, c.content_hash, c.model_id, \
-                 c.line_start, c.line_end FROM chunks c JOIN documents d ON d.node_id = c.node_id \
-                 ORDER BY d.path COLLATE \"C\", c.chunk_index",
-            )
-            .fetch_all(&self.pool)
-            .await
-            .map_err(pg("chunk states"))?;
-            let op = "chunk states";
-            rows.iter()
-                .map(|r| {
-                    Ok(ChunkState {
-                        path: get(r, 0, op)?,
-                        node_id: get(r, 1, op)?,
-                        chunk_index: to_u32(get(r, 2, op)?),
-                        content_hash: get(r, 3, op)?,
-                        model_id: get(r, 4, op)?,
-                        line_start: to_u32(get(r, 5, op)?),
-                        line_end: to_u32(get(r, 6, op)?),
-                    })
-                })
-                .collect()
-        })
+        self.block(self.select_chunk_states("TRUE", None))
+    }
+
+    fn chunk_states_of(&self, path: &str) -> Result<Vec<ChunkState>, StoreError> {
+        self.block(self.select_chunk_states("d.path = $1", Some(path)))
     }
 
     fn apply_document(&self, change: &DocumentChange) -> Result<ApplyOutcome, StoreError> {

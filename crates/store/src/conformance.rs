@@ -39,6 +39,7 @@ pub fn run_all(make: Factory<'_>) {
         ("collections", collections),
         ("document_sources", document_sources),
         ("query_log_retention", query_log_retention),
+        ("lookup_by_path", lookup_by_path),
     ];
     for (name, case) in cases {
         let store = make();
@@ -142,6 +143,44 @@ fn empty_store(s: &dyn Store) {
     assert_eq!(s.lexical_stats().unwrap().chunks, 0);
     assert!(s.runs(10).unwrap().is_empty());
     assert!(s.recent_queries(10).unwrap().is_empty());
+}
+
+/// `document(path)` and `chunk_states_of(path)` answer what `documents()` and
+/// `chunk_states()` hold for that path, nothing of other paths (prefixes included).
+fn lookup_by_path(s: &dyn Store) {
+    assert_eq!(s.document("a.md").unwrap(), None);
+    assert!(s.chunk_states_of("a.md").unwrap().is_empty());
+    s.apply_document(&sample_change("a.md", &["one", "two", "three"]))
+        .unwrap();
+    s.apply_document(&sample_change("a.md.bak", &["other"]))
+        .unwrap();
+    s.apply_document(&sample_change("b/a.md", &["x", "y"]))
+        .unwrap();
+    s.apply_document(&sample_change("empty.md", &[])).unwrap();
+    let docs = s.documents().unwrap();
+    let states = s.chunk_states().unwrap();
+    for d in &docs {
+        assert_eq!(s.document(&d.path).unwrap().as_ref(), Some(d), "{}", d.path);
+        let want: Vec<_> = states
+            .iter()
+            .filter(|c| c.path == d.path)
+            .cloned()
+            .collect();
+        assert_eq!(s.chunk_states_of(&d.path).unwrap(), want, "{}", d.path);
+    }
+    assert_eq!(s.chunk_states_of("a.md").unwrap().len(), 3);
+    assert!(s.chunk_states_of("empty.md").unwrap().is_empty());
+    assert_eq!(s.document("A.md").unwrap(), None);
+    assert_eq!(s.document("a").unwrap(), None);
+    assert!(s.chunk_states_of("a").unwrap().is_empty());
+    // After a prune and a removal, the lookups follow.
+    s.apply_document(&sample_change("a.md", &["one"])).unwrap();
+    assert_eq!(s.chunk_states_of("a.md").unwrap().len(), 1);
+    assert_eq!(s.document("a.md").unwrap().unwrap().chunk_count, 1);
+    s.remove_documents(&["a.md".to_string()]).unwrap();
+    assert_eq!(s.document("a.md").unwrap(), None);
+    assert!(s.chunk_states_of("a.md").unwrap().is_empty());
+    assert!(s.document("a.md.bak").unwrap().is_some());
 }
 
 fn apply_and_read_back(s: &dyn Store) {

@@ -43,9 +43,15 @@ pub trait Store: Send + Sync {
     // ── documents and chunks ────────────────────────────────────────────────────────────
     /// All documents, ordered by path.
     fn documents(&self) -> Result<Vec<DocRecord>, StoreError>;
+    /// The document at `path`, `None` when there is none. Writing one document (an MCP or
+    /// HTTP registration) reads only its own row, not [`Store::documents`].
+    fn document(&self, path: &str) -> Result<Option<DocRecord>, StoreError>;
     /// The state of every stored chunk (no text, no vector), ordered by (path, chunk_index).
     /// Ingest diffs against it to decide what to skip.
     fn chunk_states(&self) -> Result<Vec<ChunkState>, StoreError>;
+    /// The state of the stored chunks of the document at `path`, ordered by chunk_index
+    /// (empty when there is no such document): what [`Store::chunk_states`] holds for it.
+    fn chunk_states_of(&self, path: &str) -> Result<Vec<ChunkState>, StoreError>;
     /// The embedding model the stored chunks were embedded with (the first non-empty model id
     /// found), `None` for a store without embedded chunks. An ask needs only this before it
     /// can load the model, so backends answer it without reading every chunk row.

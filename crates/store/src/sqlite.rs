@@ -790,16 +790,14 @@ fn chunk_record(r: RawChunk) -> Result<ChunkRecord, StoreError> {
     })
 }
 
-impl Store for SqliteStore {
-    fn backend(&self) -> &'static str {
-        "sqlite"
-    }
-
-    fn location(&self) -> String {
-        self.location.clone()
-    }
-
-    fn documents(&self) -> Result<Vec<DocRecord>, StoreError> {
+impl SqliteStore {
+    /// Documents whose row matches `filter` (an SQL condition on `documents d`, `?1` bound
+    /// to `path`), ordered by path.
+    fn select_documents(
+        &self,
+        filter: &str,
+        path: Option<&str>,
+    ) -> Result<Vec<DocRecord>, StoreError> {
         let conn = self.conn();
         let has_source = if self.sources {
             "EXISTS (SELECT 1 FROM doc_sources s WHERE s.node_id = d.node_id \
@@ -810,11 +808,11 @@ impl Store for SqliteStore {
         let mut stmt = conn
             .prepare_cached(&format!(
                 "SELECT node_id, qualified_name, path, title, metadata, content_hash, \
-                 chunk_count, collection, {has_source} FROM documents d ORDER BY path"
+                 chunk_count, collection, {has_source} FROM documents d WHERE {filter} ORDER BY path"
             ))
             .map_err(StoreError::sqlite("documents"))?;
         let rows = stmt
-            .query_map([], |r| {
+            .query_map(rusqlite::params_from_iter(path), |r| {
                 Ok((
                     r.get::<_, i64>(0)?,
                     r.get::<_, String>(1)?,
@@ -847,28 +845,24 @@ impl Store for SqliteStore {
         Ok(out)
     }
 
-    fn embedding_model(&self) -> Result<Option<String>, StoreError> {
-        self.conn()
-            .query_row(
-                "SELECT model_id FROM chunks WHERE model_id <> '' LIMIT 1",
-                [],
-                |r| r.get(0),
-            )
-            .optional()
-            .map_err(StoreError::sqlite("embedding model"))
-    }
-
-    fn chunk_states(&self) -> Result<Vec<ChunkState>, StoreError> {
+    /// Chunk states of the documents matching `filter` (an SQL condition on `documents d`,
+    /// `?1` bound to `path`), ordered by (path, chunk_index).
+    fn select_chunk_states(
+        &self,
+        filter: &str,
+        path: Option<&str>,
+    ) -> Result<Vec<ChunkState>, StoreError> {
         let conn = self.conn();
         let mut stmt = conn
-            .prepare_cached(
+            .prepare_cached(&format!(
                 "SELECT d.path, c.node_id, c.chunk_index, c.content_hash, c.model_id, \
                  c.line_start, c.line_end FROM chunks c \
-                 JOIN documents d ON d.node_id = c.node_id ORDER BY d.path, c.chunk_index",
-            )
+                 JOIN documents d ON d.node_id = c.node_id WHERE {filter} \
+                 ORDER BY d.path, c.chunk_index"
+            ))
             .map_err(StoreError::sqlite("chunk states"))?;
         let rows = stmt
-            .query_map([], |r| {
+            .query_map(rusqlite::params_from_iter(path), |r| {
                 Ok(ChunkState {
                     path: r.get(0)?,
                     node_id: r.get(1)?,
@@ -882,6 +876,43 @@ impl Store for SqliteStore {
             .map_err(StoreError::sqlite("chunk states"))?;
         rows.collect::<Result<Vec<_>, _>>()
             .map_err(StoreError::sqlite("chunk states"))
+    }
+}
+
+impl Store for SqliteStore {
+    fn backend(&self) -> &'static str {
+        "sqlite"
+    }
+
+    fn location(&self) -> String {
+        self.location.clone()
+    }
+
+    fn documents(&self) -> Result<Vec<DocRecord>, StoreError> {
+        self.select_documents("1", None)
+    }
+
+    fn document(&self, path: &str) -> Result<Option<DocRecord>, StoreError> {
+        Ok(self.select_documents("d.path = ?1", Some(path))?.pop())
+    }
+
+    fn embedding_model(&self) -> Result<Option<String>, StoreError> {
+        self.conn()
+            .query_row(
+                "SELECT model_id FROM chunks WHERE model_id <> '' LIMIT 1",
+                [],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(StoreError::sqlite("embedding model"))
+    }
+
+    fn chunk_states(&self) -> Result<Vec<ChunkState>, StoreError> {
+        self.select_chunk_states("1", None)
+    }
+
+    fn chunk_states_of(&self, path: &str) -> Result<Vec<ChunkState>, StoreError> {
+        self.select_chunk_states("d.path = ?1", Some(path))
     }
 
     fn apply_document(&self, change: &DocumentChange) -> Result<ApplyOutcome, StoreError> {
