@@ -30,7 +30,7 @@ pub use pipeline::{
     embed_sentence_vectors, ingest, parse_text, read_document, ParsedDoc, SentenceVectors,
 };
 pub use watch::watch;
-pub use writer::{DocumentWriter, WriteReport, Written};
+pub use writer::{embed_by_hash, DocumentWriter, EmbedItem, Embedded, WriteReport, Written};
 
 /// A file-level problem: reported with its path, counted in `errors`, never fatal to the run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

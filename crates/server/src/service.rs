@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use bib_app::Settings;
-use bib_embed::{EmbedKind, Embedder};
+use bib_embed::Embedder;
 use bib_retrieve::synth::SynthConfig;
 use bib_retrieve::{log_entry, EmbeddingCache, Mode, Retriever, StoreIndex};
 use bib_store::read::{Excerpt, KbStatus, LineRange};
@@ -30,7 +30,6 @@ pub const MAX_DOC_BYTES: usize = 10 * 1024 * 1024;
 /// Largest `top_k` accepted.
 pub const MAX_TOP_K: usize = 100;
 /// Chunks embedded per model call when indexing.
-const EMBED_BATCH: usize = 25;
 /// Longest question accepted by ask and eval, in bytes (a question, not a document; the query
 /// log keeps it).
 pub const MAX_QUERY_BYTES: usize = 4096;
@@ -854,47 +853,40 @@ impl Service {
         })
     }
 
-    /// Embed pending chunks (reusing vectors the store already knows by content hash).
+    /// Embed pending chunks through the writer's step ([`bib_ingest::embed_by_hash`]: vectors
+    /// the store already knows by content hash are reused, the rest embedded in padded-token
+    /// batches), and remember the new vectors in the store's cache.
     fn embed_pending(
         &self,
         e: &dyn Embedder,
         todo: Vec<Pending>,
     ) -> Result<Vec<ChunkWrite>, ServiceError> {
         let model = e.model_id().to_string();
-        let hashes: Vec<String> = todo.iter().map(|p| p.hash.clone()).collect();
-        let known: HashMap<String, Vec<f32>> = self
-            .store
-            .cached_vectors(&model, &hashes)?
-            .into_iter()
-            .collect();
         let texts: Vec<String> = todo
             .iter()
             .map(|p| format!("{}\n{}", p.prefix, p.content))
             .collect();
-        let missing: Vec<usize> = (0..todo.len())
-            .filter(|&i| !known.contains_key(&todo[i].hash))
+        let items: Vec<bib_ingest::EmbedItem<'_>> = todo
+            .iter()
+            .zip(&texts)
+            .map(|(p, text)| bib_ingest::EmbedItem {
+                group: 0,
+                hash: &p.hash,
+                text,
+            })
             .collect();
-        let mut fresh: HashMap<usize, Vec<f32>> = HashMap::new();
-        for batch in missing.chunks(EMBED_BATCH) {
-            let refs: Vec<&str> = batch.iter().map(|&i| texts[i].as_str()).collect();
-            let vecs = e
-                .embed(&refs, EmbedKind::Passage)
-                .map_err(|err| ServiceError::internal(format!("embedding failed: {err}")))?;
-            if vecs.len() != refs.len() {
-                return Err(ServiceError::internal(format!(
-                    "embedder returned {} vectors for {} texts",
-                    vecs.len(),
-                    refs.len()
-                )));
-            }
-            fresh.extend(batch.iter().copied().zip(vecs));
+        let opts = bib_ingest::IngestOptions::default();
+        let mut got =
+            bib_ingest::embed_by_hash(self.store.as_ref(), e, &opts, &items, &mut |_, _, _| {})?;
+        if let Some(reason) = got.failed.remove(&0) {
+            return Err(ServiceError::internal(reason));
         }
+        let fresh: Vec<(String, Vec<f32>)> = (0..todo.len())
+            .filter(|&i| got.fresh[i])
+            .filter_map(|i| Some((todo[i].hash.clone(), got.vectors[i].clone()?)))
+            .collect();
         if !fresh.is_empty() {
-            let items: Vec<(String, Vec<f32>)> = fresh
-                .iter()
-                .map(|(&i, v)| (todo[i].hash.clone(), v.clone()))
-                .collect();
-            if let Err(err) = self.store.cache_vectors(&model, &items) {
+            if let Err(err) = self.store.cache_vectors(&model, &fresh) {
                 tracing::warn!("could not cache vectors: {err}");
             }
         }
@@ -902,26 +894,20 @@ impl Service {
         Ok(todo
             .into_iter()
             .enumerate()
-            .map(|(i, p)| {
-                let embedding = fresh
-                    .remove(&i)
-                    .or_else(|| known.get(&p.hash).cloned())
-                    .unwrap_or_default();
-                ChunkWrite {
-                    chunk_index: p.index,
-                    tokens_estimate: estimate_tokens(&texts[i]) as u32,
-                    tokens_model: tk.count_tokens(&texts[i]) as u32,
-                    prefix: p.prefix,
-                    heading_path: p.heading_path,
-                    content: p.content,
-                    content_hash: p.hash,
-                    span_start: p.span.0,
-                    span_end: p.span.1,
-                    line_start: p.lines.0,
-                    line_end: p.lines.1,
-                    model_id: model.clone(),
-                    embedding,
-                }
+            .map(|(i, p)| ChunkWrite {
+                chunk_index: p.index,
+                tokens_estimate: estimate_tokens(&texts[i]) as u32,
+                tokens_model: tk.count_tokens(&texts[i]) as u32,
+                prefix: p.prefix,
+                heading_path: p.heading_path,
+                content: p.content,
+                content_hash: p.hash,
+                span_start: p.span.0,
+                span_end: p.span.1,
+                line_start: p.lines.0,
+                line_end: p.lines.1,
+                model_id: model.clone(),
+                embedding: got.vectors[i].take().unwrap_or_default(),
             })
             .collect())
     }
