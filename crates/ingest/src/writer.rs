@@ -233,8 +233,31 @@ impl<'a> DocumentWriter<'a> {
     fn flush(&mut self) -> Result<(), IngestError> {
         self.pending = 0;
         let mut window = std::mem::take(&mut self.window);
-        let window = &mut window;
+        self.give_vectors(&mut window)?;
+        // Texts whose sentences trimming will look up (as `ChunkWrite::text` builds them).
+        let sentence_sources: Vec<String> = if self.opts.sentence_vectors {
+            window
+                .iter()
+                .filter(|p| p.failed.is_none())
+                .flat_map(|p| &p.chunks)
+                .map(|pc| format!("{}\n{}", pc.chunk.prefix, pc.chunk.content))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        // 3. One transaction per document.
         let model = self.embedder.model_id().to_string();
+        for plan in window.drain(..) {
+            self.write_document(plan, &model);
+        }
+        // 4. Sentence vectors for trimming, after the chunks are safely written.
+        self.embed_sentences(&sentence_sources);
+        Ok(())
+    }
+
+    /// Steps 1 and 2 of a flush: vectors for the window's chunks to write, reused by hash or
+    /// embedded ([`embed_by_hash`]); a document whose embedding failed is marked failed.
+    fn give_vectors(&mut self, window: &mut [DocPlan]) -> Result<(), IngestError> {
         // 1. Reuse vectors already known for a hash, 2. embed the rest in padded-token batches.
         let mut need: Vec<(usize, usize)> = Vec::new();
         for (d, plan) in window.iter().enumerate() {
@@ -284,118 +307,107 @@ impl<'a> DocumentWriter<'a> {
         self.b.tokens_embedded_estimate += got.tokens_embedded_estimate;
         self.b.batches += got.batches;
         self.b.embed_ms += got.embed_ms;
+        Ok(())
+    }
+
+    /// Write one planned document in one transaction (after the gate), or count it unchanged
+    /// or failed.
+    fn write_document(&mut self, plan: DocPlan, model: &str) {
         let tokenizer = self.embedder.tokenizer();
-        // Texts whose sentences trimming will look up (as `ChunkWrite::text` builds them).
-        let sentence_sources: Vec<String> = if self.opts.sentence_vectors {
-            window
-                .iter()
-                .filter(|p| p.failed.is_none())
-                .flat_map(|p| &p.chunks)
-                .map(|pc| format!("{}\n{}", pc.chunk.prefix, pc.chunk.content))
-                .collect()
-        } else {
-            Vec::new()
+        let doc = &self.docs[plan.doc_idx];
+        if !plan.write {
+            self.b.documents_unchanged += 1;
+            self.written.insert(
+                doc.path.clone(),
+                Written {
+                    // Unchanged means stored as it is: the row is there.
+                    node_id: self.stored.get(&doc.path).map_or(0, |d| d.node_id),
+                    chunk_count: plan.chunks.len() as u32,
+                    outcome: None,
+                },
+            );
+            self.progress.advance(doc.text.len() as u64);
+            return;
+        }
+        let to_write = plan.chunks.iter().filter(|c| c.write).count() as u64;
+        if let Some(reason) = plan.failed {
+            self.b.errors += to_write;
+            self.issues.push(FileIssue {
+                path: doc.path.clone(),
+                phase: "B".into(),
+                reason,
+            });
+            self.progress.advance(doc.text.len() as u64);
+            return;
+        }
+        let mut upserts = Vec::new();
+        for pc in plan.chunks.iter().filter(|c| c.write) {
+            let text_tokens = if pc.tokens_model == 0 {
+                tokenizer.count_tokens(&pc.text) as u32
+            } else {
+                pc.tokens_model
+            };
+            upserts.push(ChunkWrite {
+                chunk_index: pc.index,
+                prefix: pc.chunk.prefix.clone(),
+                heading_path: pc.chunk.heading_path.clone(),
+                content: pc.chunk.content.clone(),
+                content_hash: pc.hash.clone(),
+                tokens_estimate: estimate_tokens(&pc.text) as u32,
+                tokens_model: text_tokens,
+                span_start: pc.chunk.start as u64,
+                span_end: pc.chunk.end as u64,
+                line_start: pc.lines.0,
+                line_end: pc.lines.1,
+                model_id: model.to_string(),
+                embedding: pc.vector.clone().unwrap_or_default(),
+            });
+        }
+        let change = DocumentChange {
+            path: doc.path.clone(),
+            collection: self.collection.clone(),
+            title: doc.title.clone(),
+            metadata: doc.metadata.clone(),
+            content_hash: doc.content_hash.clone(),
+            chunk_count: plan.chunks.len() as u32,
+            upserts,
+            source: Some(doc.source.clone()),
         };
-        // 3. One transaction per document.
-        for plan in window.drain(..) {
-            let doc = &self.docs[plan.doc_idx];
-            if !plan.write {
-                self.b.documents_unchanged += 1;
+        if self.gate.is_some_and(|open| !open()) {
+            self.b.errors += to_write;
+            self.issues.push(FileIssue {
+                path: doc.path.clone(),
+                phase: "B".into(),
+                reason: "stopped before its write; nothing was written".into(),
+            });
+            self.progress.advance(doc.text.len() as u64);
+            return;
+        }
+        match self.store.apply_document(&change) {
+            Ok(out) => {
+                self.b.documents_written += 1;
+                self.b.chunks_created += u64::from(out.created);
+                self.b.chunks_updated += u64::from(out.updated);
+                self.b.chunks_pruned += u64::from(out.pruned);
                 self.written.insert(
                     doc.path.clone(),
                     Written {
-                        // Unchanged means stored as it is: the row is there.
-                        node_id: self.stored.get(&doc.path).map_or(0, |d| d.node_id),
-                        chunk_count: plan.chunks.len() as u32,
-                        outcome: None,
+                        node_id: out.node_id,
+                        chunk_count: change.chunk_count,
+                        outcome: Some(out),
                     },
                 );
-                self.progress.advance(doc.text.len() as u64);
-                continue;
             }
-            let to_write = plan.chunks.iter().filter(|c| c.write).count() as u64;
-            if let Some(reason) = plan.failed {
+            Err(e) => {
                 self.b.errors += to_write;
                 self.issues.push(FileIssue {
                     path: doc.path.clone(),
                     phase: "B".into(),
-                    reason,
-                });
-                self.progress.advance(doc.text.len() as u64);
-                continue;
-            }
-            let mut upserts = Vec::new();
-            for pc in plan.chunks.iter().filter(|c| c.write) {
-                let text_tokens = if pc.tokens_model == 0 {
-                    tokenizer.count_tokens(&pc.text) as u32
-                } else {
-                    pc.tokens_model
-                };
-                upserts.push(ChunkWrite {
-                    chunk_index: pc.index,
-                    prefix: pc.chunk.prefix.clone(),
-                    heading_path: pc.chunk.heading_path.clone(),
-                    content: pc.chunk.content.clone(),
-                    content_hash: pc.hash.clone(),
-                    tokens_estimate: estimate_tokens(&pc.text) as u32,
-                    tokens_model: text_tokens,
-                    span_start: pc.chunk.start as u64,
-                    span_end: pc.chunk.end as u64,
-                    line_start: pc.lines.0,
-                    line_end: pc.lines.1,
-                    model_id: model.clone(),
-                    embedding: pc.vector.clone().unwrap_or_default(),
+                    reason: format!("store write failed: {e}"),
                 });
             }
-            let change = DocumentChange {
-                path: doc.path.clone(),
-                collection: self.collection.clone(),
-                title: doc.title.clone(),
-                metadata: doc.metadata.clone(),
-                content_hash: doc.content_hash.clone(),
-                chunk_count: plan.chunks.len() as u32,
-                upserts,
-                source: Some(doc.source.clone()),
-            };
-            if self.gate.is_some_and(|open| !open()) {
-                self.b.errors += to_write;
-                self.issues.push(FileIssue {
-                    path: doc.path.clone(),
-                    phase: "B".into(),
-                    reason: "stopped before its write; nothing was written".into(),
-                });
-                self.progress.advance(doc.text.len() as u64);
-                continue;
-            }
-            match self.store.apply_document(&change) {
-                Ok(out) => {
-                    self.b.documents_written += 1;
-                    self.b.chunks_created += u64::from(out.created);
-                    self.b.chunks_updated += u64::from(out.updated);
-                    self.b.chunks_pruned += u64::from(out.pruned);
-                    self.written.insert(
-                        doc.path.clone(),
-                        Written {
-                            node_id: out.node_id,
-                            chunk_count: change.chunk_count,
-                            outcome: Some(out),
-                        },
-                    );
-                }
-                Err(e) => {
-                    self.b.errors += to_write;
-                    self.issues.push(FileIssue {
-                        path: doc.path.clone(),
-                        phase: "B".into(),
-                        reason: format!("store write failed: {e}"),
-                    });
-                }
-            }
-            self.progress.advance(doc.text.len() as u64);
         }
-        // 4. Sentence vectors for trimming, after the chunks are safely written.
-        self.embed_sentences(&sentence_sources);
-        Ok(())
+        self.progress.advance(doc.text.len() as u64);
     }
 
     /// Sentence vectors for `texts` through [`embed_sentence_vectors`], counted in Phase B.
