@@ -44,7 +44,7 @@ pub use matching::Haystack;
 pub use report::{
     EvalReport, EvalSettings, QuestionReport, Status, VariantAggregate, VariantMetrics, Verdict,
 };
-pub use small_to_big::{Corpus, SentenceIndex, StoreCorpus};
+pub use small_to_big::{Corpus, PassageSearch, SentenceIndex, StoreCorpus};
 pub use sweep::{SweepReport, SweepSpec};
 pub use variant::Variant;
 
@@ -377,9 +377,11 @@ pub fn evaluate(
                     &item.question,
                     kb.embedder,
                     kb.cache,
-                    args.s2b_hits(),
-                    args.small_to_big_window,
-                    args.mode,
+                    small_to_big::PassageSearch {
+                        hits: args.s2b_hits(),
+                        window: args.small_to_big_window,
+                        mode: args.mode,
+                    },
                     &filter,
                 )?;
                 let whole: Vec<&str> = passages.iter().map(|p| p.parent.content.as_str()).collect();

@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 pub use pipeline::{
     embed_sentence_vectors, ingest, parse_text, read_document, ParsedDoc, SentenceVectors,
 };
-pub use watch::watch;
+pub use watch::{watch, WatchOptions};
 pub use writer::{embed_by_hash, DocumentWriter, EmbedItem, Embedded, WriteReport, Written};
 
 /// A file-level problem: reported with its path, counted in `errors`, never fatal to the run.

@@ -922,10 +922,12 @@ impl Packer {
                 lines,
                 &pool,
                 &mut keep,
-                used,
-                budget,
+                Spend {
+                    used,
+                    budget,
+                    per_line_cap,
+                },
                 &o,
-                per_line_cap,
             );
         }
 
@@ -1241,19 +1243,29 @@ impl Packer {
     }
 }
 
+/// Tokens spent so far, the budget, and the most one line is charged.
+#[derive(Debug, Clone, Copy)]
+struct Spend {
+    used: usize,
+    budget: usize,
+    per_line_cap: usize,
+}
+
 /// MMR (Carbonell & Goldstein 1998) within the relevant stratum, behind its flag. Returns the
 /// new `used`.
-#[allow(clippy::too_many_arguments)]
 fn mmr(
     items: &[Item],
     lines: &[LineInfo],
     pool: &[usize],
     keep: &mut [bool],
-    mut used: usize,
-    budget: usize,
+    spend: Spend,
     o: &PackOptions,
-    per_line_cap: usize,
 ) -> usize {
+    let Spend {
+        mut used,
+        budget,
+        per_line_cap,
+    } = spend;
     let cost = |i: usize| (lines[items[i].line as usize].tok as usize).min(per_line_cap) + 1;
     let text = |i: usize| &*lines[items[i].line as usize].text;
     // λ measured from the material's own redundancy: near-identical tool pages need a strong
