@@ -306,13 +306,15 @@ fn file_hit(item: &GoldenItem, paths: &[&str]) -> Option<bool> {
     Some(paths.iter().any(|p| want.contains(&norm(p))))
 }
 
-/// Run the harness over `items`. `source` labels where they came from.
-pub fn evaluate(
-    kb: &Kb<'_>,
+/// What an evaluation needs before its first question, checked: the arguments, questions to
+/// ask, an embedding model for the variants (and sweep) that need one, a chat endpoint when
+/// answers are synthesized. Returns the variants, the filter and the endpoint.
+fn check_setup<'k>(
+    kb: &Kb<'k>,
     items: &[GoldenItem],
     source: &str,
     args: &EvalArgs,
-) -> Result<EvalReport, EvalError> {
+) -> Result<(Vec<Variant>, Filter, Option<&'k SynthConfig>), EvalError> {
     args.validate()?;
     if items.is_empty() {
         return Err(EvalError::NoQuestions(format!(
@@ -343,6 +345,17 @@ pub fn evaluate(
     } else {
         None
     };
+    Ok((variants, filter, synth_cfg))
+}
+
+/// Run the harness over `items`. `source` labels where they came from.
+pub fn evaluate(
+    kb: &Kb<'_>,
+    items: &[GoldenItem],
+    source: &str,
+    args: &EvalArgs,
+) -> Result<EvalReport, EvalError> {
+    let (variants, filter, synth_cfg) = check_setup(kb, items, source, args)?;
     let s2b = if variants.contains(&Variant::SmallToBig) {
         let (Some(corpus), Some(e)) = (kb.corpus, kb.embedder) else {
             return Err(invalid(

@@ -336,6 +336,60 @@ fn ingest_error(e: bib_ingest::IngestError) -> ServiceError {
     }
 }
 
+/// Check `bib_index_chunks` arguments before anything is read or embedded (non-empty chunks of
+/// at most 10 MiB, each `(node, chunk_index)` once, each prune's node once and above every
+/// chunk written to it), and return the prunes as `keep_count` by node.
+fn index_chunks_prune(a: &IndexChunksArgs) -> Result<BTreeMap<i64, u32>, ServiceError> {
+    let prune = a.prune.as_deref().unwrap_or_default();
+    let mut seen = std::collections::HashSet::new();
+    for (i, c) in a.chunks.iter().enumerate() {
+        if c.content.trim().is_empty() {
+            return Err(ServiceError::invalid(
+                format!("chunks[{i}].content"),
+                "is empty",
+            ));
+        }
+        if c.content.len() > MAX_DOC_BYTES {
+            return Err(ServiceError::invalid(
+                format!("chunks[{i}].content"),
+                "is over 10 MiB",
+            ));
+        }
+        if !seen.insert((c.node_id, c.chunk_index)) {
+            return Err(ServiceError::invalid(
+                format!("chunks[{i}].chunk_index"),
+                format!(
+                    "chunk {} of node {} appears twice",
+                    c.chunk_index, c.node_id
+                ),
+            ));
+        }
+    }
+    let mut keep: BTreeMap<i64, u32> = BTreeMap::new();
+    for (j, p) in prune.iter().enumerate() {
+        if keep.insert(p.node_id, p.keep_count).is_some() {
+            return Err(ServiceError::invalid(
+                format!("prune[{j}].node_id"),
+                format!("node {} appears twice", p.node_id),
+            ));
+        }
+        if let Some(c) = a
+            .chunks
+            .iter()
+            .find(|c| c.node_id == p.node_id && c.chunk_index >= p.keep_count)
+        {
+            return Err(ServiceError::invalid(
+                format!("prune[{j}].keep_count"),
+                format!(
+                    "keeps {} chunks of node {} but chunk {} is being written",
+                    p.keep_count, p.node_id, c.chunk_index
+                ),
+            ));
+        }
+    }
+    Ok(keep)
+}
+
 impl Service {
     /// A service over `store`. `embedder` is `Err(reason)` when no model could be loaded: BM25
     /// asks still work, everything needing vectors answers `not_available` with the reason.
@@ -923,53 +977,7 @@ impl Service {
     ) -> Result<IndexOutput, ServiceError> {
         self.tokens
             .check_mutation(presented.or(a.token.as_deref()))?;
-        let prune = a.prune.unwrap_or_default();
-        let mut seen = std::collections::HashSet::new();
-        for (i, c) in a.chunks.iter().enumerate() {
-            if c.content.trim().is_empty() {
-                return Err(ServiceError::invalid(
-                    format!("chunks[{i}].content"),
-                    "is empty",
-                ));
-            }
-            if c.content.len() > MAX_DOC_BYTES {
-                return Err(ServiceError::invalid(
-                    format!("chunks[{i}].content"),
-                    "is over 10 MiB",
-                ));
-            }
-            if !seen.insert((c.node_id, c.chunk_index)) {
-                return Err(ServiceError::invalid(
-                    format!("chunks[{i}].chunk_index"),
-                    format!(
-                        "chunk {} of node {} appears twice",
-                        c.chunk_index, c.node_id
-                    ),
-                ));
-            }
-        }
-        let mut keep: BTreeMap<i64, u32> = BTreeMap::new();
-        for (j, p) in prune.iter().enumerate() {
-            if keep.insert(p.node_id, p.keep_count).is_some() {
-                return Err(ServiceError::invalid(
-                    format!("prune[{j}].node_id"),
-                    format!("node {} appears twice", p.node_id),
-                ));
-            }
-            if let Some(c) = a
-                .chunks
-                .iter()
-                .find(|c| c.node_id == p.node_id && c.chunk_index >= p.keep_count)
-            {
-                return Err(ServiceError::invalid(
-                    format!("prune[{j}].keep_count"),
-                    format!(
-                        "keeps {} chunks of node {} but chunk {} is being written",
-                        p.keep_count, p.node_id, c.chunk_index
-                    ),
-                ));
-            }
-        }
+        let keep = index_chunks_prune(&a)?;
         let embedder = if a.chunks.is_empty() {
             None
         } else {
