@@ -5,7 +5,7 @@ use std::path::Path;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use bib_embed::{store_key, EmbedKind, Embedder};
-use bib_store::{DocRecord, Store};
+use bib_store::{DocRecord, Store, VectorsByHash};
 use bib_text::sentences::chunk_sentences;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
@@ -226,7 +226,7 @@ pub struct SentenceVectors {
 /// one trimming uses). Misses go to the model in padded-token batches, shortest first. Best
 /// effort: a failure is reported in `warning` and only costs latency at ask time.
 pub fn embed_sentence_vectors(
-    store: &dyn Store,
+    store: &dyn VectorsByHash,
     embedder: &dyn Embedder,
     texts: &[String],
     opts: &IngestOptions,

@@ -7,6 +7,7 @@ use std::time::Instant;
 use bib_embed::{EmbedKind, Embedder};
 use bib_store::{
     ApplyOutcome, ChunkState, ChunkWrite, DocRecord, DocumentChange, Store, StoreError,
+    VectorsByHash,
 };
 use bib_text::chunk::{chunk_markdown, Chunk};
 use bib_text::tokens::estimate_tokens;
@@ -461,7 +462,7 @@ pub struct Embedded {
 /// embedding. An embedding failure fails the groups of its batch, never the call; only a store
 /// read does.
 pub fn embed_by_hash(
-    store: &dyn Store,
+    store: &dyn VectorsByHash,
     embedder: &dyn Embedder,
     opts: &IngestOptions,
     items: &[EmbedItem<'_>],

@@ -6,7 +6,7 @@ use std::sync::Mutex;
 
 use bib_embed::{store_key, EmbedError, EmbedKind, Embedder};
 use bib_ingest::{ingest, IngestOptions, NoProgress, RunReport};
-use bib_store::{conformance::fake_vector, Filter, SqliteStore, Store};
+use bib_store::{conformance::fake_vector, Filter, SqliteStore, Store, VectorsByHash};
 use bib_text::chunk::chunk_markdown;
 use bib_text::sentences::chunk_sentences;
 use bib_text::tokens::{EstimateCounter, TokenCounter};

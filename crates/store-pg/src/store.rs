@@ -13,7 +13,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use bib_store::{
     qualified_name, ApplyOutcome, AuditReport, ChunkId, ChunkRecord, ChunkState, DocRecord,
     DocumentChange, Filter, Hit, LexicalStats, NodeId, QueryLogEntry, QueryLogRetention, RunRow,
-    Store, StoreError,
+    Store, StoreError, VectorsByHash,
 };
 use bib_text::bm25::{idf, tf_factor, Bm25Params};
 use bib_text::terms::{term_counts_with, terms_with, TermConfig};
@@ -985,6 +985,99 @@ fn chunk_from_row(r: &PgRow) -> Result<ChunkRecord, StoreError> {
     })
 }
 
+impl VectorsByHash for PgStore {
+    fn cached_vectors(
+        &self,
+        model_id: &str,
+        hashes: &[String],
+    ) -> Result<Vec<(String, Vec<f32>)>, StoreError> {
+        if hashes.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.block(async {
+            let mut found: HashMap<String, Vec<f32>> = HashMap::new();
+            let rows = sqlx::query(
+                "SELECT DISTINCT ON (content_hash) content_hash, embedding FROM chunks \
+                 WHERE model_id = $1 AND content_hash = ANY($2) ORDER BY content_hash, id",
+            )
+            .bind(model_id)
+            .bind(hashes)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(pg("cached vectors"))?;
+            for r in &rows {
+                let v: Vector = get(r, 1, "cached vectors")?;
+                found.insert(get(r, 0, "cached vectors")?, v.to_vec());
+            }
+            let missing: Vec<String> = hashes
+                .iter()
+                .filter(|h| !found.contains_key(*h))
+                .cloned()
+                .collect();
+            if !missing.is_empty() {
+                let rows = sqlx::query(
+                    "SELECT content_hash, vector FROM embed_cache \
+                     WHERE model_id = $1 AND content_hash = ANY($2)",
+                )
+                .bind(model_id)
+                .bind(&missing)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(pg("cached vectors"))?;
+                for r in &rows {
+                    let v: Vector = get(r, 1, "cached vectors")?;
+                    found.insert(get(r, 0, "cached vectors")?, v.to_vec());
+                }
+            }
+            Ok(hashes
+                .iter()
+                .filter_map(|h| found.get(h).map(|v| (h.clone(), v.clone())))
+                .collect())
+        })
+    }
+
+    fn cache_vectors(
+        &self,
+        model_id: &str,
+        items: &[(String, Vec<f32>)],
+    ) -> Result<(), StoreError> {
+        if items.is_empty() {
+            return Ok(());
+        }
+        for (h, v) in items {
+            if v.is_empty() || v.iter().any(|x| !x.is_finite()) {
+                return Err(StoreError::Invalid(format!(
+                    "cached vector for {h} is empty or not finite"
+                )));
+            }
+        }
+        // Last write wins for a hash given twice, as with SQLite's INSERT OR REPLACE.
+        let mut last: HashMap<&str, &Vec<f32>> = HashMap::new();
+        for (h, v) in items {
+            last.insert(h.as_str(), v);
+        }
+        let hashes: Vec<String> = last.keys().map(|h| h.to_string()).collect();
+        let vectors: Vec<Vector> = hashes
+            .iter()
+            .map(|h| Vector::from(last[h.as_str()].clone()))
+            .collect();
+        self.block(async {
+            sqlx::query(
+                "INSERT INTO embed_cache (model_id, content_hash, vector) \
+                 SELECT $1, h, v FROM UNNEST($2::text[], $3::vector[]) AS u(h, v) \
+                 ON CONFLICT (model_id, content_hash) DO UPDATE SET vector = EXCLUDED.vector",
+            )
+            .bind(model_id)
+            .bind(&hashes)
+            .bind(&vectors)
+            .execute(&self.pool)
+            .await
+            .map_err(pg("cache vectors"))?;
+            Ok(())
+        })
+    }
+}
+
 impl Store for PgStore {
     fn backend(&self) -> &'static str {
         BACKEND
@@ -1335,97 +1428,6 @@ impl Store for PgStore {
 
     fn set_term_config(&self, terms: &TermConfig) -> Result<u64, StoreError> {
         self.block(self.reindex_async(terms))
-    }
-
-    fn cached_vectors(
-        &self,
-        model_id: &str,
-        hashes: &[String],
-    ) -> Result<Vec<(String, Vec<f32>)>, StoreError> {
-        if hashes.is_empty() {
-            return Ok(Vec::new());
-        }
-        self.block(async {
-            let mut found: HashMap<String, Vec<f32>> = HashMap::new();
-            let rows = sqlx::query(
-                "SELECT DISTINCT ON (content_hash) content_hash, embedding FROM chunks \
-                 WHERE model_id = $1 AND content_hash = ANY($2) ORDER BY content_hash, id",
-            )
-            .bind(model_id)
-            .bind(hashes)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(pg("cached vectors"))?;
-            for r in &rows {
-                let v: Vector = get(r, 1, "cached vectors")?;
-                found.insert(get(r, 0, "cached vectors")?, v.to_vec());
-            }
-            let missing: Vec<String> = hashes
-                .iter()
-                .filter(|h| !found.contains_key(*h))
-                .cloned()
-                .collect();
-            if !missing.is_empty() {
-                let rows = sqlx::query(
-                    "SELECT content_hash, vector FROM embed_cache \
-                     WHERE model_id = $1 AND content_hash = ANY($2)",
-                )
-                .bind(model_id)
-                .bind(&missing)
-                .fetch_all(&self.pool)
-                .await
-                .map_err(pg("cached vectors"))?;
-                for r in &rows {
-                    let v: Vector = get(r, 1, "cached vectors")?;
-                    found.insert(get(r, 0, "cached vectors")?, v.to_vec());
-                }
-            }
-            Ok(hashes
-                .iter()
-                .filter_map(|h| found.get(h).map(|v| (h.clone(), v.clone())))
-                .collect())
-        })
-    }
-
-    fn cache_vectors(
-        &self,
-        model_id: &str,
-        items: &[(String, Vec<f32>)],
-    ) -> Result<(), StoreError> {
-        if items.is_empty() {
-            return Ok(());
-        }
-        for (h, v) in items {
-            if v.is_empty() || v.iter().any(|x| !x.is_finite()) {
-                return Err(StoreError::Invalid(format!(
-                    "cached vector for {h} is empty or not finite"
-                )));
-            }
-        }
-        // Last write wins for a hash given twice, as with SQLite's INSERT OR REPLACE.
-        let mut last: HashMap<&str, &Vec<f32>> = HashMap::new();
-        for (h, v) in items {
-            last.insert(h.as_str(), v);
-        }
-        let hashes: Vec<String> = last.keys().map(|h| h.to_string()).collect();
-        let vectors: Vec<Vector> = hashes
-            .iter()
-            .map(|h| Vector::from(last[h.as_str()].clone()))
-            .collect();
-        self.block(async {
-            sqlx::query(
-                "INSERT INTO embed_cache (model_id, content_hash, vector) \
-                 SELECT $1, h, v FROM UNNEST($2::text[], $3::vector[]) AS u(h, v) \
-                 ON CONFLICT (model_id, content_hash) DO UPDATE SET vector = EXCLUDED.vector",
-            )
-            .bind(model_id)
-            .bind(&hashes)
-            .bind(&vectors)
-            .execute(&self.pool)
-            .await
-            .map_err(pg("cache vectors"))?;
-            Ok(())
-        })
     }
 
     fn audit(&self) -> Result<AuditReport, StoreError> {

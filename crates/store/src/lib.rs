@@ -32,9 +32,26 @@ pub use filter::{Filter, InvalidFilter};
 pub use sqlite::{SqliteStore, DEFAULT_STORE_PATH};
 pub use types::*;
 
+/// The content-keyed embedding cache of a store: vectors by `(model id, content hash)`, for
+/// chunks (a stored chunk's vector answers for its hash) and for the sentences trimming and the
+/// ranking signals look up. What embedding steps and retrieval's sentence cache need of a
+/// store, and all they need.
+pub trait VectorsByHash: Send + Sync {
+    /// Vectors already known for `(model_id, content_hash)`: from stored chunks or the cache.
+    fn cached_vectors(
+        &self,
+        model_id: &str,
+        hashes: &[String],
+    ) -> Result<Vec<(String, Vec<f32>)>, StoreError>;
+    /// Remember vectors by `(model_id, content_hash)`.
+    fn cache_vectors(&self, model_id: &str, items: &[(String, Vec<f32>)])
+        -> Result<(), StoreError>;
+}
+
 /// The storage seam of bibliotecario. Object safe; every method takes `&self` so one store can
-/// be shared between threads (implementations serialise internally).
-pub trait Store: Send + Sync {
+/// be shared between threads (implementations serialise internally). The embedding cache is
+/// its own trait, [`VectorsByHash`], which every store implements.
+pub trait Store: VectorsByHash + Send + Sync {
     /// Short backend name (`sqlite`, `postgres`).
     fn backend(&self) -> &'static str;
     /// Where the store lives (file path or connection URL without secrets).
@@ -142,17 +159,6 @@ pub trait Store: Send + Sync {
     /// transaction (no re-embedding); returns the chunks reindexed (0 when the store already
     /// uses `terms`).
     fn set_term_config(&self, terms: &TermConfig) -> Result<u64, StoreError>;
-
-    // ── embedding cache ────────────────────────────────────────────────────────────────
-    /// Vectors already known for `(model_id, content_hash)`: from stored chunks or the cache.
-    fn cached_vectors(
-        &self,
-        model_id: &str,
-        hashes: &[String],
-    ) -> Result<Vec<(String, Vec<f32>)>, StoreError>;
-    /// Remember vectors by `(model_id, content_hash)`.
-    fn cache_vectors(&self, model_id: &str, items: &[(String, Vec<f32>)])
-        -> Result<(), StoreError>;
 
     // ── audit, runs, query log ─────────────────────────────────────────────────────────
     /// Check the store's internal coherence.

@@ -26,7 +26,7 @@ use serde_json::Value;
 use crate::{
     qualified_name, ApplyOutcome, AuditReport, ChunkId, ChunkRecord, ChunkState, DocRecord,
     DocumentChange, Filter, Hit, LexicalStats, NodeId, QueryLogEntry, QueryLogRetention, RunRow,
-    Store, StoreError,
+    Store, StoreError, VectorsByHash,
 };
 
 /// Default location of a knowledge base, relative to the working directory.
@@ -879,6 +879,75 @@ impl SqliteStore {
     }
 }
 
+impl VectorsByHash for SqliteStore {
+    fn cached_vectors(
+        &self,
+        model_id: &str,
+        hashes: &[String],
+    ) -> Result<Vec<(String, Vec<f32>)>, StoreError> {
+        // Batched lookups (an ask's ranking signals and trimmer ask for hundreds of sentence
+        // vectors at once): the chunks first, then the cache for what they lack.
+        const BATCH: usize = 256;
+        let conn = self.conn();
+        let mut found: HashMap<String, Vec<f32>> = HashMap::with_capacity(hashes.len());
+        for (table, column) in [("chunks", "embedding"), ("embed_cache", "vector")] {
+            let rest: Vec<&String> = hashes.iter().filter(|h| !found.contains_key(*h)).collect();
+            for part in rest.chunks(BATCH) {
+                let marks = vec!["?"; part.len()].join(",");
+                let sql = format!(
+                    "SELECT content_hash, {column} FROM {table} \
+                     WHERE model_id = ? AND content_hash IN ({marks})"
+                );
+                let mut stmt = conn
+                    .prepare_cached(&sql)
+                    .map_err(StoreError::sqlite("cached vectors"))?;
+                let args = std::iter::once(model_id).chain(part.iter().map(|h| h.as_str()));
+                let rows = stmt
+                    .query_map(rusqlite::params_from_iter(args), |r| {
+                        Ok((r.get::<_, String>(0)?, r.get::<_, Vec<u8>>(1)?))
+                    })
+                    .map_err(StoreError::sqlite("cached vectors"))?;
+                for row in rows {
+                    let (h, b) = row.map_err(StoreError::sqlite("cached vectors"))?;
+                    if let std::collections::hash_map::Entry::Vacant(v) = found.entry(h) {
+                        v.insert(blob_to_vec(&b)?);
+                    }
+                }
+            }
+        }
+        Ok(hashes
+            .iter()
+            .filter_map(|h| found.get(h).map(|v| (h.clone(), v.clone())))
+            .collect())
+    }
+
+    fn cache_vectors(
+        &self,
+        model_id: &str,
+        items: &[(String, Vec<f32>)],
+    ) -> Result<(), StoreError> {
+        if items.is_empty() {
+            return Ok(());
+        }
+        let mut conn = self.conn();
+        let tx = conn.transaction().map_err(StoreError::sqlite("begin"))?;
+        {
+            let mut stmt = tx
+                .prepare_cached(
+                    "INSERT OR REPLACE INTO embed_cache (model_id, content_hash, vector) \
+                     VALUES (?1, ?2, ?3)",
+                )
+                .map_err(StoreError::sqlite("cache vectors"))?;
+            for (h, v) in items {
+                stmt.execute(params![model_id, h, vec_to_blob(v)])
+                    .map_err(StoreError::sqlite("cache vectors"))?;
+            }
+        }
+        tx.commit().map_err(StoreError::sqlite("commit"))?;
+        Ok(())
+    }
+}
+
 impl Store for SqliteStore {
     fn backend(&self) -> &'static str {
         "sqlite"
@@ -1244,73 +1313,6 @@ impl Store for SqliteStore {
         tx.commit().map_err(e("commit"))?;
         self.wrote();
         Ok(rows.len() as u64)
-    }
-
-    fn cached_vectors(
-        &self,
-        model_id: &str,
-        hashes: &[String],
-    ) -> Result<Vec<(String, Vec<f32>)>, StoreError> {
-        // Batched lookups (an ask's ranking signals and trimmer ask for hundreds of sentence
-        // vectors at once): the chunks first, then the cache for what they lack.
-        const BATCH: usize = 256;
-        let conn = self.conn();
-        let mut found: HashMap<String, Vec<f32>> = HashMap::with_capacity(hashes.len());
-        for (table, column) in [("chunks", "embedding"), ("embed_cache", "vector")] {
-            let rest: Vec<&String> = hashes.iter().filter(|h| !found.contains_key(*h)).collect();
-            for part in rest.chunks(BATCH) {
-                let marks = vec!["?"; part.len()].join(",");
-                let sql = format!(
-                    "SELECT content_hash, {column} FROM {table} \
-                     WHERE model_id = ? AND content_hash IN ({marks})"
-                );
-                let mut stmt = conn
-                    .prepare_cached(&sql)
-                    .map_err(StoreError::sqlite("cached vectors"))?;
-                let args = std::iter::once(model_id).chain(part.iter().map(|h| h.as_str()));
-                let rows = stmt
-                    .query_map(rusqlite::params_from_iter(args), |r| {
-                        Ok((r.get::<_, String>(0)?, r.get::<_, Vec<u8>>(1)?))
-                    })
-                    .map_err(StoreError::sqlite("cached vectors"))?;
-                for row in rows {
-                    let (h, b) = row.map_err(StoreError::sqlite("cached vectors"))?;
-                    if let std::collections::hash_map::Entry::Vacant(v) = found.entry(h) {
-                        v.insert(blob_to_vec(&b)?);
-                    }
-                }
-            }
-        }
-        Ok(hashes
-            .iter()
-            .filter_map(|h| found.get(h).map(|v| (h.clone(), v.clone())))
-            .collect())
-    }
-
-    fn cache_vectors(
-        &self,
-        model_id: &str,
-        items: &[(String, Vec<f32>)],
-    ) -> Result<(), StoreError> {
-        if items.is_empty() {
-            return Ok(());
-        }
-        let mut conn = self.conn();
-        let tx = conn.transaction().map_err(StoreError::sqlite("begin"))?;
-        {
-            let mut stmt = tx
-                .prepare_cached(
-                    "INSERT OR REPLACE INTO embed_cache (model_id, content_hash, vector) \
-                     VALUES (?1, ?2, ?3)",
-                )
-                .map_err(StoreError::sqlite("cache vectors"))?;
-            for (h, v) in items {
-                stmt.execute(params![model_id, h, vec_to_blob(v)])
-                    .map_err(StoreError::sqlite("cache vectors"))?;
-            }
-        }
-        tx.commit().map_err(StoreError::sqlite("commit"))?;
-        Ok(())
     }
 
     fn audit(&self) -> Result<AuditReport, StoreError> {
