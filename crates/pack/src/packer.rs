@@ -813,62 +813,75 @@ impl Packer {
         Ok(blocks.len())
     }
 
+    /// Dedup over the whole history, the verbatim head and tail included: what already
+    /// travels literally is not paid for twice (the retrieved copy is the truncated, worse
+    /// one). Of the items sharing a line's key, all but the best-scored are marked `dup`;
+    /// returns how many were.
+    fn mark_duplicates(
+        &self,
+        head: &[PackedMessage],
+        recent: &[PackedMessage],
+        items: &mut [Item],
+    ) -> usize {
+        let mut deduped = 0;
+        // winner per key: usize::MAX = a verbatim line (infinite score)
+        let mut best: FxHashMap<u32, usize> = FxHashMap::default();
+        for m in head.iter().chain(recent.iter()) {
+            for line in m.content.split('\n') {
+                let k = dedup_key(line);
+                if k.is_empty() {
+                    continue;
+                }
+                if let Some(&id) = self.dkeys.get(k.as_str()) {
+                    best.insert(id, usize::MAX);
+                }
+            }
+        }
+        for ix in 0..items.len() {
+            if items[ix].first {
+                continue;
+            }
+            let k = self.lines[items[ix].line as usize].dkey;
+            if k == 0 {
+                continue;
+            }
+            match best.get(&k).copied() {
+                None => {
+                    best.insert(k, ix);
+                }
+                Some(prev) => {
+                    let prev_score = if prev == usize::MAX {
+                        f64::INFINITY
+                    } else {
+                        items[prev].score
+                    };
+                    let (loser, winner) = if items[ix].score > prev_score {
+                        (prev, ix)
+                    } else {
+                        (ix, prev)
+                    };
+                    if loser != usize::MAX {
+                        items[loser].dup = true;
+                    }
+                    deduped += 1;
+                    best.insert(k, winner);
+                }
+            }
+        }
+        deduped
+    }
+
     fn select_and_emit(&mut self, ctx: &mut Ctx, history: &[Message]) -> (Vec<PackedMessage>, Sel) {
         let o = self.opts.clone();
         let budget = ctx.budget;
         let mut used = ctx.used;
         let items = &mut ctx.items;
 
-        // Dedup over the whole history, the verbatim head and tail included: what already
-        // travels literally is not paid for twice (the retrieved copy is the truncated, worse
-        // one).
-        let mut deduped = 0;
-        if o.dedup {
-            // winner per key: usize::MAX = a verbatim line (infinite score)
-            let mut best: FxHashMap<u32, usize> = FxHashMap::default();
-            for m in ctx.head.iter().chain(ctx.recent.iter()) {
-                for line in m.content.split('\n') {
-                    let k = dedup_key(line);
-                    if k.is_empty() {
-                        continue;
-                    }
-                    if let Some(&id) = self.dkeys.get(k.as_str()) {
-                        best.insert(id, usize::MAX);
-                    }
-                }
-            }
-            for ix in 0..items.len() {
-                if items[ix].first {
-                    continue;
-                }
-                let k = self.lines[items[ix].line as usize].dkey;
-                if k == 0 {
-                    continue;
-                }
-                match best.get(&k).copied() {
-                    None => {
-                        best.insert(k, ix);
-                    }
-                    Some(prev) => {
-                        let prev_score = if prev == usize::MAX {
-                            f64::INFINITY
-                        } else {
-                            items[prev].score
-                        };
-                        let (loser, winner) = if items[ix].score > prev_score {
-                            (prev, ix)
-                        } else {
-                            (ix, prev)
-                        };
-                        if loser != usize::MAX {
-                            items[loser].dup = true;
-                        }
-                        deduped += 1;
-                        best.insert(k, winner);
-                    }
-                }
-            }
-        }
+        let deduped = if o.dedup {
+            self.mark_duplicates(&ctx.head, &ctx.recent, items)
+        } else {
+            0
+        };
 
         let per_line_cap = 40usize
             .max(((budget.saturating_sub(used)) as f64 * o.per_line_cap_frac).floor() as usize);
