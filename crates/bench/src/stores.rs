@@ -248,25 +248,19 @@ fn query(store: &dyn Store, data: &Dataset, row: &mut Row) -> anyhow::Result<Vec
         let t = Instant::now();
         let vs = store.vector_search(v, 100, &f)?;
         row.vector.push(ms(t));
+        let top: Vec<i64> = vs.iter().take(10).map(|h| h.id).collect();
         tops.push(
-            vs.iter()
-                .take(10)
-                .map(|h| (h.path.clone(), h.chunk_index))
+            store
+                .get_chunks(&top)?
+                .into_iter()
+                .map(|c| (c.path, c.chunk_index))
                 .collect(),
         );
 
         let t = Instant::now();
         let bm: Vec<Hit> = store.bm25_search(q, 100, &f)?;
         let ve: Vec<Hit> = store.vector_search(v, 100, &f)?;
-        let to = |l: Vec<Hit>| -> Vec<bib_retrieve::Hit> {
-            l.into_iter()
-                .map(|h| bib_retrieve::Hit {
-                    id: h.chunk_id,
-                    score: h.score,
-                })
-                .collect()
-        };
-        let fused = bib_retrieve::rrf_fuse(&[to(bm), to(ve)], 60.0);
+        let fused = bib_retrieve::rrf_fuse(&[bm, ve], 60.0);
         let ids: Vec<i64> = fused.iter().take(5).map(|h| h.id).collect();
         std::hint::black_box(store.get_chunks(&ids)?);
         row.hybrid.push(ms(t));

@@ -67,7 +67,7 @@ fn build_sqlite_kb(path: &std::path::Path) -> SqliteStore {
         at_ms: 1_700_000_000_000,
         query: "packages".into(),
         mode: "bm25".into(),
-        chunk_ids: hits.iter().map(|h| h.chunk_id).collect(),
+        chunk_ids: hits.iter().map(|h| h.id).collect(),
         scores: hits.iter().map(|h| h.score).collect(),
         tokens_before: 10,
         tokens_in_context: 5,
@@ -139,10 +139,13 @@ fn migrate_sqlite_to_postgres() {
         }
     }
     let key = |s: &dyn Store, q: &str| {
-        s.bm25_search(q, 10, &Filter::none())
+        let hits = s.bm25_search(q, 10, &Filter::none()).unwrap();
+        let ids: Vec<i64> = hits.iter().map(|h| h.id).collect();
+        s.get_chunks(&ids)
             .unwrap()
             .into_iter()
-            .map(|h| (h.path, h.chunk_index, (h.score * 1e9).round() as i64))
+            .zip(&hits)
+            .map(|(c, h)| (c.path, c.chunk_index, (h.score * 1e9).round() as i64))
             .collect::<Vec<_>>()
     };
     assert_eq!(key(&lite, "packages CLI"), key(&pg, "packages CLI"));

@@ -6,7 +6,7 @@
 mod server_support;
 
 use bib_embed::{store_key, EmbedKind};
-use bib_store::{SqliteStore, Store};
+use bib_store::{SqliteStore, Store, VectorsByHash};
 use bib_text::sentences::chunk_sentences;
 use serde_json::json;
 use server_support::*;

@@ -45,7 +45,7 @@ pub use matching::Haystack;
 pub use report::{
     EvalReport, EvalSettings, QuestionReport, Status, VariantAggregate, VariantMetrics, Verdict,
 };
-pub use small_to_big::{Corpus, SentenceIndex, StoreCorpus};
+pub use small_to_big::{Corpus, PassageSearch, SentenceIndex, StoreCorpus};
 pub use sweep::{SweepReport, SweepSpec};
 pub use variant::Variant;
 
@@ -307,13 +307,15 @@ fn file_hit(item: &GoldenItem, paths: &[&str]) -> Option<bool> {
     Some(paths.iter().any(|p| want.contains(&norm(p))))
 }
 
-/// Run the harness over `items`. `source` labels where they came from.
-pub fn evaluate(
-    kb: &Kb<'_>,
+/// What an evaluation needs before its first question, checked: the arguments, questions to
+/// ask, an embedding model for the variants (and sweep) that need one, a chat endpoint when
+/// answers are synthesized. Returns the variants, the filter and the endpoint.
+fn check_setup<'k>(
+    kb: &Kb<'k>,
     items: &[GoldenItem],
     source: &str,
     args: &EvalArgs,
-) -> Result<EvalReport, EvalError> {
+) -> Result<(Vec<Variant>, Filter, Option<&'k SynthConfig>), EvalError> {
     args.validate()?;
     if items.is_empty() {
         return Err(EvalError::NoQuestions(format!(
@@ -344,6 +346,17 @@ pub fn evaluate(
     } else {
         None
     };
+    Ok((variants, filter, synth_cfg))
+}
+
+/// Run the harness over `items`. `source` labels where they came from.
+pub fn evaluate(
+    kb: &Kb<'_>,
+    items: &[GoldenItem],
+    source: &str,
+    args: &EvalArgs,
+) -> Result<EvalReport, EvalError> {
+    let (variants, filter, synth_cfg) = check_setup(kb, items, source, args)?;
     let s2b = if variants.contains(&Variant::SmallToBig) {
         let (Some(corpus), Some(e)) = (kb.corpus, kb.embedder) else {
             return Err(invalid(
@@ -378,9 +391,11 @@ pub fn evaluate(
                     &item.question,
                     kb.embedder,
                     kb.cache,
-                    args.s2b_hits(),
-                    args.small_to_big_window,
-                    args.mode,
+                    small_to_big::PassageSearch {
+                        hits: args.s2b_hits(),
+                        window: args.small_to_big_window,
+                        mode: args.mode,
+                    },
                     &filter,
                 )?;
                 let whole: Vec<&str> = passages.iter().map(|p| p.parent.content.as_str()).collect();

@@ -98,6 +98,15 @@ impl std::fmt::Debug for SentenceIndex {
     }
 }
 
+/// How [`SentenceIndex::search`] searches: the `hits` best sentences by `mode`, each
+/// expanded by `window` sentences either side.
+#[derive(Debug, Clone, Copy)]
+pub struct PassageSearch {
+    pub hits: usize,
+    pub window: usize,
+    pub mode: Mode,
+}
+
 impl SentenceIndex {
     /// Split and embed every sentence of `chunks` (through `cache`, in batches of 256).
     pub fn build(
@@ -160,17 +169,15 @@ impl SentenceIndex {
 
     /// The `hits` best sentences for `query`, expanded by `window` and merged per parent,
     /// passages ordered by their best hit.
-    #[allow(clippy::too_many_arguments)]
     pub fn search(
         &self,
         query: &str,
         embedder: Option<&dyn Embedder>,
         cache: &EmbeddingCache,
-        hits: usize,
-        window: usize,
-        mode: Mode,
+        params: PassageSearch,
         filter: &Filter,
     ) -> Result<Vec<Passage>, EvalError> {
+        let PassageSearch { hits, window, mode } = params;
         let retriever = Retriever::new(&self.index, embedder, cache);
         let opts = RetrieveOptions {
             top_k: hits.max(1),

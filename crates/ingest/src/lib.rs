@@ -29,8 +29,8 @@ use serde::{Deserialize, Serialize};
 pub use pipeline::{
     embed_sentence_vectors, ingest, parse_text, read_document, ParsedDoc, SentenceVectors,
 };
-pub use watch::watch;
-pub use writer::{DocumentWriter, WriteReport, Written};
+pub use watch::{watch, WatchOptions};
+pub use writer::{embed_by_hash, DocumentWriter, EmbedItem, Embedded, WriteReport, Written};
 
 /// The phase of a run a file-level problem happened in (shown and stored as `A` / `B`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use bib_embed::{store_key, EmbedKind, Embedder};
-use bib_store::{DocRecord, RunStatus, Store};
+use bib_store::{DocRecord, RunStatus, Store, VectorsByHash};
 use bib_text::sentences::chunk_sentences;
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
@@ -228,7 +228,7 @@ pub struct SentenceVectors {
 /// one trimming uses). Misses go to the model in padded-token batches, shortest first. Best
 /// effort: a failure is reported in `warning` and only costs latency at ask time.
 pub fn embed_sentence_vectors(
-    store: &dyn Store,
+    store: &dyn VectorsByHash,
     embedder: &dyn Embedder,
     texts: &[String],
     opts: &IngestOptions,
@@ -304,8 +304,48 @@ pub fn embed_sentence_vectors(
     out
 }
 
+/// One ingest run's fixed inputs, shared by its phases.
+struct Run<'a> {
+    root: &'a Path,
+    /// `root` as the run record and messages show it.
+    root_shown: String,
+    store: &'a dyn Store,
+    embedder: &'a dyn Embedder,
+    opts: &'a IngestOptions,
+    progress: &'a dyn Progress,
+    collection: String,
+}
+
+/// What Phase A hands on.
+struct Registered {
+    /// The documents read, in scan order.
+    docs: Vec<ParsedDoc>,
+    issues: Vec<FileIssue>,
+    /// Every stored document as the run started (all collections).
+    stored_docs: Vec<DocRecord>,
+    /// Paths of this collection's stored documents no longer in the folder.
+    vanished: Vec<String>,
+    /// Why the run stops after Phase A (a guard failed).
+    failure: Option<String>,
+}
+
+/// What Phase B hands on.
+struct Indexed {
+    docs: Vec<ParsedDoc>,
+    written: HashMap<String, crate::Written>,
+    /// Why the run failed (the index guard), if it did.
+    failure: Option<String>,
+    embed_ms: u64,
+    /// Chunks created or updated.
+    wrote: u64,
+}
+
 /// Run one ingest of `root` into `store`. Returns the run record (also stored in the store);
 /// `Err` only when the run could not happen at all (missing root, store unusable).
+///
+/// Phases: A registers the folder's documents ([`phase_a`], with its guards), B writes them
+/// and prunes vanished ones ([`phase_b`]), C audits the store against what was written
+/// ([`phase_c`]).
 pub fn ingest(
     root: &Path,
     store: &dyn Store,
@@ -326,25 +366,76 @@ pub fn ingest(
         .clone()
         .filter(|c| !c.trim().is_empty())
         .unwrap_or_else(|| bib_store::collection_for_root(&root_shown));
+    let run = Run {
+        root,
+        root_shown,
+        store,
+        embedder,
+        opts,
+        progress,
+        collection,
+    };
+    let mut report = begin(&run)?;
+
+    let registered = phase_a(&run, &mut report)?;
+    if let Some(f) = registered.failure {
+        report.errors = registered.issues;
+        return finish(store, report, t0, Some(f));
+    }
+    report.phase_a.guard_passed = true;
+    let mut issues = registered.issues;
+    let indexed = phase_b(
+        &run,
+        registered.docs,
+        registered.stored_docs,
+        &registered.vanished,
+        &mut issues,
+        &mut report,
+    )?;
+    let failure = phase_c(store, &indexed, &mut report, indexed.failure.clone())?;
+    report.errors = issues;
+    let total_ms = t0.elapsed().as_secs_f64() * 1000.0;
+    if total_ms > 0.0 {
+        report.embed_fraction = indexed.embed_ms as f64 / total_ms;
+        report.chunks_per_sec = indexed.wrote as f64 / (total_ms / 1000.0);
+    }
+    finish(store, report, t0, failure)
+}
+
+/// The run record, begun in the store, with the lexical index switched to this run's term
+/// function (postings only, before any write).
+fn begin(run: &Run<'_>) -> Result<RunReport, IngestError> {
+    let store = run.store;
     let mut report = RunReport {
         status: RunStatus::Running,
-        root: root_shown.clone(),
-        collection: collection.clone(),
+        root: run.root_shown.clone(),
+        collection: run.collection.clone(),
         store: store.location(),
-        model_id: embedder.model_id().to_string(),
-        git_commit: git_commit(root),
+        model_id: run.embedder.model_id().to_string(),
+        git_commit: git_commit(run.root),
         started_at_ms: now_ms(),
         ..RunReport::default()
     };
     report.id = store.begin_run(&serde_json::to_value(&report).unwrap_or(json!({})))?;
-    // The lexical index follows this run's term function (postings only, before any write).
-    report.reindexed = store.set_term_config(&opts.terms)?;
-    report.terms = opts.terms.id();
+    report.reindexed = store.set_term_config(&run.opts.terms)?;
+    report.terms = run.opts.terms.id();
+    Ok(report)
+}
 
-    // ── Phase A ──────────────────────────────────────────────────────────────────────────
+/// Phase A: scan the folder, read its documents, and judge the guards (an empty folder,
+/// more than half of the collection gone, too few files read).
+fn phase_a(run: &Run<'_>, report: &mut RunReport) -> Result<Registered, IngestError> {
+    let Run {
+        root,
+        store,
+        opts,
+        progress,
+        ..
+    } = *run;
+    let (root_shown, collection) = (run.root_shown.as_str(), run.collection.as_str());
     let ta = Instant::now();
     let scanned = scan_with(root, &opts.scan).map_err(|e| IngestError::Root {
-        path: root_shown.clone(),
+        path: root_shown.to_string(),
         reason: e.to_string(),
     })?;
     let mut issues = scanned.issues;
@@ -458,15 +549,41 @@ pub fn ingest(
     } else {
         None
     };
-    if let Some(f) = failure {
-        report.errors = issues;
-        return finish(store, report, t0, Some(f));
-    }
-    report.phase_a.guard_passed = true;
+    Ok(Registered {
+        docs,
+        issues,
+        stored_docs,
+        vanished,
+        failure,
+    })
+}
 
-    // ── Phase B ──────────────────────────────────────────────────────────────────────────
+/// Phase B: write the documents through the [`DocumentWriter`], judge the index guard, and
+/// remove the vanished documents when it holds and nothing failed.
+fn phase_b(
+    run: &Run<'_>,
+    docs: Vec<ParsedDoc>,
+    stored_docs: Vec<DocRecord>,
+    vanished: &[String],
+    issues: &mut Vec<FileIssue>,
+    report: &mut RunReport,
+) -> Result<Indexed, IngestError> {
+    let Run {
+        store,
+        embedder,
+        opts,
+        progress,
+        ..
+    } = *run;
     let tb = Instant::now();
-    let mut writer = DocumentWriter::new(store, embedder, opts, progress, &collection)?;
+    let mut writer = DocumentWriter::with_stored(
+        store,
+        embedder,
+        opts,
+        progress,
+        &run.collection,
+        stored_docs,
+    )?;
     progress.start(
         "index",
         docs.iter().map(|d| d.text.len() as u64).sum(),
@@ -503,7 +620,7 @@ pub fn ingest(
     } else if vanished.is_empty() {
         b.prune = "done: nothing vanished".into();
     } else {
-        let n = store.remove_documents(&vanished)?;
+        let n = store.remove_documents(vanished)?;
         b.chunks_pruned += n;
         b.documents_removed = vanished.len() as u64;
         b.prune = format!("done: {} vanished documents removed", vanished.len());
@@ -514,7 +631,24 @@ pub fn ingest(
     let wrote = b.chunks_created + b.chunks_updated;
     report.phase_b = Some(b);
 
-    // ── Phase C ──────────────────────────────────────────────────────────────────────────
+    Ok(Indexed {
+        docs,
+        written: written_paths,
+        failure,
+        embed_ms,
+        wrote,
+    })
+}
+
+/// Phase C: audit the store and check each written document against it; returns the run's
+/// failure (Phase B's, or an incoherent store).
+fn phase_c(
+    store: &dyn Store,
+    indexed: &Indexed,
+    report: &mut RunReport,
+    mut failure: Option<String>,
+) -> Result<Option<String>, IngestError> {
+    let (docs, written_paths) = (&indexed.docs, &indexed.written);
     let tc = Instant::now();
     let audit = store.audit()?;
     let now: HashMap<String, DocRecord> = store
@@ -523,7 +657,7 @@ pub fn ingest(
         .map(|d| (d.path.clone(), d))
         .collect();
     let mut mismatches = Vec::new();
-    for doc in &docs {
+    for doc in docs {
         let Some(n) = written_paths.get(&doc.path).map(|w| w.chunk_count) else {
             continue;
         };
@@ -551,13 +685,7 @@ pub fn ingest(
         coherent,
         duration_ms: ms(tc.elapsed()),
     });
-    report.errors = issues;
-    let total_ms = t0.elapsed().as_secs_f64() * 1000.0;
-    if total_ms > 0.0 {
-        report.embed_fraction = embed_ms as f64 / total_ms;
-        report.chunks_per_sec = wrote as f64 / (total_ms / 1000.0);
-    }
-    finish(store, report, t0, failure)
+    Ok(failure)
 }
 
 fn finish(

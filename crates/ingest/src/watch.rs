@@ -59,19 +59,25 @@ fn fingerprint(root: &Path, opts: &IngestOptions) -> Vec<(String, u64, Option<Sy
         .collect()
 }
 
+/// How [`watch`] waits: for `debounce` of quiet after a change, until `stop` becomes true.
+#[derive(Debug, Clone, Copy)]
+pub struct WatchOptions<'a> {
+    pub debounce: Duration,
+    pub stop: &'a AtomicBool,
+}
+
 /// Ingest `root` once, then again after every debounced batch of relevant changes, until
 /// `stop` becomes true. `on_run` sees every run record.
-#[allow(clippy::too_many_arguments)]
 pub fn watch(
     root: &Path,
     store: &dyn Store,
     embedder: &dyn Embedder,
     opts: &IngestOptions,
     progress: &dyn Progress,
-    debounce: Duration,
-    stop: &AtomicBool,
+    wait: WatchOptions<'_>,
     on_run: &mut dyn FnMut(&RunReport),
 ) -> Result<(), IngestError> {
+    let WatchOptions { debounce, stop } = wait;
     let canon = std::fs::canonicalize(root).map_err(|e| IngestError::Root {
         path: root.display().to_string(),
         reason: e.to_string(),

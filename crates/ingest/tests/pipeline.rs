@@ -6,7 +6,7 @@ use std::sync::Mutex;
 
 use bib_embed::{store_key, EmbedError, EmbedKind, Embedder};
 use bib_ingest::{ingest, IngestOptions, NoProgress, RunReport};
-use bib_store::{conformance::fake_vector, Filter, RunStatus, SqliteStore, Store};
+use bib_store::{conformance::fake_vector, Filter, RunStatus, SqliteStore, Store, VectorsByHash};
 use bib_text::chunk::chunk_markdown;
 use bib_text::sentences::chunk_sentences;
 use bib_text::tokens::{EstimateCounter, TokenCounter};
@@ -186,11 +186,13 @@ fn incremental_ingest_skips_unchanged_and_prunes() {
     assert_eq!(b5.documents_removed, 1);
     assert_eq!(b5.chunks_pruned, b_chunks);
     assert!(store.documents().unwrap().iter().all(|d| d.path != "b.md"));
+    let hits = store.bm25_search("beta", 10, &Filter::none()).unwrap();
+    let ids: Vec<i64> = hits.iter().map(|h| h.id).collect();
     assert!(store
-        .bm25_search("beta", 10, &Filter::none())
+        .get_chunks(&ids)
         .unwrap()
         .iter()
-        .all(|h| h.path != "b.md"));
+        .all(|c| c.path != "b.md"));
     assert!(r5.phase_c.unwrap().coherent);
     // Runs are recorded, newest first.
     let runs = store.runs(10).unwrap();
@@ -532,7 +534,9 @@ fn includes_are_expanded_and_may_not_leave_the_root() {
     let hits = store
         .bm25_search("zebrafinch", 10, &Filter::none())
         .unwrap();
-    let paths: Vec<&str> = hits.iter().map(|h| h.path.as_str()).collect();
+    let ids: Vec<i64> = hits.iter().map(|h| h.id).collect();
+    let chunks = store.get_chunks(&ids).unwrap();
+    let paths: Vec<&str> = chunks.iter().map(|c| c.path.as_str()).collect();
     assert!(paths.contains(&"ops/restore.md"), "{paths:?}");
     let leak = r.errors.iter().find(|e| e.path == "leak.md");
     assert!(

@@ -843,62 +843,75 @@ impl Packer {
         Ok(blocks.len())
     }
 
+    /// Dedup over the whole history, the verbatim head and tail included: what already
+    /// travels literally is not paid for twice (the retrieved copy is the truncated, worse
+    /// one). Of the items sharing a line's key, all but the best-scored are marked `dup`;
+    /// returns how many were.
+    fn mark_duplicates(
+        &self,
+        head: &[PackedMessage],
+        recent: &[PackedMessage],
+        items: &mut [Item],
+    ) -> usize {
+        let mut deduped = 0;
+        // winner per key: usize::MAX = a verbatim line (infinite score)
+        let mut best: FxHashMap<u32, usize> = FxHashMap::default();
+        for m in head.iter().chain(recent.iter()) {
+            for line in m.content.split('\n') {
+                let k = dedup_key(line);
+                if k.is_empty() {
+                    continue;
+                }
+                if let Some(&id) = self.dkeys.get(k.as_str()) {
+                    best.insert(id, usize::MAX);
+                }
+            }
+        }
+        for ix in 0..items.len() {
+            if items[ix].first {
+                continue;
+            }
+            let k = self.lines[items[ix].line as usize].dkey;
+            if k == 0 {
+                continue;
+            }
+            match best.get(&k).copied() {
+                None => {
+                    best.insert(k, ix);
+                }
+                Some(prev) => {
+                    let prev_score = if prev == usize::MAX {
+                        f64::INFINITY
+                    } else {
+                        items[prev].score
+                    };
+                    let (loser, winner) = if items[ix].score > prev_score {
+                        (prev, ix)
+                    } else {
+                        (ix, prev)
+                    };
+                    if loser != usize::MAX {
+                        items[loser].dup = true;
+                    }
+                    deduped += 1;
+                    best.insert(k, winner);
+                }
+            }
+        }
+        deduped
+    }
+
     fn select_and_emit(&mut self, ctx: &mut Ctx, history: &[Message]) -> (Vec<PackedMessage>, Sel) {
         let o = self.opts.clone();
         let budget = ctx.budget;
         let mut used = ctx.used;
         let items = &mut ctx.items;
 
-        // Dedup over the whole history, the verbatim head and tail included: what already
-        // travels literally is not paid for twice (the retrieved copy is the truncated, worse
-        // one).
-        let mut deduped = 0;
-        if o.dedup {
-            // winner per key: usize::MAX = a verbatim line (infinite score)
-            let mut best: FxHashMap<u32, usize> = FxHashMap::default();
-            for m in ctx.head.iter().chain(ctx.recent.iter()) {
-                for line in m.content.split('\n') {
-                    let k = dedup_key(line);
-                    if k.is_empty() {
-                        continue;
-                    }
-                    if let Some(&id) = self.dkeys.get(k.as_str()) {
-                        best.insert(id, usize::MAX);
-                    }
-                }
-            }
-            for ix in 0..items.len() {
-                if items[ix].first {
-                    continue;
-                }
-                let k = self.lines[items[ix].line as usize].dkey;
-                if k == 0 {
-                    continue;
-                }
-                match best.get(&k).copied() {
-                    None => {
-                        best.insert(k, ix);
-                    }
-                    Some(prev) => {
-                        let prev_score = if prev == usize::MAX {
-                            f64::INFINITY
-                        } else {
-                            items[prev].score
-                        };
-                        let (loser, winner) = if items[ix].score > prev_score {
-                            (prev, ix)
-                        } else {
-                            (ix, prev)
-                        };
-                        if loser != usize::MAX {
-                            items[loser].dup = true;
-                        }
-                        deduped += 1;
-                        best.insert(k, winner);
-                    }
-                }
-            }
-        }
+        let deduped = if o.dedup {
+            self.mark_duplicates(&ctx.head, &ctx.recent, items)
+        } else {
+            0
+        };
 
         let per_line_cap = 40usize
             .max(((budget.saturating_sub(used)) as f64 * o.per_line_cap_frac).floor() as usize);
@@ -952,10 +965,12 @@ impl Packer {
                 lines,
                 &pool,
                 &mut keep,
-                used,
-                budget,
+                Spend {
+                    used,
+                    budget,
+                    per_line_cap,
+                },
                 &o,
-                per_line_cap,
             );
         }
 
@@ -1271,19 +1286,29 @@ impl Packer {
     }
 }
 
+/// Tokens spent so far, the budget, and the most one line is charged.
+#[derive(Debug, Clone, Copy)]
+struct Spend {
+    used: usize,
+    budget: usize,
+    per_line_cap: usize,
+}
+
 /// MMR (Carbonell & Goldstein 1998) within the relevant stratum, behind its flag. Returns the
 /// new `used`.
-#[allow(clippy::too_many_arguments)]
 fn mmr(
     items: &[Item],
     lines: &[LineInfo],
     pool: &[usize],
     keep: &mut [bool],
-    mut used: usize,
-    budget: usize,
+    spend: Spend,
     o: &PackOptions,
-    per_line_cap: usize,
 ) -> usize {
+    let Spend {
+        mut used,
+        budget,
+        per_line_cap,
+    } = spend;
     let cost = |i: usize| (lines[items[i].line as usize].tok as usize).min(per_line_cap) + 1;
     let text = |i: usize| &*lines[items[i].line as usize].text;
     // λ measured from the material's own redundancy: near-identical tool pages need a strong

@@ -15,8 +15,9 @@ use serde_json::Value;
 use crate::error::RetrieveError;
 use crate::filter::Filter;
 
-/// Identifier of a chunk inside one index.
-pub type ChunkId = i64;
+/// Chunk ids and ranked-list entries are the store's: one type from the store's searches
+/// through fusion to the answer.
+pub use bib_store::{ChunkId, Hit};
 
 /// A chunk as retrieval sees it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -62,13 +63,6 @@ impl Citation {
             (a, b) => format!("{path}:{a}-{b}"),
         }
     }
-}
-
-/// One entry of a ranked list: a chunk and its raw score in that list.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Hit {
-    pub id: ChunkId,
-    pub score: f64,
 }
 
 /// Everything hybrid retrieval needs from an index.

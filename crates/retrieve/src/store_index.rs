@@ -30,15 +30,6 @@ fn err(e: bib_store::StoreError) -> RetrieveError {
     RetrieveError::Index(e.to_string())
 }
 
-fn hits(h: Vec<bib_store::Hit>) -> Vec<Hit> {
-    h.into_iter()
-        .map(|h| Hit {
-            id: h.chunk_id,
-            score: h.score,
-        })
-        .collect()
-}
-
 impl ChunkIndex for StoreIndex<'_> {
     fn bm25_top(
         &self,
@@ -46,9 +37,7 @@ impl ChunkIndex for StoreIndex<'_> {
         limit: usize,
         filter: &Filter,
     ) -> Result<Vec<Hit>, RetrieveError> {
-        Ok(hits(
-            self.store.bm25_search(query, limit, filter).map_err(err)?,
-        ))
+        self.store.bm25_search(query, limit, filter).map_err(err)
     }
 
     fn vector_top(
@@ -57,11 +46,9 @@ impl ChunkIndex for StoreIndex<'_> {
         limit: usize,
         filter: &Filter,
     ) -> Result<Vec<Hit>, RetrieveError> {
-        Ok(hits(
-            self.store
-                .vector_search(query_vec, limit, filter)
-                .map_err(err)?,
-        ))
+        self.store
+            .vector_search(query_vec, limit, filter)
+            .map_err(err)
     }
 
     fn chunks(&self, ids: &[ChunkId]) -> Result<Vec<ChunkRecord>, RetrieveError> {

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use bib_app::Settings;
-use bib_embed::{EmbedKind, Embedder};
+use bib_embed::Embedder;
 use bib_retrieve::synth::SynthConfig;
 use bib_retrieve::{log_entry, EmbeddingCache, Mode, Retriever, StoreIndex};
 use bib_store::read::{Excerpt, KbStatus, LineRange};
@@ -30,7 +30,6 @@ pub const MAX_DOC_BYTES: usize = 10 * 1024 * 1024;
 /// Largest `top_k` accepted.
 pub const MAX_TOP_K: usize = 100;
 /// Chunks embedded per model call when indexing.
-const EMBED_BATCH: usize = 25;
 /// Longest question accepted by ask and eval, in bytes (a question, not a document; the query
 /// log keeps it).
 pub const MAX_QUERY_BYTES: usize = 4096;
@@ -335,6 +334,60 @@ fn ingest_error(e: bib_ingest::IngestError) -> ServiceError {
         bib_ingest::IngestError::Store(s) => s.into(),
         other => ServiceError::internal(other.to_string()),
     }
+}
+
+/// Check `bib_index_chunks` arguments before anything is read or embedded (non-empty chunks of
+/// at most 10 MiB, each `(node, chunk_index)` once, each prune's node once and above every
+/// chunk written to it), and return the prunes as `keep_count` by node.
+fn index_chunks_prune(a: &IndexChunksArgs) -> Result<BTreeMap<i64, u32>, ServiceError> {
+    let prune = a.prune.as_deref().unwrap_or_default();
+    let mut seen = std::collections::HashSet::new();
+    for (i, c) in a.chunks.iter().enumerate() {
+        if c.content.trim().is_empty() {
+            return Err(ServiceError::invalid(
+                format!("chunks[{i}].content"),
+                "is empty",
+            ));
+        }
+        if c.content.len() > MAX_DOC_BYTES {
+            return Err(ServiceError::invalid(
+                format!("chunks[{i}].content"),
+                "is over 10 MiB",
+            ));
+        }
+        if !seen.insert((c.node_id, c.chunk_index)) {
+            return Err(ServiceError::invalid(
+                format!("chunks[{i}].chunk_index"),
+                format!(
+                    "chunk {} of node {} appears twice",
+                    c.chunk_index, c.node_id
+                ),
+            ));
+        }
+    }
+    let mut keep: BTreeMap<i64, u32> = BTreeMap::new();
+    for (j, p) in prune.iter().enumerate() {
+        if keep.insert(p.node_id, p.keep_count).is_some() {
+            return Err(ServiceError::invalid(
+                format!("prune[{j}].node_id"),
+                format!("node {} appears twice", p.node_id),
+            ));
+        }
+        if let Some(c) = a
+            .chunks
+            .iter()
+            .find(|c| c.node_id == p.node_id && c.chunk_index >= p.keep_count)
+        {
+            return Err(ServiceError::invalid(
+                format!("prune[{j}].keep_count"),
+                format!(
+                    "keeps {} chunks of node {} but chunk {} is being written",
+                    p.keep_count, p.node_id, c.chunk_index
+                ),
+            ));
+        }
+    }
+    Ok(keep)
 }
 
 impl Service {
@@ -849,11 +902,7 @@ impl Service {
         collection: &str,
         work: &Work,
     ) -> Result<RegisterOutput, ServiceError> {
-        let existing = self
-            .store
-            .documents()?
-            .into_iter()
-            .find(|d| d.path == doc.path);
+        let existing = self.store.document(&doc.path)?;
         let (chunk_count, stale_chunks_pruned) = match &existing {
             Some(d) if d.content_hash == doc.content_hash => (d.chunk_count, 0),
             Some(d) => (0, u64::from(d.chunk_count)),
@@ -882,47 +931,40 @@ impl Service {
         })
     }
 
-    /// Embed pending chunks (reusing vectors the store already knows by content hash).
+    /// Embed pending chunks through the writer's step ([`bib_ingest::embed_by_hash`]: vectors
+    /// the store already knows by content hash are reused, the rest embedded in padded-token
+    /// batches), and remember the new vectors in the store's cache.
     fn embed_pending(
         &self,
         e: &dyn Embedder,
         todo: Vec<Pending>,
     ) -> Result<Vec<ChunkWrite>, ServiceError> {
         let model = e.model_id().to_string();
-        let hashes: Vec<String> = todo.iter().map(|p| p.hash.clone()).collect();
-        let known: HashMap<String, Vec<f32>> = self
-            .store
-            .cached_vectors(&model, &hashes)?
-            .into_iter()
-            .collect();
         let texts: Vec<String> = todo
             .iter()
             .map(|p| format!("{}\n{}", p.prefix, p.content))
             .collect();
-        let missing: Vec<usize> = (0..todo.len())
-            .filter(|&i| !known.contains_key(&todo[i].hash))
+        let items: Vec<bib_ingest::EmbedItem<'_>> = todo
+            .iter()
+            .zip(&texts)
+            .map(|(p, text)| bib_ingest::EmbedItem {
+                group: 0,
+                hash: &p.hash,
+                text,
+            })
             .collect();
-        let mut fresh: HashMap<usize, Vec<f32>> = HashMap::new();
-        for batch in missing.chunks(EMBED_BATCH) {
-            let refs: Vec<&str> = batch.iter().map(|&i| texts[i].as_str()).collect();
-            let vecs = e
-                .embed(&refs, EmbedKind::Passage)
-                .map_err(|err| ServiceError::internal(format!("embedding failed: {err}")))?;
-            if vecs.len() != refs.len() {
-                return Err(ServiceError::internal(format!(
-                    "embedder returned {} vectors for {} texts",
-                    vecs.len(),
-                    refs.len()
-                )));
-            }
-            fresh.extend(batch.iter().copied().zip(vecs));
+        let opts = bib_ingest::IngestOptions::default();
+        let mut got =
+            bib_ingest::embed_by_hash(self.store.as_ref(), e, &opts, &items, &mut |_, _, _| {})?;
+        if let Some(reason) = got.failed.remove(&0) {
+            return Err(ServiceError::internal(reason));
         }
+        let fresh: Vec<(String, Vec<f32>)> = (0..todo.len())
+            .filter(|&i| got.fresh[i])
+            .filter_map(|i| Some((todo[i].hash.clone(), got.vectors[i].clone()?)))
+            .collect();
         if !fresh.is_empty() {
-            let items: Vec<(String, Vec<f32>)> = fresh
-                .iter()
-                .map(|(&i, v)| (todo[i].hash.clone(), v.clone()))
-                .collect();
-            if let Err(err) = self.store.cache_vectors(&model, &items) {
+            if let Err(err) = self.store.cache_vectors(&model, &fresh) {
                 tracing::warn!("could not cache vectors: {err}");
             }
         }
@@ -930,26 +972,20 @@ impl Service {
         Ok(todo
             .into_iter()
             .enumerate()
-            .map(|(i, p)| {
-                let embedding = fresh
-                    .remove(&i)
-                    .or_else(|| known.get(&p.hash).cloned())
-                    .unwrap_or_default();
-                ChunkWrite {
-                    chunk_index: p.index,
-                    tokens_estimate: estimate_tokens(&texts[i]) as u32,
-                    tokens_model: tk.count_tokens(&texts[i]) as u32,
-                    prefix: p.prefix,
-                    heading_path: p.heading_path,
-                    content: p.content,
-                    content_hash: p.hash,
-                    span_start: p.span.0,
-                    span_end: p.span.1,
-                    line_start: p.lines.0,
-                    line_end: p.lines.1,
-                    model_id: model.clone(),
-                    embedding,
-                }
+            .map(|(i, p)| ChunkWrite {
+                chunk_index: p.index,
+                tokens_estimate: estimate_tokens(&texts[i]) as u32,
+                tokens_model: tk.count_tokens(&texts[i]) as u32,
+                prefix: p.prefix,
+                heading_path: p.heading_path,
+                content: p.content,
+                content_hash: p.hash,
+                span_start: p.span.0,
+                span_end: p.span.1,
+                line_start: p.lines.0,
+                line_end: p.lines.1,
+                model_id: model.clone(),
+                embedding: got.vectors[i].take().unwrap_or_default(),
             })
             .collect())
     }
@@ -965,53 +1001,7 @@ impl Service {
     ) -> Result<IndexOutput, ServiceError> {
         self.tokens
             .check_mutation(presented.or(a.token.as_deref()))?;
-        let prune = a.prune.unwrap_or_default();
-        let mut seen = std::collections::HashSet::new();
-        for (i, c) in a.chunks.iter().enumerate() {
-            if c.content.trim().is_empty() {
-                return Err(ServiceError::invalid(
-                    format!("chunks[{i}].content"),
-                    "is empty",
-                ));
-            }
-            if c.content.len() > MAX_DOC_BYTES {
-                return Err(ServiceError::invalid(
-                    format!("chunks[{i}].content"),
-                    "is over 10 MiB",
-                ));
-            }
-            if !seen.insert((c.node_id, c.chunk_index)) {
-                return Err(ServiceError::invalid(
-                    format!("chunks[{i}].chunk_index"),
-                    format!(
-                        "chunk {} of node {} appears twice",
-                        c.chunk_index, c.node_id
-                    ),
-                ));
-            }
-        }
-        let mut keep: BTreeMap<i64, u32> = BTreeMap::new();
-        for (j, p) in prune.iter().enumerate() {
-            if keep.insert(p.node_id, p.keep_count).is_some() {
-                return Err(ServiceError::invalid(
-                    format!("prune[{j}].node_id"),
-                    format!("node {} appears twice", p.node_id),
-                ));
-            }
-            if let Some(c) = a
-                .chunks
-                .iter()
-                .find(|c| c.node_id == p.node_id && c.chunk_index >= p.keep_count)
-            {
-                return Err(ServiceError::invalid(
-                    format!("prune[{j}].keep_count"),
-                    format!(
-                        "keeps {} chunks of node {} but chunk {} is being written",
-                        p.keep_count, p.node_id, c.chunk_index
-                    ),
-                ));
-            }
-        }
+        let keep = index_chunks_prune(&a)?;
         let embedder = if a.chunks.is_empty() {
             None
         } else {
@@ -1037,15 +1027,6 @@ impl Service {
             by_node.entry(c.node_id).or_default().push(c);
         }
         let mut out = IndexOutput::default();
-        let old: HashMap<(i64, u32), (String, String)> = if by_node.is_empty() {
-            HashMap::new()
-        } else {
-            self.store
-                .chunk_states()?
-                .into_iter()
-                .map(|s| ((s.node_id, s.chunk_index), (s.content_hash, s.model_id)))
-                .collect()
-        };
         let mut nodes: Vec<i64> = by_node.keys().copied().collect();
         nodes.extend(keep.keys().filter(|k| !by_node.contains_key(*k)));
         for node in nodes {
@@ -1058,12 +1039,22 @@ impl Service {
                 });
                 continue;
             };
+            // The stored states of this document only (`(hash, model)` by chunk index).
+            let old: HashMap<u32, (String, String)> = if chunks.is_empty() {
+                HashMap::new()
+            } else {
+                self.store
+                    .chunk_states_of(&doc.path)?
+                    .into_iter()
+                    .map(|s| (s.chunk_index, (s.content_hash, s.model_id)))
+                    .collect()
+            };
             let mut todo = Vec::new();
             for c in chunks {
                 let heading_path = c.heading_path.clone().unwrap_or_default();
                 let prefix = doc_prefix(&doc.title, &heading_path);
                 let hash = chunk_hash(&prefix, &c.content);
-                let same = old.get(&(node, c.chunk_index)).is_some_and(|(h, m)| {
+                let same = old.get(&c.chunk_index).is_some_and(|(h, m)| {
                     *h == hash && embedder.is_some_and(|e| e.model_id() == m.as_str())
                 });
                 if same {

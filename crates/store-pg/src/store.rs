@@ -13,7 +13,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use bib_store::{
     could_be_chunk_hash, qualified_name, ApplyOutcome, AuditReport, ChunkId, ChunkRecord,
     ChunkState, DocRecord, DocumentChange, Filter, Hit, LexicalStats, NodeId, QueryLogEntry,
-    QueryLogRetention, RunRow, RunStatus, Store, StoreError,
+    QueryLogRetention, RunRow, RunStatus, Store, StoreError, VectorsByHash,
 };
 use bib_text::bm25::Bm25Params;
 use bib_text::terms::{term_counts_with, terms_with, TermConfig};
@@ -510,40 +510,85 @@ impl PgStore {
         Ok(Some(out))
     }
 
+    /// Documents whose row matches `filter` (an SQL condition on `documents d`, `$1` bound to
+    /// `path`), ordered by path.
+    async fn select_documents(
+        &self,
+        filter: &str,
+        path: Option<&str>,
+    ) -> Result<Vec<DocRecord>, StoreError> {
+        // COLLATE "C": byte order, the order SQLite gives, whatever the database locale.
+        let sql = format!(
+            "SELECT node_id, qualified_name, path, title, metadata, content_hash, \
+             chunk_count, collection, EXISTS (SELECT 1 FROM doc_sources s \
+             WHERE s.node_id = d.node_id AND s.content_hash = d.content_hash) \
+             FROM documents d WHERE {filter} ORDER BY path COLLATE \"C\""
+        );
+        // `filter` is one of this file's constant conditions; the path is bound.
+        let mut q = sqlx::query(AssertSqlSafe(sql));
+        if let Some(p) = path {
+            q = q.bind(p);
+        }
+        let rows = q.fetch_all(&self.pool).await.map_err(pg("documents"))?;
+        rows.iter().map(doc_from_row).collect()
+    }
+
+    /// Chunk states of the documents matching `filter` (an SQL condition on `documents d`,
+    /// `$1` bound to `path`), ordered by (path, chunk_index).
+    async fn select_chunk_states(
+        &self,
+        filter: &str,
+        path: Option<&str>,
+    ) -> Result<Vec<ChunkState>, StoreError> {
+        let sql = format!(
+            "SELECT d.path, c.node_id, c.chunk_index, c.content_hash, c.model_id, \
+             c.line_start, c.line_end FROM chunks c JOIN documents d ON d.node_id = c.node_id \
+             WHERE {filter} ORDER BY d.path COLLATE \"C\", c.chunk_index"
+        );
+        // `filter` is one of this file's constant conditions; the path is bound.
+        let mut q = sqlx::query(AssertSqlSafe(sql));
+        if let Some(p) = path {
+            q = q.bind(p);
+        }
+        let op = "chunk states";
+        let rows = q.fetch_all(&self.pool).await.map_err(pg(op))?;
+        rows.iter()
+            .map(|r| {
+                Ok(ChunkState {
+                    path: get(r, 0, op)?,
+                    node_id: get(r, 1, op)?,
+                    chunk_index: to_u32(get(r, 2, op)?),
+                    content_hash: get(r, 3, op)?,
+                    model_id: get(r, 4, op)?,
+                    line_start: to_u32(get(r, 5, op)?),
+                    line_end: to_u32(get(r, 6, op)?),
+                })
+            })
+            .collect()
+    }
+
+    /// Scored ids as hits, without those whose chunk is gone (the search and a concurrent
+    /// write may interleave on the pool).
     async fn hits_from(&self, scored: Vec<(ChunkId, f64)>) -> Result<Vec<Hit>, StoreError> {
         if scored.is_empty() {
             return Ok(Vec::new());
         }
         let ids: Vec<i64> = scored.iter().map(|(id, _)| *id).collect();
-        let rows = sqlx::query(
-            "SELECT c.id, c.node_id, c.chunk_index, d.path FROM chunks c \
-             JOIN documents d ON d.node_id = c.node_id WHERE c.id = ANY($1)",
-        )
-        .bind(&ids)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(pg("hits"))?;
-        let mut by_id: HashMap<i64, (i64, i64, String)> = HashMap::with_capacity(rows.len());
+        let rows = sqlx::query("SELECT id FROM chunks WHERE id = ANY($1)")
+            .bind(&ids)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(pg("hits"))?;
+        let mut present = std::collections::HashSet::with_capacity(rows.len());
         for r in &rows {
-            by_id.insert(
-                get(r, 0, "hits")?,
-                (get(r, 1, "hits")?, get(r, 2, "hits")?, get(r, 3, "hits")?),
-            );
+            let id: i64 = get(r, 0, "hits")?;
+            present.insert(id);
         }
-        let mut out = Vec::with_capacity(scored.len());
-        for (id, score) in scored {
-            if let Some((node_id, idx, path)) = by_id.remove(&id) {
-                out.push(Hit {
-                    chunk_id: id,
-                    node_id,
-                    path,
-                    chunk_index: to_u32(idx),
-                    score,
-                    rank: out.len() + 1,
-                });
-            }
-        }
-        Ok(out)
+        Ok(scored
+            .into_iter()
+            .filter(|(id, _)| present.contains(id))
+            .map(|(id, score)| Hit { id, score })
+            .collect())
     }
 
     /// The recorded term function ([`TermConfig::V1`] when none is).
@@ -959,6 +1004,104 @@ fn chunk_from_row(r: &PgRow) -> Result<ChunkRecord, StoreError> {
     })
 }
 
+impl VectorsByHash for PgStore {
+    fn cached_vectors(
+        &self,
+        model_id: &str,
+        hashes: &[String],
+    ) -> Result<Vec<(String, Vec<f32>)>, StoreError> {
+        if hashes.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.block(async {
+            let mut found: HashMap<String, Vec<f32>> = HashMap::new();
+            let chunk_keys: Vec<&str> = hashes
+                .iter()
+                .map(String::as_str)
+                .filter(|h| could_be_chunk_hash(h))
+                .collect();
+            let rows = sqlx::query(
+                "SELECT DISTINCT ON (content_hash) content_hash, embedding FROM chunks \
+                 WHERE model_id = $1 AND content_hash = ANY($2) ORDER BY content_hash, id",
+            )
+            .bind(model_id)
+            .bind(&chunk_keys)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(pg("cached vectors"))?;
+            for r in &rows {
+                let v: Vector = get(r, 1, "cached vectors")?;
+                found.insert(get(r, 0, "cached vectors")?, v.to_vec());
+            }
+            let missing: Vec<String> = hashes
+                .iter()
+                .filter(|h| !found.contains_key(*h))
+                .cloned()
+                .collect();
+            if !missing.is_empty() {
+                let rows = sqlx::query(
+                    "SELECT content_hash, vector FROM embed_cache \
+                     WHERE model_id = $1 AND content_hash = ANY($2)",
+                )
+                .bind(model_id)
+                .bind(&missing)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(pg("cached vectors"))?;
+                for r in &rows {
+                    let v: Vector = get(r, 1, "cached vectors")?;
+                    found.insert(get(r, 0, "cached vectors")?, v.to_vec());
+                }
+            }
+            Ok(hashes
+                .iter()
+                .filter_map(|h| found.get(h).map(|v| (h.clone(), v.clone())))
+                .collect())
+        })
+    }
+
+    fn cache_vectors(
+        &self,
+        model_id: &str,
+        items: &[(String, Vec<f32>)],
+    ) -> Result<(), StoreError> {
+        if items.is_empty() {
+            return Ok(());
+        }
+        for (h, v) in items {
+            if v.is_empty() || v.iter().any(|x| !x.is_finite()) {
+                return Err(StoreError::Invalid(format!(
+                    "cached vector for {h} is empty or not finite"
+                )));
+            }
+        }
+        // Last write wins for a hash given twice, as with SQLite's INSERT OR REPLACE.
+        let mut last: HashMap<&str, &Vec<f32>> = HashMap::new();
+        for (h, v) in items {
+            last.insert(h.as_str(), v);
+        }
+        let hashes: Vec<String> = last.keys().map(|h| h.to_string()).collect();
+        let vectors: Vec<Vector> = hashes
+            .iter()
+            .map(|h| Vector::from(last[h.as_str()].clone()))
+            .collect();
+        self.block(async {
+            sqlx::query(
+                "INSERT INTO embed_cache (model_id, content_hash, vector) \
+                 SELECT $1, h, v FROM UNNEST($2::text[], $3::vector[]) AS u(h, v) \
+                 ON CONFLICT (model_id, content_hash) DO UPDATE SET vector = EXCLUDED.vector",
+            )
+            .bind(model_id)
+            .bind(&hashes)
+            .bind(&vectors)
+            .execute(&self.pool)
+            .await
+            .map_err(pg("cache vectors"))?;
+            Ok(())
+        })
+    }
+}
+
 impl Store for PgStore {
     fn backend(&self) -> &'static str {
         BACKEND
@@ -969,19 +1112,13 @@ impl Store for PgStore {
     }
 
     fn documents(&self) -> Result<Vec<DocRecord>, StoreError> {
-        self.block(async {
-            // COLLATE "C": byte order, the order SQLite gives, whatever the database locale.
-            let rows = sqlx::query(
-                "SELECT node_id, qualified_name, path, title, metadata, content_hash, \
-                 chunk_count, collection, EXISTS (SELECT 1 FROM doc_sources s \
-                 WHERE s.node_id = d.node_id AND s.content_hash = d.content_hash) \
-                 FROM documents d ORDER BY path COLLATE \"C\"",
-            )
-            .fetch_all(&self.pool)
-            .await
-            .map_err(pg("documents"))?;
-            rows.iter().map(doc_from_row).collect()
-        })
+        self.block(self.select_documents("TRUE", None))
+    }
+
+    fn document(&self, path: &str) -> Result<Option<DocRecord>, StoreError> {
+        Ok(self
+            .block(self.select_documents("d.path = $1", Some(path)))?
+            .pop())
     }
 
     fn embedding_model(&self) -> Result<Option<String>, StoreError> {
@@ -994,30 +1131,11 @@ impl Store for PgStore {
     }
 
     fn chunk_states(&self) -> Result<Vec<ChunkState>, StoreError> {
-        self.block(async {
-            let rows = sqlx::query(
-                "SELECT d.path, c.node_id, c.chunk_index, c.content_hash, c.model_id, \
-                 c.line_start, c.line_end FROM chunks c JOIN documents d ON d.node_id = c.node_id \
-                 ORDER BY d.path COLLATE \"C\", c.chunk_index",
-            )
-            .fetch_all(&self.pool)
-            .await
-            .map_err(pg("chunk states"))?;
-            let op = "chunk states";
-            rows.iter()
-                .map(|r| {
-                    Ok(ChunkState {
-                        path: get(r, 0, op)?,
-                        node_id: get(r, 1, op)?,
-                        chunk_index: to_u32(get(r, 2, op)?),
-                        content_hash: get(r, 3, op)?,
-                        model_id: get(r, 4, op)?,
-                        line_start: to_u32(get(r, 5, op)?),
-                        line_end: to_u32(get(r, 6, op)?),
-                    })
-                })
-                .collect()
-        })
+        self.block(self.select_chunk_states("TRUE", None))
+    }
+
+    fn chunk_states_of(&self, path: &str) -> Result<Vec<ChunkState>, StoreError> {
+        self.block(self.select_chunk_states("d.path = $1", Some(path)))
     }
 
     fn apply_document(&self, change: &DocumentChange) -> Result<ApplyOutcome, StoreError> {
@@ -1303,102 +1421,6 @@ impl Store for PgStore {
 
     fn set_term_config(&self, terms: &TermConfig) -> Result<u64, StoreError> {
         self.block(self.reindex_async(terms))
-    }
-
-    fn cached_vectors(
-        &self,
-        model_id: &str,
-        hashes: &[String],
-    ) -> Result<Vec<(String, Vec<f32>)>, StoreError> {
-        if hashes.is_empty() {
-            return Ok(Vec::new());
-        }
-        self.block(async {
-            let mut found: HashMap<String, Vec<f32>> = HashMap::new();
-            let chunk_keys: Vec<&str> = hashes
-                .iter()
-                .map(String::as_str)
-                .filter(|h| could_be_chunk_hash(h))
-                .collect();
-            let rows = sqlx::query(
-                "SELECT DISTINCT ON (content_hash) content_hash, embedding FROM chunks \
-                 WHERE model_id = $1 AND content_hash = ANY($2) ORDER BY content_hash, id",
-            )
-            .bind(model_id)
-            .bind(&chunk_keys)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(pg("cached vectors"))?;
-            for r in &rows {
-                let v: Vector = get(r, 1, "cached vectors")?;
-                found.insert(get(r, 0, "cached vectors")?, v.to_vec());
-            }
-            let missing: Vec<String> = hashes
-                .iter()
-                .filter(|h| !found.contains_key(*h))
-                .cloned()
-                .collect();
-            if !missing.is_empty() {
-                let rows = sqlx::query(
-                    "SELECT content_hash, vector FROM embed_cache \
-                     WHERE model_id = $1 AND content_hash = ANY($2)",
-                )
-                .bind(model_id)
-                .bind(&missing)
-                .fetch_all(&self.pool)
-                .await
-                .map_err(pg("cached vectors"))?;
-                for r in &rows {
-                    let v: Vector = get(r, 1, "cached vectors")?;
-                    found.insert(get(r, 0, "cached vectors")?, v.to_vec());
-                }
-            }
-            Ok(hashes
-                .iter()
-                .filter_map(|h| found.get(h).map(|v| (h.clone(), v.clone())))
-                .collect())
-        })
-    }
-
-    fn cache_vectors(
-        &self,
-        model_id: &str,
-        items: &[(String, Vec<f32>)],
-    ) -> Result<(), StoreError> {
-        if items.is_empty() {
-            return Ok(());
-        }
-        for (h, v) in items {
-            if v.is_empty() || v.iter().any(|x| !x.is_finite()) {
-                return Err(StoreError::Invalid(format!(
-                    "cached vector for {h} is empty or not finite"
-                )));
-            }
-        }
-        // Last write wins for a hash given twice, as with SQLite's INSERT OR REPLACE.
-        let mut last: HashMap<&str, &Vec<f32>> = HashMap::new();
-        for (h, v) in items {
-            last.insert(h.as_str(), v);
-        }
-        let hashes: Vec<String> = last.keys().map(|h| h.to_string()).collect();
-        let vectors: Vec<Vector> = hashes
-            .iter()
-            .map(|h| Vector::from(last[h.as_str()].clone()))
-            .collect();
-        self.block(async {
-            sqlx::query(
-                "INSERT INTO embed_cache (model_id, content_hash, vector) \
-                 SELECT $1, h, v FROM UNNEST($2::text[], $3::vector[]) AS u(h, v) \
-                 ON CONFLICT (model_id, content_hash) DO UPDATE SET vector = EXCLUDED.vector",
-            )
-            .bind(model_id)
-            .bind(&hashes)
-            .bind(&vectors)
-            .execute(&self.pool)
-            .await
-            .map_err(pg("cache vectors"))?;
-            Ok(())
-        })
     }
 
     fn audit(&self) -> Result<AuditReport, StoreError> {

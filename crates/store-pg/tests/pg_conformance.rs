@@ -161,14 +161,23 @@ fn same_history(stores: &[&dyn Store], docs: usize, dims: usize, seed: u64) {
     }
 }
 
-/// (path, chunk_index) of a hit: ids are store-local, positions are not.
-fn key(h: &Hit) -> (String, u32) {
-    (h.path.clone(), h.chunk_index)
+/// (path, chunk_index) of each hit, in order: ids are store-local, positions are not.
+fn keys(s: &dyn Store, hits: &[Hit]) -> Vec<(String, u32)> {
+    let ids: Vec<i64> = hits.iter().map(|h| h.id).collect();
+    s.get_chunks(&ids)
+        .unwrap()
+        .into_iter()
+        .map(|c| (c.path, c.chunk_index))
+        .collect()
 }
 
 /// Hits ordered by score, ties by position, so stores that number chunks differently compare.
-fn normalised(hits: &[Hit]) -> Vec<((String, u32), f64)> {
-    let mut v: Vec<((String, u32), f64)> = hits.iter().map(|h| (key(h), h.score)).collect();
+fn normalised(s: &dyn Store, hits: &[Hit]) -> Vec<((String, u32), f64)> {
+    let mut v: Vec<((String, u32), f64)> = keys(s, hits)
+        .into_iter()
+        .zip(hits)
+        .map(|(k, h)| (k, h.score))
+        .collect();
     v.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     v
 }
@@ -253,9 +262,9 @@ fn same_bm25_ranking() {
             // to ties (its sums run in the database's order, so equal scores may differ in
             // their last bits and swap).
             let lite_scores: std::collections::HashMap<(String, u32), f64> =
-                normalised(&a).into_iter().collect();
+                normalised(&lite, &a).into_iter().collect();
             let mut last = f64::INFINITY;
-            for (k, score) in b.iter().map(|h| (key(h), h.score)) {
+            for (k, score) in keys(&pg, &b).into_iter().zip(b.iter().map(|h| h.score)) {
                 let want = lite_scores[&k];
                 assert!(
                     (want - score).abs() <= 1e-12 * want.abs().max(1.0),
@@ -274,10 +283,7 @@ fn same_bm25_ranking() {
             // PostgreSQL sums in the database, in its own order: equal to the last bits is
             // not promised, equal to 1e-12 is (checked above).
             if a.len() <= 10 || a[9].score > a[10].score + 1e-9 {
-                let keys = |h: &[Hit]| -> Vec<(String, u32)> {
-                    normalised(h).into_iter().map(|(k, _)| k).collect()
-                };
-                let (mut ka, mut kb) = (keys(&ta), keys(&tb));
+                let (mut ka, mut kb) = (keys(&lite, &ta), keys(&pg, &tb));
                 ka.sort();
                 kb.sort();
                 assert_eq!(ka, kb, "{q:?}: top-10 differs");
@@ -304,8 +310,7 @@ fn exact_vector_search_same_top10() {
         let a = lite.vector_search(&q, 10, &f).unwrap();
         let b = pg.vector_search(&q, 10, &f).unwrap();
         assert_eq!(a.len(), 10);
-        let ka: Vec<_> = a.iter().map(key).collect();
-        let kb: Vec<_> = b.iter().map(key).collect();
+        let (ka, kb) = (keys(&lite, &a), keys(&pg, &b));
         assert_eq!(ka, kb, "query {i}: top-10 differs");
         for (x, y) in a.iter().zip(&b) {
             assert!(
@@ -347,15 +352,12 @@ fn hnsw_recall_at_10_against_exact() {
             .vector_search(&q, 10, &Filter::none())
             .unwrap()
             .iter()
-            .map(|h| h.chunk_id)
+            .map(|h| h.id)
             .collect();
         let approx = pg.vector_search(&q, 10, &Filter::none()).unwrap();
         assert_eq!(approx.len(), 10);
         total += truth.len();
-        found += approx
-            .iter()
-            .filter(|h| truth.contains(&h.chunk_id))
-            .count();
+        found += approx.iter().filter(|h| truth.contains(&h.id)).count();
     }
     let recall = found as f64 / total as f64;
     eprintln!("HNSW recall@10 over 4000 random 64-d vectors: {recall:.4}");
@@ -364,7 +366,7 @@ fn hnsw_recall_at_10_against_exact() {
     let f = Filter::path_prefix("r/doc1");
     let hits = pg.vector_search(&rng.unit_vector(dims), 10, &f).unwrap();
     assert_eq!(hits.len(), 10);
-    assert!(hits.iter().all(|h| h.path.starts_with("r/doc1")));
+    assert!(keys(&pg, &hits).iter().all(|k| k.0.starts_with("r/doc1")));
 }
 
 #[test]

@@ -41,6 +41,7 @@ pub fn run_all(make: Factory<'_>) {
         ("collections", collections),
         ("document_sources", document_sources),
         ("query_log_retention", query_log_retention),
+        ("lookup_by_path", lookup_by_path),
     ];
     for (name, case) in cases {
         let store = make();
@@ -146,6 +147,44 @@ fn empty_store(s: &dyn Store) {
     assert!(s.recent_queries(10).unwrap().is_empty());
 }
 
+/// `document(path)` and `chunk_states_of(path)` answer what `documents()` and
+/// `chunk_states()` hold for that path, nothing of other paths (prefixes included).
+fn lookup_by_path(s: &dyn Store) {
+    assert_eq!(s.document("a.md").unwrap(), None);
+    assert!(s.chunk_states_of("a.md").unwrap().is_empty());
+    s.apply_document(&sample_change("a.md", &["one", "two", "three"]))
+        .unwrap();
+    s.apply_document(&sample_change("a.md.bak", &["other"]))
+        .unwrap();
+    s.apply_document(&sample_change("b/a.md", &["x", "y"]))
+        .unwrap();
+    s.apply_document(&sample_change("empty.md", &[])).unwrap();
+    let docs = s.documents().unwrap();
+    let states = s.chunk_states().unwrap();
+    for d in &docs {
+        assert_eq!(s.document(&d.path).unwrap().as_ref(), Some(d), "{}", d.path);
+        let want: Vec<_> = states
+            .iter()
+            .filter(|c| c.path == d.path)
+            .cloned()
+            .collect();
+        assert_eq!(s.chunk_states_of(&d.path).unwrap(), want, "{}", d.path);
+    }
+    assert_eq!(s.chunk_states_of("a.md").unwrap().len(), 3);
+    assert!(s.chunk_states_of("empty.md").unwrap().is_empty());
+    assert_eq!(s.document("A.md").unwrap(), None);
+    assert_eq!(s.document("a").unwrap(), None);
+    assert!(s.chunk_states_of("a").unwrap().is_empty());
+    // After a prune and a removal, the lookups follow.
+    s.apply_document(&sample_change("a.md", &["one"])).unwrap();
+    assert_eq!(s.chunk_states_of("a.md").unwrap().len(), 1);
+    assert_eq!(s.document("a.md").unwrap().unwrap().chunk_count, 1);
+    s.remove_documents(&["a.md".to_string()]).unwrap();
+    assert_eq!(s.document("a.md").unwrap(), None);
+    assert!(s.chunk_states_of("a.md").unwrap().is_empty());
+    assert!(s.document("a.md.bak").unwrap().is_some());
+}
+
 fn apply_and_read_back(s: &dyn Store) {
     let ch = sample_change_meta(
         "guides/intro.md",
@@ -174,9 +213,11 @@ fn apply_and_read_back(s: &dyn Store) {
     assert_eq!(s.embedding_model().unwrap().as_deref(), Some("fake-16"));
     let hits = s.bm25_search("packages", 10, &Filter::none()).unwrap();
     assert_eq!(hits.len(), 1);
-    assert_eq!((hits[0].chunk_index, hits[0].rank), (0, 1));
-    assert_eq!(hits[0].path, "guides/intro.md");
-    let got = s.get_chunks(&[hits[0].chunk_id, 999_999]).unwrap();
+    let got = s.get_chunks(&[hits[0].id, 999_999]).unwrap();
+    assert_eq!(
+        (got[0].chunk_index, got[0].path.as_str()),
+        (0, "guides/intro.md")
+    );
     assert_eq!(got.len(), 1);
     let c = &got[0];
     assert_eq!(c.content, "first chunk about packages");
@@ -214,7 +255,7 @@ fn update_and_prune_tail(s: &dyn Store) {
     ))
     .unwrap();
     let before = s.chunk_states().unwrap();
-    let id0 = s.bm25_search("alpha", 1, &Filter::none()).unwrap()[0].chunk_id;
+    let id0 = s.bm25_search("alpha", 1, &Filter::none()).unwrap()[0].id;
     // Shrink to two chunks, chunk 1 changed, chunk 0 untouched.
     let mut ch = sample_change("a.md", &["alpha one", "beta changed"]);
     ch.upserts.remove(0);
@@ -226,7 +267,7 @@ fn update_and_prune_tail(s: &dyn Store) {
     assert_eq!(after[0], before[0], "untouched chunk changed");
     assert_ne!(after[1].content_hash, before[1].content_hash);
     assert_eq!(
-        s.bm25_search("alpha", 1, &Filter::none()).unwrap()[0].chunk_id,
+        s.bm25_search("alpha", 1, &Filter::none()).unwrap()[0].id,
         id0,
         "chunk id of an untouched (doc, index) must be stable"
     );
@@ -347,6 +388,16 @@ fn corpus() -> Vec<(&'static str, Vec<&'static str>, Value)> {
     ]
 }
 
+/// The paths of the chunks of `hits`, in order.
+fn hit_paths(s: &dyn Store, hits: &[crate::Hit]) -> Vec<String> {
+    let ids: Vec<i64> = hits.iter().map(|h| h.id).collect();
+    s.get_chunks(&ids)
+        .unwrap()
+        .into_iter()
+        .map(|c| c.path)
+        .collect()
+}
+
 fn load_corpus(s: &dyn Store) {
     for (p, chunks, meta) in corpus() {
         s.apply_document(&sample_change_meta(p, &chunks, meta))
@@ -359,7 +410,7 @@ fn reference(s: &dyn Store, query: &str) -> Vec<(i64, f64)> {
     let hits = s
         .vector_search(&fake_vector("all"), 10_000, &Filter::none())
         .unwrap();
-    let ids: Vec<i64> = hits.iter().map(|h| h.chunk_id).collect();
+    let ids: Vec<i64> = hits.iter().map(|h| h.id).collect();
     let chunks = s.get_chunks(&ids).unwrap();
     let cfg = s.term_config().unwrap();
     let ix = Bm25Index::new(
@@ -392,19 +443,18 @@ fn check_bm25(s: &dyn Store, query: &str) {
             i + 1,
             h.score,
             sc,
-            h.chunk_id,
+            h.id,
             id
         );
-        assert_eq!(h.rank, i + 1);
     }
     // Same scores up to ties: compare the id sets of equal-score groups by checking each
     // returned id has the reference score.
     for h in &got {
-        let r = want.iter().find(|(id, _)| *id == h.chunk_id);
+        let r = want.iter().find(|(id, _)| *id == h.id);
         assert!(
             r.is_some_and(|(_, sc)| (sc - h.score).abs() <= 1e-9 * sc.abs().max(1.0)),
             "bm25 {query:?}: chunk {} scored {} but reference says {r:?}",
-            h.chunk_id,
+            h.id,
             h.score
         );
     }
@@ -501,7 +551,7 @@ fn term_function_recorded_and_switched(s: &dyn Store) {
         .vector_search(&fake_vector("all"), 10_000, &Filter::none())
         .unwrap()
         .iter()
-        .map(|h| h.chunk_id)
+        .map(|h| h.id)
         .collect();
     let texts: Vec<String> = s
         .get_chunks(&ids)
@@ -533,29 +583,27 @@ fn filters_apply_before_the_cut(s: &dyn Store) {
     let f = Filter::path_prefix("es/");
     let got = s.bm25_search("packages paquetes", 1, &f).unwrap();
     assert_eq!(got.len(), 1, "filter applied after the cut");
-    assert!(got[0].path.starts_with("es/"));
+    assert!(hit_paths(s, &got)[0].starts_with("es/"));
     // Filtering restricts candidates, not corpus statistics: scores equal the unfiltered ones.
     let g = Filter::path_prefix("guides/");
     let filtered = s.bm25_search("packages", 100, &g).unwrap();
     assert!(!filtered.is_empty());
+    assert!(hit_paths(s, &filtered)
+        .iter()
+        .all(|p| p.starts_with("guides/")));
     for h in &filtered {
-        assert!(h.path.starts_with("guides/"));
-        let u = all.iter().find(|x| x.chunk_id == h.chunk_id).unwrap();
+        let u = all.iter().find(|x| x.id == h.id).unwrap();
         assert!((u.score - h.score).abs() < 1e-12);
     }
-    let ranks: Vec<usize> = filtered.iter().map(|h| h.rank).collect();
-    assert_eq!(ranks, (1..=filtered.len()).collect::<Vec<_>>());
+    assert!(filtered.windows(2).all(|w| w[0].score >= w[1].score));
     // Front-matter: list membership, string equality, numbers by JSON text, conjunction.
     let tag = Filter::none().with_field("tags", "publish");
     let got = s.bm25_search("push", 10, &tag).unwrap();
     assert_eq!(got.len(), 1);
-    assert_eq!(got[0].path, "guides/publish.md");
+    assert_eq!(hit_paths(s, &got), ["guides/publish.md"]);
     let es = Filter::none().with_field("tags", "es");
-    assert!(s
-        .bm25_search("paquetes", 10, &es)
-        .unwrap()
-        .iter()
-        .all(|h| h.path == "es/instalar.md"));
+    let got = s.bm25_search("paquetes", 10, &es).unwrap();
+    assert!(hit_paths(s, &got).iter().all(|p| p == "es/instalar.md"));
     let n = Filter::none().with_field("n", "3");
     assert_eq!(s.bm25_search("search", 10, &n).unwrap().len(), 3);
     let both = Filter::path_prefix("guides/").with_field("app", "server");
@@ -567,8 +615,11 @@ fn filters_apply_before_the_cut(s: &dyn Store) {
     let v = s.vector_search(&fake_vector("q"), 3, &core).unwrap();
     assert_eq!(v.len(), 3);
     let docs = s.documents().unwrap();
-    for h in &v {
-        let d = docs.iter().find(|d| d.node_id == h.node_id).unwrap();
+    for c in s
+        .get_chunks(&v.iter().map(|h| h.id).collect::<Vec<_>>())
+        .unwrap()
+    {
+        let d = docs.iter().find(|d| d.node_id == c.node_id).unwrap();
         assert_eq!(d.metadata["app"], "core");
     }
     let none = Filter::path_prefix("zzz/");
@@ -583,7 +634,7 @@ fn vector_search_is_exact(s: &dyn Store) {
     let q = fake_vector("a query");
     let got = s.vector_search(&q, 4, &Filter::none()).unwrap();
     let all = s.vector_search(&q, 1000, &Filter::none()).unwrap();
-    let ids: Vec<i64> = all.iter().map(|h| h.chunk_id).collect();
+    let ids: Vec<i64> = all.iter().map(|h| h.id).collect();
     let vecs = s.get_vectors(&ids).unwrap();
     let mut want: Vec<(i64, f64)> = vecs
         .iter()
@@ -601,14 +652,13 @@ fn vector_search_is_exact(s: &dyn Store) {
     want.sort_by(|a, b| b.1.total_cmp(&a.1));
     assert_eq!(got.len(), 4);
     for (i, h) in got.iter().enumerate() {
-        assert_eq!(h.chunk_id, want[i].0, "vector rank {}", i + 1);
+        assert_eq!(h.id, want[i].0, "vector rank {}", i + 1);
         assert!((h.score - want[i].1).abs() < 1e-5);
-        assert_eq!(h.rank, i + 1);
     }
     // A chunk's own vector finds it first with cosine ≈ 1.
     let target = s.get_vectors(&[ids[3]]).unwrap().remove(0);
     let top = s.vector_search(&target.1, 1, &Filter::none()).unwrap();
-    assert_eq!(top[0].chunk_id, ids[3]);
+    assert_eq!(top[0].id, ids[3]);
     assert!((top[0].score - 1.0).abs() < 1e-5);
     // Vectors of another length are ignored, not an error.
     assert!(s
@@ -799,22 +849,14 @@ fn collections(s: &dyn Store) {
     let notes = Filter::none().with_collections(["notes"]);
     let got = s.bm25_search("packages", 1, &notes).unwrap();
     assert_eq!(got.len(), 1, "collection filter applied after the cut");
-    assert_eq!(got[0].path, "b.md");
+    assert_eq!(hit_paths(s, &got), ["b.md"]);
     let two = Filter::none().with_collections(["notes", "kb"]);
-    let mut paths: Vec<String> = s
-        .bm25_search("packages", 10, &two)
-        .unwrap()
-        .into_iter()
-        .map(|h| h.path)
-        .collect();
+    let mut paths = hit_paths(s, &s.bm25_search("packages", 10, &two).unwrap());
     paths.sort();
     assert_eq!(paths, vec!["a.md", "b.md"]);
     let v = s.vector_search(&fake_vector("q"), 10, &notes).unwrap();
-    assert_eq!(
-        v.iter().map(|h| h.path.as_str()).collect::<Vec<_>>(),
-        vec!["b.md"]
-    );
-    let hit = s.get_chunks(&[got[0].chunk_id]).unwrap();
+    assert_eq!(hit_paths(s, &v), ["b.md"]);
+    let hit = s.get_chunks(&[got[0].id]).unwrap();
     assert_eq!(hit[0].collection, "notes");
     // Moving a document to another collection keeps one row.
     b.collection = "kb".into();

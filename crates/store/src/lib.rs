@@ -32,9 +32,27 @@ pub use filter::{Filter, InvalidFilter};
 pub use sqlite::{SqliteStore, DEFAULT_STORE_PATH};
 pub use types::*;
 
+/// The content-keyed embedding cache of a store: vectors by `(model id, content hash)`, for
+/// chunks (a stored chunk's vector answers for its hash) and for the sentences trimming and the
+/// ranking signals look up. What embedding steps and retrieval's sentence cache need of a
+/// store, and all they need.
+pub trait VectorsByHash: Send + Sync {
+    /// Vectors already known for `(model_id, content_hash)`: from stored chunks or the cache.
+    /// Only a [`could_be_chunk_hash`] key is looked up among the chunks.
+    fn cached_vectors(
+        &self,
+        model_id: &str,
+        hashes: &[String],
+    ) -> Result<Vec<(String, Vec<f32>)>, StoreError>;
+    /// Remember vectors by `(model_id, content_hash)`.
+    fn cache_vectors(&self, model_id: &str, items: &[(String, Vec<f32>)])
+        -> Result<(), StoreError>;
+}
+
 /// The storage seam of bibliotecario. Object safe; every method takes `&self` so one store can
-/// be shared between threads (implementations serialise internally).
-pub trait Store: Send + Sync {
+/// be shared between threads (implementations serialise internally). The embedding cache is
+/// its own trait, [`VectorsByHash`], which every store implements.
+pub trait Store: VectorsByHash + Send + Sync {
     /// Short backend name (`sqlite`, `postgres`).
     fn backend(&self) -> &'static str;
     /// Where the store lives (file path or connection URL without secrets).
@@ -43,9 +61,15 @@ pub trait Store: Send + Sync {
     // ── documents and chunks ────────────────────────────────────────────────────────────
     /// All documents, ordered by path.
     fn documents(&self) -> Result<Vec<DocRecord>, StoreError>;
+    /// The document at `path`, `None` when there is none. Writing one document (an MCP or
+    /// HTTP registration) reads only its own row, not [`Store::documents`].
+    fn document(&self, path: &str) -> Result<Option<DocRecord>, StoreError>;
     /// The state of every stored chunk (no text, no vector), ordered by (path, chunk_index).
     /// Ingest diffs against it to decide what to skip.
     fn chunk_states(&self) -> Result<Vec<ChunkState>, StoreError>;
+    /// The state of the stored chunks of the document at `path`, ordered by chunk_index
+    /// (empty when there is no such document): what [`Store::chunk_states`] holds for it.
+    fn chunk_states_of(&self, path: &str) -> Result<Vec<ChunkState>, StoreError>;
     /// The embedding model the stored chunks were embedded with (the first non-empty model id
     /// found), `None` for a store without embedded chunks. An ask needs only this before it
     /// can load the model, so backends answer it without reading every chunk row.
@@ -136,18 +160,6 @@ pub trait Store: Send + Sync {
     /// transaction (no re-embedding); returns the chunks reindexed (0 when the store already
     /// uses `terms`).
     fn set_term_config(&self, terms: &TermConfig) -> Result<u64, StoreError>;
-
-    // ── embedding cache ────────────────────────────────────────────────────────────────
-    /// Vectors already known for `(model_id, content_hash)`: from stored chunks or the cache.
-    /// Only a [`could_be_chunk_hash`] key is looked up among the chunks.
-    fn cached_vectors(
-        &self,
-        model_id: &str,
-        hashes: &[String],
-    ) -> Result<Vec<(String, Vec<f32>)>, StoreError>;
-    /// Remember vectors by `(model_id, content_hash)`.
-    fn cache_vectors(&self, model_id: &str, items: &[(String, Vec<f32>)])
-        -> Result<(), StoreError>;
 
     // ── audit, runs, query log ─────────────────────────────────────────────────────────
     /// Check the store's internal coherence.

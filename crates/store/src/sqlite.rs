@@ -26,7 +26,7 @@ use serde_json::Value;
 use crate::{
     qualified_name, ApplyOutcome, AuditReport, ChunkId, ChunkRecord, ChunkState, DocRecord,
     DocumentChange, Filter, Hit, LexicalStats, NodeId, QueryLogEntry, QueryLogRetention, RunRow,
-    RunStatus, Store, StoreError,
+    RunStatus, Store, StoreError, VectorsByHash,
 };
 
 /// Default location of a knowledge base, relative to the working directory.
@@ -490,37 +490,13 @@ impl SqliteStore {
         Ok(Some(out))
     }
 
-    fn hits_from(conn: &Connection, scored: Vec<(ChunkId, f64)>) -> Result<Vec<Hit>, StoreError> {
-        let mut stmt = conn
-            .prepare_cached(
-                "SELECT c.node_id, c.chunk_index, d.path FROM chunks c \
-                 JOIN documents d ON d.node_id = c.node_id WHERE c.id = ?1",
-            )
-            .map_err(StoreError::sqlite("hits"))?;
-        let mut out = Vec::with_capacity(scored.len());
-        for (id, score) in scored {
-            let row = stmt
-                .query_row(params![id], |r| {
-                    Ok((
-                        r.get::<_, i64>(0)?,
-                        r.get::<_, i64>(1)?,
-                        r.get::<_, String>(2)?,
-                    ))
-                })
-                .optional()
-                .map_err(StoreError::sqlite("hits"))?;
-            if let Some((node_id, idx, path)) = row {
-                out.push(Hit {
-                    chunk_id: id,
-                    node_id,
-                    path,
-                    chunk_index: to_u32(idx),
-                    score,
-                    rank: out.len() + 1,
-                });
-            }
-        }
-        Ok(out)
+    /// Scored ids as hits (the postings and the versioned vector cache only hold stored
+    /// chunks, read under the same connection lock).
+    fn hits_from(scored: Vec<(ChunkId, f64)>) -> Vec<Hit> {
+        scored
+            .into_iter()
+            .map(|(id, score)| Hit { id, score })
+            .collect()
     }
 
     fn load_vectors(&self, conn: &Connection) -> Result<Arc<VectorCache>, StoreError> {
@@ -814,16 +790,14 @@ fn chunk_record(r: RawChunk) -> Result<ChunkRecord, StoreError> {
     })
 }
 
-impl Store for SqliteStore {
-    fn backend(&self) -> &'static str {
-        "sqlite"
-    }
-
-    fn location(&self) -> String {
-        self.location.clone()
-    }
-
-    fn documents(&self) -> Result<Vec<DocRecord>, StoreError> {
+impl SqliteStore {
+    /// Documents whose row matches `filter` (an SQL condition on `documents d`, `?1` bound
+    /// to `path`), ordered by path.
+    fn select_documents(
+        &self,
+        filter: &str,
+        path: Option<&str>,
+    ) -> Result<Vec<DocRecord>, StoreError> {
         let conn = self.conn();
         let has_source = if self.sources {
             "EXISTS (SELECT 1 FROM doc_sources s WHERE s.node_id = d.node_id \
@@ -834,11 +808,11 @@ impl Store for SqliteStore {
         let mut stmt = conn
             .prepare_cached(&format!(
                 "SELECT node_id, qualified_name, path, title, metadata, content_hash, \
-                 chunk_count, collection, {has_source} FROM documents d ORDER BY path"
+                 chunk_count, collection, {has_source} FROM documents d WHERE {filter} ORDER BY path"
             ))
             .map_err(StoreError::sqlite("documents"))?;
         let rows = stmt
-            .query_map([], |r| {
+            .query_map(rusqlite::params_from_iter(path), |r| {
                 Ok((
                     r.get::<_, i64>(0)?,
                     r.get::<_, String>(1)?,
@@ -871,28 +845,24 @@ impl Store for SqliteStore {
         Ok(out)
     }
 
-    fn embedding_model(&self) -> Result<Option<String>, StoreError> {
-        self.conn()
-            .query_row(
-                "SELECT model_id FROM chunks WHERE model_id <> '' LIMIT 1",
-                [],
-                |r| r.get(0),
-            )
-            .optional()
-            .map_err(StoreError::sqlite("embedding model"))
-    }
-
-    fn chunk_states(&self) -> Result<Vec<ChunkState>, StoreError> {
+    /// Chunk states of the documents matching `filter` (an SQL condition on `documents d`,
+    /// `?1` bound to `path`), ordered by (path, chunk_index).
+    fn select_chunk_states(
+        &self,
+        filter: &str,
+        path: Option<&str>,
+    ) -> Result<Vec<ChunkState>, StoreError> {
         let conn = self.conn();
         let mut stmt = conn
-            .prepare_cached(
+            .prepare_cached(&format!(
                 "SELECT d.path, c.node_id, c.chunk_index, c.content_hash, c.model_id, \
                  c.line_start, c.line_end FROM chunks c \
-                 JOIN documents d ON d.node_id = c.node_id ORDER BY d.path, c.chunk_index",
-            )
+                 JOIN documents d ON d.node_id = c.node_id WHERE {filter} \
+                 ORDER BY d.path, c.chunk_index"
+            ))
             .map_err(StoreError::sqlite("chunk states"))?;
         let rows = stmt
-            .query_map([], |r| {
+            .query_map(rusqlite::params_from_iter(path), |r| {
                 Ok(ChunkState {
                     path: r.get(0)?,
                     node_id: r.get(1)?,
@@ -906,6 +876,116 @@ impl Store for SqliteStore {
             .map_err(StoreError::sqlite("chunk states"))?;
         rows.collect::<Result<Vec<_>, _>>()
             .map_err(StoreError::sqlite("chunk states"))
+    }
+}
+
+impl VectorsByHash for SqliteStore {
+    fn cached_vectors(
+        &self,
+        model_id: &str,
+        hashes: &[String],
+    ) -> Result<Vec<(String, Vec<f32>)>, StoreError> {
+        // Batched lookups (an ask's ranking signals and trimmer ask for hundreds of sentence
+        // vectors at once): the chunks first, then the cache for what they lack.
+        const BATCH: usize = 256;
+        let conn = self.conn();
+        let mut found: HashMap<String, Vec<f32>> = HashMap::with_capacity(hashes.len());
+        for (table, column) in [("chunks", "embedding"), ("embed_cache", "vector")] {
+            let rest: Vec<&String> = hashes
+                .iter()
+                .filter(|h| !found.contains_key(*h))
+                .filter(|h| table != "chunks" || crate::could_be_chunk_hash(h))
+                .collect();
+            for part in rest.chunks(BATCH) {
+                let marks = vec!["?"; part.len()].join(",");
+                let sql = format!(
+                    "SELECT content_hash, {column} FROM {table} \
+                     WHERE model_id = ? AND content_hash IN ({marks})"
+                );
+                let mut stmt = conn
+                    .prepare_cached(&sql)
+                    .map_err(StoreError::sqlite("cached vectors"))?;
+                let args = std::iter::once(model_id).chain(part.iter().map(|h| h.as_str()));
+                let rows = stmt
+                    .query_map(rusqlite::params_from_iter(args), |r| {
+                        Ok((r.get::<_, String>(0)?, r.get::<_, Vec<u8>>(1)?))
+                    })
+                    .map_err(StoreError::sqlite("cached vectors"))?;
+                for row in rows {
+                    let (h, b) = row.map_err(StoreError::sqlite("cached vectors"))?;
+                    if let std::collections::hash_map::Entry::Vacant(v) = found.entry(h) {
+                        v.insert(blob_to_vec(&b)?);
+                    }
+                }
+            }
+        }
+        Ok(hashes
+            .iter()
+            .filter_map(|h| found.get(h).map(|v| (h.clone(), v.clone())))
+            .collect())
+    }
+
+    fn cache_vectors(
+        &self,
+        model_id: &str,
+        items: &[(String, Vec<f32>)],
+    ) -> Result<(), StoreError> {
+        if items.is_empty() {
+            return Ok(());
+        }
+        let mut conn = self.conn();
+        let tx = conn.transaction().map_err(StoreError::sqlite("begin"))?;
+        {
+            let mut stmt = tx
+                .prepare_cached(
+                    "INSERT OR REPLACE INTO embed_cache (model_id, content_hash, vector) \
+                     VALUES (?1, ?2, ?3)",
+                )
+                .map_err(StoreError::sqlite("cache vectors"))?;
+            for (h, v) in items {
+                stmt.execute(params![model_id, h, vec_to_blob(v)])
+                    .map_err(StoreError::sqlite("cache vectors"))?;
+            }
+        }
+        tx.commit().map_err(StoreError::sqlite("commit"))?;
+        Ok(())
+    }
+}
+
+impl Store for SqliteStore {
+    fn backend(&self) -> &'static str {
+        "sqlite"
+    }
+
+    fn location(&self) -> String {
+        self.location.clone()
+    }
+
+    fn documents(&self) -> Result<Vec<DocRecord>, StoreError> {
+        self.select_documents("1", None)
+    }
+
+    fn document(&self, path: &str) -> Result<Option<DocRecord>, StoreError> {
+        Ok(self.select_documents("d.path = ?1", Some(path))?.pop())
+    }
+
+    fn embedding_model(&self) -> Result<Option<String>, StoreError> {
+        self.conn()
+            .query_row(
+                "SELECT model_id FROM chunks WHERE model_id <> '' LIMIT 1",
+                [],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(StoreError::sqlite("embedding model"))
+    }
+
+    fn chunk_states(&self) -> Result<Vec<ChunkState>, StoreError> {
+        self.select_chunk_states("1", None)
+    }
+
+    fn chunk_states_of(&self, path: &str) -> Result<Vec<ChunkState>, StoreError> {
+        self.select_chunk_states("d.path = ?1", Some(path))
     }
 
     fn apply_document(&self, change: &DocumentChange) -> Result<ApplyOutcome, StoreError> {
@@ -1099,7 +1179,7 @@ impl Store for SqliteStore {
         let mut scored: Vec<(ChunkId, f64)> = scores.into_iter().collect();
         scored.sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         scored.truncate(limit);
-        Self::hits_from(&conn, scored)
+        Ok(Self::hits_from(scored))
     }
 
     fn vector_search(
@@ -1138,7 +1218,7 @@ impl Store for SqliteStore {
             scored.truncate(k);
         }
         scored.sort_unstable_by(cmp);
-        Self::hits_from(&conn, scored)
+        Ok(Self::hits_from(scored))
     }
 
     fn lexical_stats(&self) -> Result<LexicalStats, StoreError> {
@@ -1237,77 +1317,6 @@ impl Store for SqliteStore {
         tx.commit().map_err(e("commit"))?;
         self.wrote();
         Ok(rows.len() as u64)
-    }
-
-    fn cached_vectors(
-        &self,
-        model_id: &str,
-        hashes: &[String],
-    ) -> Result<Vec<(String, Vec<f32>)>, StoreError> {
-        // Batched lookups (an ask's ranking signals and trimmer ask for hundreds of sentence
-        // vectors at once): the chunks first, then the cache for what they lack.
-        const BATCH: usize = 256;
-        let conn = self.conn();
-        let mut found: HashMap<String, Vec<f32>> = HashMap::with_capacity(hashes.len());
-        for (table, column) in [("chunks", "embedding"), ("embed_cache", "vector")] {
-            let rest: Vec<&String> = hashes
-                .iter()
-                .filter(|h| !found.contains_key(*h))
-                .filter(|h| table != "chunks" || crate::could_be_chunk_hash(h))
-                .collect();
-            for part in rest.chunks(BATCH) {
-                let marks = vec!["?"; part.len()].join(",");
-                let sql = format!(
-                    "SELECT content_hash, {column} FROM {table} \
-                     WHERE model_id = ? AND content_hash IN ({marks})"
-                );
-                let mut stmt = conn
-                    .prepare_cached(&sql)
-                    .map_err(StoreError::sqlite("cached vectors"))?;
-                let args = std::iter::once(model_id).chain(part.iter().map(|h| h.as_str()));
-                let rows = stmt
-                    .query_map(rusqlite::params_from_iter(args), |r| {
-                        Ok((r.get::<_, String>(0)?, r.get::<_, Vec<u8>>(1)?))
-                    })
-                    .map_err(StoreError::sqlite("cached vectors"))?;
-                for row in rows {
-                    let (h, b) = row.map_err(StoreError::sqlite("cached vectors"))?;
-                    if let std::collections::hash_map::Entry::Vacant(v) = found.entry(h) {
-                        v.insert(blob_to_vec(&b)?);
-                    }
-                }
-            }
-        }
-        Ok(hashes
-            .iter()
-            .filter_map(|h| found.get(h).map(|v| (h.clone(), v.clone())))
-            .collect())
-    }
-
-    fn cache_vectors(
-        &self,
-        model_id: &str,
-        items: &[(String, Vec<f32>)],
-    ) -> Result<(), StoreError> {
-        if items.is_empty() {
-            return Ok(());
-        }
-        let mut conn = self.conn();
-        let tx = conn.transaction().map_err(StoreError::sqlite("begin"))?;
-        {
-            let mut stmt = tx
-                .prepare_cached(
-                    "INSERT OR REPLACE INTO embed_cache (model_id, content_hash, vector) \
-                     VALUES (?1, ?2, ?3)",
-                )
-                .map_err(StoreError::sqlite("cache vectors"))?;
-            for (h, v) in items {
-                stmt.execute(params![model_id, h, vec_to_blob(v)])
-                    .map_err(StoreError::sqlite("cache vectors"))?;
-            }
-        }
-        tx.commit().map_err(StoreError::sqlite("commit"))?;
-        Ok(())
     }
 
     fn audit(&self) -> Result<AuditReport, StoreError> {

@@ -261,17 +261,14 @@ impl ChunkRecord {
     }
 }
 
-/// One entry of a ranked list.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// One entry of a ranked list — a store's BM25 or vector search, retrieval's fused lists: a
+/// chunk and its score in that list (BM25 score, cosine, fused score). Lists are best first,
+/// so a hit's rank is its position; the chunk's path and document come with
+/// [`crate::Store::get_chunks`].
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Hit {
-    pub chunk_id: ChunkId,
-    pub node_id: NodeId,
-    pub path: String,
-    pub chunk_index: u32,
-    /// BM25 score, or cosine similarity.
+    pub id: ChunkId,
     pub score: f64,
-    /// 1-based position in the list.
-    pub rank: usize,
 }
 
 /// Corpus statistics of the lexical index.

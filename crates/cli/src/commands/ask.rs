@@ -248,43 +248,27 @@ fn open_store(spec: &StoreSpec, log: bool) -> anyhow::Result<Opened> {
     }
 }
 
-pub fn run(a: Args) -> anyhow::Result<()> {
-    let settings = a.settings.resolve(|s| apply_flags(&a, s))?;
-    let question = a.question.join(" ");
-    if question.trim().is_empty() {
-        bail!("the question is empty");
-    }
-    let mut filter = settings.ask.filter()?;
-    filter.collections = a.collections.clone();
-    let synth_cfg = if a.synthesize {
-        Some(SynthConfig::from_parts(
-            settings.llm.base_url.clone(),
-            settings.llm.model.clone(),
-            settings.llm.api_key.clone(),
-        )?)
-    } else {
-        None
-    };
+/// What [`load_model`] gives the ask.
+struct Model {
+    /// `None` when the ask runs without one (BM25 untrimmed, asked for or fallen back to).
+    embedder: Option<Box<dyn Embedder>>,
+    /// Why the ask fell back to BM25, when it did.
+    fallback_reason: Option<String>,
+}
 
-    // A SQLite file or a postgres:// URL.
-    let spec = &settings.store;
-    if !spec.exists() {
-        return Err(bib_app::OpenError::NotFound {
-            store: spec.to_string(),
-        }
-        .into());
-    }
-    let Opened {
-        store,
-        read_only_notice,
-    } = open_store(spec, settings.ask.log)?;
-
-    // Load only what the mode needs: BM25 without trimming needs no model at all.
-    let mut options = settings.ask.retrieve_options();
+/// The embedding model the ask needs (none for BM25 without trimming), loaded. When it cannot
+/// be loaded and `fallback = "bm25"`, none, with `options` switched to untrimmed BM25 and the
+/// reason; otherwise an error that says how to install it or ask without it.
+fn load_model(
+    store: &dyn Store,
+    settings: &Settings,
+    spec: &StoreSpec,
+    options: &mut RetrieveOptions,
+) -> anyhow::Result<Model> {
     let needs_model = options.mode != Mode::Bm25 || options.trim.is_some();
     let mut fallback_reason = None;
     let embedder = if needs_model {
-        match try_load(&store_model(store.as_ref())?) {
+        match try_load(&store_model(store)?) {
             Ok(e) => Some(e),
             Err(u) if settings.ask.fallback == ModelFallback::Bm25 => {
                 let why = format!("model `{}` unavailable: {:#}", u.model, u.error);
@@ -318,6 +302,54 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     } else {
         None
     };
+
+    Ok(Model {
+        embedder,
+        fallback_reason,
+    })
+}
+
+/// The `[llm]` endpoint of `settings`, when answers are to be synthesized (`on`).
+pub(crate) fn synth_config(settings: &Settings, on: bool) -> anyhow::Result<Option<SynthConfig>> {
+    if !on {
+        return Ok(None);
+    }
+    Ok(Some(SynthConfig::from_parts(
+        settings.llm.base_url.clone(),
+        settings.llm.model.clone(),
+        settings.llm.api_key.clone(),
+    )?))
+}
+
+pub fn run(a: Args) -> anyhow::Result<()> {
+    let settings = a.settings.resolve(|s| apply_flags(&a, s))?;
+    let question = a.question.join(" ");
+    if question.trim().is_empty() {
+        bail!("the question is empty");
+    }
+    let mut filter = settings.ask.filter()?;
+    filter.collections = a.collections.clone();
+    let synth_cfg = synth_config(&settings, a.synthesize)?;
+
+    // A SQLite file or a postgres:// URL.
+    let spec = &settings.store;
+    if !spec.exists() {
+        return Err(bib_app::OpenError::NotFound {
+            store: spec.to_string(),
+        }
+        .into());
+    }
+    let Opened {
+        store,
+        read_only_notice,
+    } = open_store(spec, settings.ask.log)?;
+
+    // Load only what the mode needs: BM25 without trimming needs no model at all.
+    let mut options = settings.ask.retrieve_options();
+    let Model {
+        embedder,
+        fallback_reason,
+    } = load_model(store.as_ref(), &settings, spec, &mut options)?;
 
     let index = StoreIndex::new(store.as_ref());
     // Sentence vectors persist in the store's cache, so the next ask reuses them.

@@ -151,15 +151,7 @@ fn eval_args(a: &Args, settings: &Settings) -> anyhow::Result<EvalArgs> {
 pub fn run(a: Args) -> anyhow::Result<()> {
     let settings = a.settings.resolve(|_| ())?;
     let args = eval_args(&a, &settings)?;
-    let synth = if args.synthesize {
-        Some(SynthConfig::from_parts(
-            settings.llm.base_url.clone(),
-            settings.llm.model.clone(),
-            settings.llm.api_key.clone(),
-        )?)
-    } else {
-        None
-    };
+    let synth = super::ask::synth_config(&settings, args.synthesize)?;
     let needs_model = args
         .variants
         .iter()

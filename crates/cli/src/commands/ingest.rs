@@ -219,8 +219,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             &embedder,
             &opts,
             progress,
-            Duration::from_millis(settings.ingest.debounce_ms),
-            &stop,
+            bib_ingest::WatchOptions {
+                debounce: Duration::from_millis(settings.ingest.debounce_ms),
+                stop: &stop,
+            },
             &mut on_run,
         )?;
         return Ok(());
