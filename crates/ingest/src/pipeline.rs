@@ -1,8 +1,9 @@
 //! The three phases of one ingest run.
 
+use bib_store::rows::now_ms;
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 use bib_embed::{store_key, EmbedKind, Embedder};
 use bib_store::{DocRecord, RunStatus, Store, VectorsByHash};
@@ -36,13 +37,6 @@ pub struct ParsedDoc {
 
 pub(crate) fn sha256_hex(s: &str) -> String {
     hex::encode(Sha256::digest(s.as_bytes()))
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
 }
 
 pub(crate) fn ms(d: std::time::Duration) -> u64 {

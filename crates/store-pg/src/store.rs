@@ -4,11 +4,12 @@
 //! each call to completion on it ([`PgStore::block`]). Called from inside another tokio
 //! runtime (an async server), the call moves to a scoped helper thread instead of panicking.
 
+use bib_store::rows::{now_ms, parse_json, to_u32};
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::str::FromStr;
 use std::sync::Mutex;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use bib_store::{
     could_be_chunk_hash, qualified_name, ApplyOutcome, AuditReport, ChunkId, ChunkRecord,
@@ -57,24 +58,6 @@ SELECT p.chunk_id, \
 FROM postings p JOIN w ON w.term = p.term CROSS JOIN s \
 WHERE p.term = ANY($1) AND ($2::bigint[] IS NULL OR p.node_id = ANY($2)) \
 GROUP BY p.chunk_id ORDER BY score DESC, p.chunk_id LIMIT $5";
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
-
-fn parse_json(what: &str, s: &str) -> Result<Value, StoreError> {
-    serde_json::from_str(s).map_err(|e| StoreError::Corrupt {
-        what: what.to_string(),
-        reason: e.to_string(),
-    })
-}
-
-fn to_u32(x: i64) -> u32 {
-    u32::try_from(x).unwrap_or(0)
-}
 
 /// `"name"` with inner quotes doubled.
 fn quote_ident(name: &str) -> String {

@@ -23,6 +23,7 @@ mod error;
 pub mod filter;
 pub mod lexical;
 pub mod read;
+pub mod rows;
 mod sqlite;
 mod types;
 

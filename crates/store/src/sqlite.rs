@@ -12,11 +12,11 @@
 //! memory after the first query and reloads when the database changed (own writes or another
 //! connection's commits, seen through `PRAGMA data_version`).
 
+use crate::rows::{now_ms, parse_json, to_u32};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use bib_text::bm25::{idf, tf_factor, Bm25Params};
 use bib_text::terms::{term_counts_with, terms_with, TermConfig};
@@ -202,13 +202,6 @@ fn sqlite_uri(path: &Path, immutable: bool) -> String {
     uri
 }
 
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
-
 fn vec_to_blob(v: &[f32]) -> Vec<u8> {
     let mut out = Vec::with_capacity(v.len() * 4);
     for x in v {
@@ -227,17 +220,6 @@ fn blob_to_vec(b: &[u8]) -> Result<Vec<f32>, StoreError> {
     Ok(b.chunks_exact(4)
         .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
         .collect())
-}
-
-fn parse_json(what: &str, s: &str) -> Result<Value, StoreError> {
-    serde_json::from_str(s).map_err(|e| StoreError::Corrupt {
-        what: what.to_string(),
-        reason: e.to_string(),
-    })
-}
-
-fn to_u32(x: i64) -> u32 {
-    u32::try_from(x).unwrap_or(0)
 }
 
 fn unit(v: &[f32]) -> Vec<f32> {
