@@ -251,3 +251,84 @@ fn a_chunk_longer_than_the_model_reads_is_a_warning_naming_the_file() {
         "{stdout}"
     );
 }
+
+/// `bib ingest --model e5-small` builds a knowledge base with that model, a later run without
+/// the flag keeps it, and `bib ask` answers with it; a run with another model into a store
+/// whose other collections hold the first model's vectors is refused and changes nothing.
+#[test]
+fn ingest_model_is_chosen_kept_and_never_mixed() {
+    if !model_available() {
+        return;
+    }
+    if bib_embed::E5Small::load_default().is_err() {
+        eprintln!("skipping: e5-small is not installed (`bib model install e5-small`)");
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let wiki = t.path().join("wiki");
+    write(&wiki, "a.md", &page("alpha", 1));
+    let other = t.path().join("other");
+    write(&other, "b.md", &page("beta", 1));
+    let store = store_path(&t, "kb");
+    let with_model = |dir: &std::path::Path, model: &str| {
+        bib()
+            .arg("ingest")
+            .arg(dir)
+            .args([
+                "--store",
+                store.to_str().unwrap(),
+                "--json",
+                "--model",
+                model,
+            ])
+            .output()
+            .unwrap()
+    };
+
+    let out = with_model(&wiki, "e5-small");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r1: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r1["model_id"], "e5-small");
+    // Without --model the knowledge base keeps its model: nothing re-embedded.
+    let r2 = ingest_ok(&wiki, &store);
+    assert_eq!(r2["model_id"], "e5-small");
+    assert_eq!(b(&r2, "chunks_embedded"), 0);
+    let ask = bib()
+        .args(["ask", "how are packages restored", "--store"])
+        .arg(&store)
+        .args(["--json", "--no-log"])
+        .output()
+        .unwrap();
+    assert!(
+        ask.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ask.stderr)
+    );
+    let a: Value = serde_json::from_slice(&ask.stdout).unwrap();
+    assert_eq!(a["mode"], "hybrid");
+
+    // A second folder with another model would leave `wiki` with e5-small vectors: refused.
+    let before = snapshot(&store);
+    let out = with_model(&other, "use-m3");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("embedded with `e5-small`") && err.contains("`wiki`"),
+        "{err}"
+    );
+    assert_eq!(snapshot(&store), before, "a refused run changes nothing");
+    // Re-embedding the only collection with another model is allowed.
+    let out = with_model(&wiki, "use-m3");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r3: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r3["model_id"], "use-m3");
+    assert_eq!(b(&r3, "chunks_embedded"), b(&r3, "chunks_total"));
+}

@@ -236,6 +236,27 @@ pub enum IngestError {
     Store(#[from] bib_store::StoreError),
     #[error("file watcher: {0}")]
     Watch(String),
+    /// The run's model differs from the one the knowledge base's other collections hold.
+    #[error(
+        "{store} is embedded with `{stored}`, and {} would keep those vectors while this run \
+         writes `{model}` ones: ingest with `--model {stored}`, or into a new knowledge base \
+         (`--store other.sqlite`)",
+        collections_phrase(others)
+    )]
+    ModelMismatch {
+        store: String,
+        stored: String,
+        model: String,
+        others: Vec<String>,
+    },
+}
+
+fn collections_phrase(names: &[String]) -> String {
+    let quoted: Vec<String> = names.iter().map(|n| format!("`{n}`")).collect();
+    match quoted.len() {
+        1 => format!("collection {}", quoted[0]),
+        _ => format!("collections {}", quoted.join(", ")),
+    }
 }
 
 /// What a phase's units of work count.

@@ -360,6 +360,7 @@ pub fn ingest(
         .clone()
         .filter(|c| !c.trim().is_empty())
         .unwrap_or_else(|| bib_store::collection_for_root(&root_shown));
+    check_model(store, embedder.model_id(), &collection)?;
     let run = Run {
         root,
         root_shown,
@@ -394,6 +395,32 @@ pub fn ingest(
         report.chunks_per_sec = indexed.wrote as f64 / (total_ms / 1000.0);
     }
     finish(store, report, t0, failure)
+}
+
+/// A knowledge base holds one model's vectors: a run with another model than the stored one
+/// re-embeds its own collection, so it may only run where no other collection has chunks.
+fn check_model(store: &dyn Store, model: &str, collection: &str) -> Result<(), IngestError> {
+    let Some(stored) = store.embedding_model()? else {
+        return Ok(());
+    };
+    if stored == model {
+        return Ok(());
+    }
+    let others: Vec<String> = store
+        .collections()?
+        .into_iter()
+        .filter(|c| c.name != collection && c.chunks > 0)
+        .map(|c| c.name)
+        .collect();
+    if others.is_empty() {
+        return Ok(());
+    }
+    Err(IngestError::ModelMismatch {
+        store: store.location(),
+        stored,
+        model: model.to_string(),
+        others,
+    })
 }
 
 /// The run record, begun in the store, with the lexical index switched to this run's term

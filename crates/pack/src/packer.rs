@@ -725,7 +725,10 @@ impl Packer {
     /// BM25 over the old lines with IDF from these lines (endogenous: what is everywhere weighs
     /// ~0 with no stoplist, in any language).
     fn bm25(&mut self, items: &mut [Item], query: &str) {
-        let (k1, b) = (self.opts.bm25_k1, self.opts.bm25_b);
+        let params = bib_text::bm25::Bm25Params {
+            k1: self.opts.bm25_k1,
+            b: self.opts.bm25_b,
+        };
         let n_docs = items.len();
         let total_len: usize = items
             .iter()
@@ -775,11 +778,11 @@ impl Packer {
             group.sort_by_key(|h| h.1);
             let it = &mut items[ix as usize];
             let dl = self.lines[it.line as usize].terms.len() as f64;
-            let f = 1.0; // terms are distinct per line
+            // Terms are distinct per line: tf is 1.
+            let tf = bib_text::bm25::tf_factor(1.0, dl, avgdl, params);
             let mut score = 0.0;
             for h in group.iter() {
-                score +=
-                    idf[h.1 as usize] * (f * (k1 + 1.0)) / (f + k1 * (1.0 - b + b * dl / avgdl));
+                score += idf[h.1 as usize] * tf;
             }
             it.bm = score;
             s = e;

@@ -203,6 +203,12 @@ pub const KEYS: &[Key] = &[
     .env("BIB_LLM_API_KEY", EnvKind::Text)
     .example("\"sk-...\""),
     Key::new(
+        "ingest.model",
+        "Embedding model to build the knowledge base with (`use-m3`, the default, or `e5-small`); an existing knowledge base keeps the one it was built with unless this is set.",
+    )
+    .flags(&["model"])
+    .example("\"e5-small\""),
+    Key::new(
         "ingest.exclude",
         "Files and folders left out, gitignore syntax relative to the ingested folder (.gitignore and .bibignore always apply).",
     )

@@ -199,6 +199,8 @@ impl fmt::Debug for LlmSettings {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct IngestSettings {
+    /// Embedding model of a new knowledge base (an existing one keeps its own).
+    pub model: Option<String>,
     pub exclude: Vec<String>,
     pub max_file_bytes: u64,
     pub window_chunks: usize,
@@ -210,6 +212,7 @@ impl Default for IngestSettings {
     fn default() -> Self {
         let o = bib_ingest::IngestOptions::default();
         Self {
+            model: None,
             exclude: o.scan.excludes,
             max_file_bytes: o.max_file_bytes,
             window_chunks: o.window_chunks,

@@ -275,6 +275,10 @@ fn keys_document_every_setting_and_nothing_else() {
             model: Some("m".into()),
             api_key: Some("k".into()),
         },
+        ingest: IngestSettings {
+            model: Some("e5-small".into()),
+            ..IngestSettings::default()
+        },
         ..Settings::default()
     };
     let fields = dotted_keys(&toml::Table::try_from(&full).unwrap());

@@ -65,6 +65,11 @@ pub struct Args {
     /// `*.tmp.md`); repeatable. `.gitignore` and `.bibignore` files always apply
     #[arg(long, value_name = "GLOB")]
     pub exclude: Vec<String>,
+    /// Embedding model (`use-m3` or `e5-small`; see `bib model list`). A knowledge base keeps
+    /// the model it was built with unless this is given [default: the knowledge base's model,
+    /// else use-m3]
+    #[arg(long, value_name = "ID")]
+    pub model: Option<String>,
     /// Term function of the lexical index: `default`, `v1` (before issue 15: prefix stems, no
     /// folding, no stop words), `v2`, or a list such as `stem=snowball,fold=1,stop=1`. A
     /// knowledge base built with another one is reindexed first (no re-embedding).
@@ -75,6 +80,9 @@ pub struct Args {
 /// This run's flags over the `[ingest]` settings.
 fn apply_flags(a: &Args, s: &mut Settings) {
     let i = &mut s.ingest;
+    if a.model.is_some() {
+        i.model = a.model.clone();
+    }
     i.max_file_bytes = a.max_file_bytes.unwrap_or(i.max_file_bytes);
     i.window_chunks = a.window_chunks.unwrap_or(i.window_chunks);
     i.debounce_ms = a.debounce_ms.unwrap_or(i.debounce_ms);
@@ -190,8 +198,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let settings = args.settings.resolve(|s| apply_flags(&args, s))?;
     let store = settings.store.open()?;
     let store = store.as_ref();
-    let embedder =
-        bib_embed::UseM3::load_default().context("loading the default embedding model")?;
+    let model = match &settings.ingest.model {
+        Some(m) => m.clone(),
+        None => bib_app::model::store_model(store)?,
+    };
+    let embedder = bib_app::model::load_embedder(&model)
+        .with_context(|| format!("loading the embedding model `{model}`"))?;
+    let embedder = embedder.as_ref();
     let opts = IngestOptions {
         collection: args.collection.clone(),
         allow_prune: args.allow_prune,
@@ -216,7 +229,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         bib_ingest::watch(
             &args.dir,
             store,
-            &embedder,
+            embedder,
             &opts,
             progress,
             bib_ingest::WatchOptions {
@@ -227,7 +240,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         )?;
         return Ok(());
     }
-    let report = bib_ingest::ingest(&args.dir, store, &embedder, &opts, progress)?;
+    let report = bib_ingest::ingest(&args.dir, store, embedder, &opts, progress)?;
     print(&report, args.json, &bars)?;
     if report.status != RunStatus::Completed {
         anyhow::bail!(
