@@ -9,7 +9,6 @@ use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use anyhow::Context;
 use bib_app::Settings;
 use bib_ingest::{IngestOptions, Progress, RunReport};
 use bib_store::RunStatus;
@@ -202,8 +201,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Some(m) => m.clone(),
         None => bib_app::model::store_model(store)?,
     };
-    let embedder = bib_app::model::load_embedder(&model)
-        .with_context(|| format!("loading the embedding model `{model}`"))?;
+    // `load_installed` names the known models for an unknown id and says how to install a
+    // missing one.
+    let embedder = bib_embed::load_installed(&model)?;
     let embedder = embedder.as_ref();
     let opts = IngestOptions {
         collection: args.collection.clone(),
