@@ -3,21 +3,26 @@
 //! A note in the wrong language is noise a model has to read around (issue 18: a Spanish
 //! marker in an English chat), so the packer writes its notes in the history's language:
 //! Spanish when the history's most common function words are Spanish, English otherwise. The
-//! two word lists are disjoint (no `a`, `no`, `me`), and only the first [`SAMPLE_BYTES`] of
+//! two word lists are disjoint (no `a`, `no`, `me`), and only the newest [`SAMPLE_BYTES`] of
 //! text are read, so the check costs little on long histories.
+
+use std::sync::OnceLock;
+
+use rustc_hash::FxHashMap;
 
 use crate::Message;
 
 /// Languages the packer writes its notes in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Lang {
     #[default]
     English,
     Spanish,
 }
 
-/// Bytes of message text read to decide.
-pub const SAMPLE_BYTES: usize = 64 * 1024;
+/// Bytes of message text read to decide, from the newest message back: a few thousand words,
+/// plenty for function words, and cheap enough to run on every pack.
+pub const SAMPLE_BYTES: usize = 8 * 1024;
 
 const SPANISH: &[&str] = &[
     "el", "la", "los", "las", "de", "del", "que", "en", "y", "se", "por", "para", "con", "una",
@@ -31,6 +36,37 @@ const ENGLISH: &[&str] = &[
     "by", "an", "at", "not", "there", "which", "would",
 ];
 
+/// Bytes of the longest listed word (`también`): longer words are not looked up.
+const LONGEST: usize = 8;
+
+/// The language each listed function word belongs to.
+fn function_words() -> &'static FxHashMap<&'static str, Lang> {
+    static WORDS: OnceLock<FxHashMap<&'static str, Lang>> = OnceLock::new();
+    WORDS.get_or_init(|| {
+        let es = SPANISH.iter().map(|w| (*w, Lang::Spanish));
+        es.chain(ENGLISH.iter().map(|w| (*w, Lang::English)))
+            .collect()
+    })
+}
+
+/// The language `word` (in any case) is a listed function word of.
+fn function_word(word: &str) -> Option<Lang> {
+    if word.is_empty() || word.len() > LONGEST {
+        return None;
+    }
+    let words = function_words();
+    if word.is_ascii() {
+        let mut buf = [0u8; LONGEST];
+        let lower = &mut buf[..word.len()];
+        lower.copy_from_slice(word.as_bytes());
+        lower.make_ascii_lowercase();
+        let lower = std::str::from_utf8(lower).ok()?;
+        words.get(lower).copied()
+    } else {
+        words.get(word.to_lowercase().as_str()).copied()
+    }
+}
+
 /// The language of `history`'s text (see the module docs).
 pub fn detect(history: &[Message]) -> Lang {
     let (mut es, mut en, mut read) = (0usize, 0usize, 0usize);
@@ -38,18 +74,17 @@ pub fn detect(history: &[Message]) -> Lang {
         if read >= SAMPLE_BYTES {
             break;
         }
-        let text = m.content.get(..m.content.len().min(SAMPLE_BYTES - read));
-        let text = text.unwrap_or(&m.content);
+        let mut end = m.content.len().min(SAMPLE_BYTES - read);
+        while !m.content.is_char_boundary(end) {
+            end -= 1;
+        }
+        let text = &m.content[..end];
         read += text.len();
-        for w in text
-            .split(|c: char| !c.is_alphabetic())
-            .filter(|w| !w.is_empty())
-        {
-            let w = w.to_lowercase();
-            if SPANISH.contains(&w.as_str()) {
-                es += 1;
-            } else if ENGLISH.contains(&w.as_str()) {
-                en += 1;
+        for w in text.split(|c: char| !c.is_alphabetic()) {
+            match function_word(w) {
+                Some(Lang::Spanish) => es += 1,
+                Some(Lang::English) => en += 1,
+                None => {}
             }
         }
     }
@@ -124,6 +159,23 @@ mod tests {
         // A long history is read only up to the sample (and a multi-byte cut does not panic).
         let long = "ñ".repeat(SAMPLE_BYTES);
         assert_eq!(detect(&h(&["the and of to", &long])), Lang::English);
+    }
+
+    #[test]
+    fn word_lists_are_disjoint_and_short() {
+        for w in SPANISH {
+            assert!(!ENGLISH.contains(w), "{w}");
+        }
+        for w in SPANISH.iter().chain(ENGLISH) {
+            assert!(w.len() <= LONGEST, "{w}");
+            assert!(
+                function_word(&w.to_uppercase()).is_some(),
+                "{w} in capitals"
+            );
+        }
+        assert_eq!(function_word("También"), Some(Lang::Spanish));
+        assert_eq!(function_word("THE"), Some(Lang::English));
+        assert_eq!(function_word("theory"), None);
     }
 
     #[test]
