@@ -234,8 +234,12 @@ pub enum IngestError {
     Root { path: String, reason: String },
     #[error(transparent)]
     Store(#[from] bib_store::StoreError),
-    #[error("file watcher: {0}")]
-    Watch(String),
+    /// The file watcher failed (its error kept as the source).
+    #[error("the file watcher failed")]
+    Watch(#[source] notify::Error),
+    /// The file watcher's channel closed.
+    #[error("the file watcher stopped")]
+    WatchStopped,
     /// The run's model differs from the one the knowledge base's other collections hold.
     #[error(
         "{store} is embedded with `{stored}`, and {} would keep those vectors while this run \

@@ -83,12 +83,11 @@ pub fn watch(
         reason: e.to_string(),
     })?;
     let (tx, rx) = mpsc::channel();
-    let mut debouncer =
-        new_debouncer(debounce, tx).map_err(|e| IngestError::Watch(e.to_string()))?;
+    let mut debouncer = new_debouncer(debounce, tx).map_err(IngestError::Watch)?;
     debouncer
         .watcher()
         .watch(&canon, RecursiveMode::Recursive)
-        .map_err(|e| IngestError::Watch(e.to_string()))?;
+        .map_err(IngestError::Watch)?;
     let mut last = fingerprint(root, opts);
     on_run(&ingest(root, store, embedder, opts, progress)?);
     while !stop.load(Ordering::SeqCst) {
@@ -108,11 +107,9 @@ pub fn watch(
                     }
                 }
             }
-            Ok(Err(e)) => return Err(IngestError::Watch(e.to_string())),
+            Ok(Err(e)) => return Err(IngestError::Watch(e)),
             Err(mpsc::RecvTimeoutError::Timeout) => {}
-            Err(mpsc::RecvTimeoutError::Disconnected) => {
-                return Err(IngestError::Watch("watcher stopped".into()))
-            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => return Err(IngestError::WatchStopped),
         }
     }
     Ok(())
