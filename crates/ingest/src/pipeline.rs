@@ -1,11 +1,11 @@
 //! The three phases of one ingest run.
 
-use bib_store::rows::now_ms;
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::time::Instant;
 
 use bib_embed::{store_key, EmbedKind, Embedder};
+use bib_store::rows::now_ms;
 use bib_store::{DocRecord, RunStatus, Store, VectorsByHash};
 use bib_text::sentences::chunk_sentences;
 use serde_json::{json, Value};

@@ -998,39 +998,30 @@ impl VectorsByHash for PgStore {
         }
         self.block(async {
             let mut found: HashMap<String, Vec<f32>> = HashMap::new();
-            let chunk_keys: Vec<&str> = hashes
-                .iter()
-                .map(String::as_str)
-                .filter(|h| could_be_chunk_hash(h))
-                .collect();
-            let rows = sqlx::query(
+            // Chunk rows first (only for keys shaped like a chunk hash; sentence keys never
+            // match there), then the cache table for whatever is still missing. An empty key
+            // list skips its round trip: sentence lookups sit on the ask hot path.
+            let sources = [
                 "SELECT DISTINCT ON (content_hash) content_hash, embedding FROM chunks \
                  WHERE model_id = $1 AND content_hash = ANY($2) ORDER BY content_hash, id",
-            )
-            .bind(model_id)
-            .bind(&chunk_keys)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(pg("cached vectors"))?;
-            for r in &rows {
-                let v: Vector = get(r, 1, "cached vectors")?;
-                found.insert(get(r, 0, "cached vectors")?, v.to_vec());
-            }
-            let missing: Vec<String> = hashes
-                .iter()
-                .filter(|h| !found.contains_key(*h))
-                .cloned()
-                .collect();
-            if !missing.is_empty() {
-                let rows = sqlx::query(
-                    "SELECT content_hash, vector FROM embed_cache \
-                     WHERE model_id = $1 AND content_hash = ANY($2)",
-                )
-                .bind(model_id)
-                .bind(&missing)
-                .fetch_all(&self.pool)
-                .await
-                .map_err(pg("cached vectors"))?;
+                "SELECT content_hash, vector FROM embed_cache \
+                 WHERE model_id = $1 AND content_hash = ANY($2)",
+            ];
+            for (step, sql) in sources.into_iter().enumerate() {
+                let keys: Vec<&str> = hashes
+                    .iter()
+                    .map(String::as_str)
+                    .filter(|h| !found.contains_key(*h) && (step > 0 || could_be_chunk_hash(h)))
+                    .collect();
+                if keys.is_empty() {
+                    continue;
+                }
+                let rows = sqlx::query(sql)
+                    .bind(model_id)
+                    .bind(&keys)
+                    .fetch_all(&self.pool)
+                    .await
+                    .map_err(pg("cached vectors"))?;
                 for r in &rows {
                     let v: Vector = get(r, 1, "cached vectors")?;
                     found.insert(get(r, 0, "cached vectors")?, v.to_vec());
