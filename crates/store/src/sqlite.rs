@@ -101,11 +101,12 @@ CREATE TRIGGER IF NOT EXISTS chunks_au AFTER UPDATE OF lex_len ON chunks BEGIN
     UPDATE lex_stats SET total_len = total_len - old.lex_len + new.lex_len WHERE id = 1;
 END;
 CREATE TABLE IF NOT EXISTS embed_cache (
+    id           INTEGER PRIMARY KEY,
     model_id     TEXT NOT NULL,
     content_hash TEXT NOT NULL,
     vector       BLOB NOT NULL,
-    PRIMARY KEY (model_id, content_hash)
-) WITHOUT ROWID;
+    UNIQUE (model_id, content_hash)
+);
 CREATE TABLE IF NOT EXISTS runs (
     id             INTEGER PRIMARY KEY,
     started_at_ms  INTEGER NOT NULL,
@@ -125,6 +126,38 @@ CREATE TABLE IF NOT EXISTS query_log (
 /// Indexes on columns a version-1 file lacks until [`migrate_v1`] adds them.
 const SCHEMA_V2_INDEXES: &str =
     "CREATE INDEX IF NOT EXISTS documents_by_collection ON documents (collection);";
+
+/// Rebuild a `WITHOUT ROWID` `embed_cache` (files written before 2026-12-02) as a rowid table
+/// with a unique key, in one transaction. Same columns and constraint, so older binaries read
+/// and write the new layout unchanged. Why: a 2 KB vector is larger than a `WITHOUT ROWID`
+/// page keeps locally, so each lookup read an overflow page too, scattered by hash; a rowid
+/// row fits in its page, and rows written together (one chunk's sentences) sit together.
+fn migrate_embed_cache(conn: &Connection) -> rusqlite::Result<()> {
+    let sql: Option<String> = conn
+        .query_row(
+            "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'embed_cache'",
+            [],
+            |r| r.get(0),
+        )
+        .optional()?;
+    if !sql.is_some_and(|s| s.to_ascii_uppercase().contains("WITHOUT ROWID")) {
+        return Ok(());
+    }
+    conn.execute_batch(
+        "BEGIN IMMEDIATE; \
+         CREATE TABLE embed_cache_rowid ( \
+             id INTEGER PRIMARY KEY, model_id TEXT NOT NULL, content_hash TEXT NOT NULL, \
+             vector BLOB NOT NULL, UNIQUE (model_id, content_hash)); \
+         INSERT INTO embed_cache_rowid (model_id, content_hash, vector) \
+             SELECT model_id, content_hash, vector FROM embed_cache; \
+         DROP TABLE embed_cache; \
+         ALTER TABLE embed_cache_rowid RENAME TO embed_cache; \
+         COMMIT;",
+    )
+    .inspect_err(|_| {
+        let _ = conn.execute_batch("ROLLBACK;");
+    })
+}
 
 /// Bring a version-1 file (no collections, no line numbers) to version 2 in one transaction:
 /// every existing document joins [`crate::legacy_collection`] of the newest run that recorded
@@ -397,6 +430,12 @@ impl SqliteStore {
             }
         }
         conn.execute_batch(SCHEMA_V2_INDEXES).map_err(open_err)?;
+        if writable {
+            migrate_embed_cache(&conn).map_err(|e| StoreError::Open {
+                path: location.clone(),
+                reason: format!("rebuilding the vector cache table: {e}"),
+            })?;
+        }
         Ok(Self {
             conn: Mutex::new(conn),
             location,
@@ -1731,6 +1770,74 @@ mod tests {
             )
             .unwrap();
         assert_eq!(v, SCHEMA_VERSION.to_string());
+    }
+
+    #[test]
+    fn old_vector_cache_layout_is_read_then_rebuilt_with_its_vectors() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("kb.sqlite");
+        drop(SqliteStore::open(&p).unwrap());
+        let layout = |p: &Path| -> String {
+            Connection::open(p)
+                .unwrap()
+                .query_row(
+                    "SELECT sql FROM sqlite_master WHERE name = 'embed_cache'",
+                    [],
+                    |r| r.get(0),
+                )
+                .unwrap()
+        };
+        assert!(!layout(&p).contains("WITHOUT ROWID"));
+        // The layout of files written before the change.
+        Connection::open(&p)
+            .unwrap()
+            .execute_batch(
+                "DROP TABLE embed_cache; CREATE TABLE embed_cache (model_id TEXT NOT NULL, \
+                 content_hash TEXT NOT NULL, vector BLOB NOT NULL, \
+                 PRIMARY KEY (model_id, content_hash)) WITHOUT ROWID;",
+            )
+            .unwrap();
+        let items = vec![
+            ("text:a".to_string(), vec![1.0, 0.0]),
+            ("text:b".to_string(), vec![0.0, 2.0]),
+        ];
+        SqliteStore::open(&p)
+            .unwrap()
+            .cache_vectors("m", &items)
+            .unwrap();
+        // The writable open above rebuilt the table before writing to it.
+        assert!(!layout(&p).contains("WITHOUT ROWID"));
+        let keys: Vec<String> = items.iter().map(|(k, _)| k.clone()).collect();
+        let ro = SqliteStore::open_read_only(&p).unwrap();
+        assert_eq!(ro.cached_vectors("m", &keys).unwrap(), items);
+        drop(ro);
+        // An old file read read-only is read as it is, never rewritten.
+        Connection::open(&p)
+            .unwrap()
+            .execute_batch(
+                "CREATE TABLE old (model_id TEXT NOT NULL, content_hash TEXT NOT NULL, \
+                 vector BLOB NOT NULL, PRIMARY KEY (model_id, content_hash)) WITHOUT ROWID; \
+                 INSERT INTO old SELECT model_id, content_hash, vector FROM embed_cache; \
+                 DROP TABLE embed_cache; ALTER TABLE old RENAME TO embed_cache;",
+            )
+            .unwrap();
+        let ro = SqliteStore::open_read_only(&p).unwrap();
+        assert_eq!(ro.cached_vectors("m", &keys).unwrap(), items);
+        drop(ro);
+        assert!(layout(&p).contains("WITHOUT ROWID"));
+        // Replacing a vector keeps one row per key in the new layout.
+        let rw = SqliteStore::open(&p).unwrap();
+        rw.cache_vectors("m", &[("text:a".to_string(), vec![3.0, 0.0])])
+            .unwrap();
+        assert_eq!(
+            rw.cached_vectors("m", &keys).unwrap()[0],
+            ("text:a".to_string(), vec![3.0, 0.0])
+        );
+        let rows: i64 = rw
+            .conn()
+            .query_row("SELECT count(*) FROM embed_cache", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(rows, 2);
     }
 
     #[test]
