@@ -133,30 +133,40 @@ const SCHEMA_V2_INDEXES: &str =
 /// page keeps locally, so each lookup read an overflow page too, scattered by hash; a rowid
 /// row fits in its page, and rows written together (one chunk's sentences) sit together.
 fn migrate_embed_cache(conn: &Connection) -> rusqlite::Result<()> {
-    let sql: Option<String> = conn
-        .query_row(
-            "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'embed_cache'",
-            [],
-            |r| r.get(0),
-        )
-        .optional()?;
-    if !sql.is_some_and(|s| s.to_ascii_uppercase().contains("WITHOUT ROWID")) {
+    let old_layout = || -> rusqlite::Result<bool> {
+        let sql: Option<String> = conn
+            .query_row(
+                "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'embed_cache'",
+                [],
+                |r| r.get(0),
+            )
+            .optional()?;
+        Ok(sql.is_some_and(|s| s.to_ascii_uppercase().contains("WITHOUT ROWID")))
+    };
+    if !old_layout()? {
         return Ok(());
     }
-    conn.execute_batch(
-        "BEGIN IMMEDIATE; \
-         CREATE TABLE embed_cache_rowid ( \
-             id INTEGER PRIMARY KEY, model_id TEXT NOT NULL, content_hash TEXT NOT NULL, \
-             vector BLOB NOT NULL, UNIQUE (model_id, content_hash)); \
-         INSERT INTO embed_cache_rowid (model_id, content_hash, vector) \
-             SELECT model_id, content_hash, vector FROM embed_cache; \
-         DROP TABLE embed_cache; \
-         ALTER TABLE embed_cache_rowid RENAME TO embed_cache; \
-         COMMIT;",
-    )
-    .inspect_err(|_| {
+    conn.execute_batch("BEGIN IMMEDIATE;")?;
+    // Checked again under the write lock: another process may have rebuilt it meanwhile.
+    let result = old_layout().and_then(|old| {
+        if old {
+            conn.execute_batch(
+                "CREATE TABLE embed_cache_rowid ( \
+                     id INTEGER PRIMARY KEY, model_id TEXT NOT NULL, \
+                     content_hash TEXT NOT NULL, vector BLOB NOT NULL, \
+                     UNIQUE (model_id, content_hash)); \
+                 INSERT INTO embed_cache_rowid (model_id, content_hash, vector) \
+                     SELECT model_id, content_hash, vector FROM embed_cache; \
+                 DROP TABLE embed_cache; \
+                 ALTER TABLE embed_cache_rowid RENAME TO embed_cache;",
+            )?;
+        }
+        conn.execute_batch("COMMIT;")
+    });
+    if result.is_err() {
         let _ = conn.execute_batch("ROLLBACK;");
-    })
+    }
+    result
 }
 
 /// Bring a version-1 file (no collections, no line numbers) to version 2 in one transaction:
