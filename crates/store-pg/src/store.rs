@@ -1002,16 +1002,24 @@ impl VectorsByHash for PgStore {
             // match there), then the cache table for whatever is still missing. An empty key
             // list skips its round trip: sentence lookups sit on the ask hot path.
             let sources = [
-                "SELECT DISTINCT ON (content_hash) content_hash, embedding FROM chunks \
-                 WHERE model_id = $1 AND content_hash = ANY($2) ORDER BY content_hash, id",
-                "SELECT content_hash, vector FROM embed_cache \
-                 WHERE model_id = $1 AND content_hash = ANY($2)",
+                (
+                    "SELECT DISTINCT ON (content_hash) content_hash, embedding FROM chunks \
+                     WHERE model_id = $1 AND content_hash = ANY($2) ORDER BY content_hash, id",
+                    true,
+                ),
+                (
+                    "SELECT content_hash, vector FROM embed_cache \
+                     WHERE model_id = $1 AND content_hash = ANY($2)",
+                    false,
+                ),
             ];
-            for (step, sql) in sources.into_iter().enumerate() {
+            for (sql, chunks_table) in sources {
                 let keys: Vec<&str> = hashes
                     .iter()
                     .map(String::as_str)
-                    .filter(|h| !found.contains_key(*h) && (step > 0 || could_be_chunk_hash(h)))
+                    .filter(|h| {
+                        !found.contains_key(*h) && (!chunks_table || could_be_chunk_hash(h))
+                    })
                     .collect();
                 if keys.is_empty() {
                     continue;

@@ -147,18 +147,17 @@ fn migrate_embed_cache(conn: &Connection) -> rusqlite::Result<()> {
         return Ok(());
     }
     conn.execute_batch("BEGIN IMMEDIATE;")?;
-    // Checked again under the write lock: another process may have rebuilt it meanwhile.
+    // Checked again under the write lock: another process may have rebuilt it meanwhile. The
+    // new table comes from `SCHEMA` itself (every statement there is `IF NOT EXISTS`), so the
+    // layout is written down once.
     let result = old_layout().and_then(|old| {
         if old {
+            conn.execute_batch("ALTER TABLE embed_cache RENAME TO embed_cache_old;")?;
+            conn.execute_batch(SCHEMA)?;
             conn.execute_batch(
-                "CREATE TABLE embed_cache_rowid ( \
-                     id INTEGER PRIMARY KEY, model_id TEXT NOT NULL, \
-                     content_hash TEXT NOT NULL, vector BLOB NOT NULL, \
-                     UNIQUE (model_id, content_hash)); \
-                 INSERT INTO embed_cache_rowid (model_id, content_hash, vector) \
-                     SELECT model_id, content_hash, vector FROM embed_cache; \
-                 DROP TABLE embed_cache; \
-                 ALTER TABLE embed_cache_rowid RENAME TO embed_cache;",
+                "INSERT INTO embed_cache (model_id, content_hash, vector) \
+                     SELECT model_id, content_hash, vector FROM embed_cache_old; \
+                 DROP TABLE embed_cache_old;",
             )?;
         }
         conn.execute_batch("COMMIT;")
@@ -1798,15 +1797,20 @@ mod tests {
                 .unwrap()
         };
         assert!(!layout(&p).contains("WITHOUT ROWID"));
-        // The layout of files written before the change.
-        Connection::open(&p)
-            .unwrap()
-            .execute_batch(
-                "DROP TABLE embed_cache; CREATE TABLE embed_cache (model_id TEXT NOT NULL, \
-                 content_hash TEXT NOT NULL, vector BLOB NOT NULL, \
-                 PRIMARY KEY (model_id, content_hash)) WITHOUT ROWID;",
-            )
-            .unwrap();
+        // Give the file the layout of files written before the change, keeping its rows.
+        let to_old_layout = |p: &Path| {
+            Connection::open(p)
+                .unwrap()
+                .execute_batch(
+                    "CREATE TABLE old (model_id TEXT NOT NULL, content_hash TEXT NOT NULL, \
+                     vector BLOB NOT NULL, PRIMARY KEY (model_id, content_hash)) WITHOUT ROWID; \
+                     INSERT INTO old SELECT model_id, content_hash, vector FROM embed_cache; \
+                     DROP TABLE embed_cache; ALTER TABLE old RENAME TO embed_cache;",
+                )
+                .unwrap()
+        };
+        to_old_layout(&p);
+        assert!(layout(&p).contains("WITHOUT ROWID"));
         let items = vec![
             ("text:a".to_string(), vec![1.0, 0.0]),
             ("text:b".to_string(), vec![0.0, 2.0]),
@@ -1822,15 +1826,7 @@ mod tests {
         assert_eq!(ro.cached_vectors("m", &keys).unwrap(), items);
         drop(ro);
         // An old file read read-only is read as it is, never rewritten.
-        Connection::open(&p)
-            .unwrap()
-            .execute_batch(
-                "CREATE TABLE old (model_id TEXT NOT NULL, content_hash TEXT NOT NULL, \
-                 vector BLOB NOT NULL, PRIMARY KEY (model_id, content_hash)) WITHOUT ROWID; \
-                 INSERT INTO old SELECT model_id, content_hash, vector FROM embed_cache; \
-                 DROP TABLE embed_cache; ALTER TABLE old RENAME TO embed_cache;",
-            )
-            .unwrap();
+        to_old_layout(&p);
         let ro = SqliteStore::open_read_only(&p).unwrap();
         assert_eq!(ro.cached_vectors("m", &keys).unwrap(), items);
         drop(ro);
