@@ -51,6 +51,9 @@ pub enum EmbedKind {
     Passage,
 }
 
+/// Any other error, kept as the source of an [`EmbedError`].
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
 /// Errors from any embedding backend.
 #[derive(Debug, thiserror::Error)]
 pub enum EmbedError {
@@ -60,10 +63,32 @@ pub enum EmbedError {
     NotInstalled { model: String, path: String },
     #[error("model file {path} is invalid: {reason}")]
     BadModelFile { path: String, reason: String },
+    /// The embedding endpoint answered something this client cannot use.
     #[error("embedding endpoint error: {0}")]
     Endpoint(String),
+    /// A step failed because of another error, kept as the source: a file, an archive, a
+    /// process, the network. `context` says what was being done.
+    #[error("{context}")]
+    Failed {
+        context: String,
+        #[source]
+        source: BoxError,
+    },
     #[error("{0}")]
     Other(String),
+}
+
+impl EmbedError {
+    /// `context` failed because of `source`.
+    pub fn failed(
+        context: impl Into<String>,
+        source: impl Into<BoxError>,
+    ) -> Self {
+        EmbedError::Failed {
+            context: context.into(),
+            source: source.into(),
+        }
+    }
 }
 
 /// A sentence-embedding model.

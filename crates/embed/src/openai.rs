@@ -179,7 +179,7 @@ impl OpenAiEmbedder {
             dimensions: self.cfg.dimensions,
             encoding_format: "float",
         })
-        .map_err(|e| EmbedError::Endpoint(e.to_string()))?;
+        .map_err(|e| EmbedError::failed("encoding the embedding request", e))?;
         let url = self.cfg.endpoint();
         let mut attempt = 0u32;
         loop {
@@ -190,7 +190,8 @@ impl OpenAiEmbedder {
             if let Some(key) = &self.cfg.api_key {
                 req = req.set("Authorization", &format!("Bearer {key}"));
             }
-            let (retry_after, why) = match req.send_string(&body) {
+            // A failed attempt: how long the server asks us to wait, and why it failed.
+            let (retry_after, why): (_, crate::BoxError) = match req.send_string(&body) {
                 Ok(resp) => return self.parse(resp, texts.len()),
                 Err(ureq::Error::Status(code, resp)) if code == 429 || code >= 500 => {
                     let after = resp
@@ -198,7 +199,7 @@ impl OpenAiEmbedder {
                         .and_then(|v| v.trim().parse::<f64>().ok())
                         .map(|s| Duration::from_secs_f64(s.clamp(0.0, 60.0)));
                     let text = resp.into_string().unwrap_or_default();
-                    (after, format!("HTTP {code}: {}", snippet(&text)))
+                    (after, format!("HTTP {code}: {}", snippet(&text)).into())
                 }
                 Err(ureq::Error::Status(code, resp)) => {
                     let text = resp.into_string().unwrap_or_default();
@@ -207,13 +208,14 @@ impl OpenAiEmbedder {
                         snippet(&text)
                     )));
                 }
-                Err(ureq::Error::Transport(t)) => (None, t.to_string()),
+                Err(ureq::Error::Transport(t)) => (None, Box::new(t)),
             };
             if attempt >= self.cfg.max_retries {
-                return Err(EmbedError::Endpoint(format!(
-                    "{url}: giving up after {} attempts: {why}",
+                let context = format!(
+                    "embedding endpoint {url}: giving up after {} attempts",
                     attempt + 1
-                )));
+                );
+                return Err(EmbedError::failed(context, why));
             }
             let backoff = self
                 .cfg
@@ -228,9 +230,10 @@ impl OpenAiEmbedder {
     fn parse(&self, resp: ureq::Response, expected: usize) -> Result<Vec<Vec<f32>>, EmbedError> {
         let text = resp
             .into_string()
-            .map_err(|e| EmbedError::Endpoint(format!("reading answer: {e}")))?;
+            .map_err(|e| EmbedError::failed("embedding endpoint: reading the answer", e))?;
         let parsed: Response = serde_json::from_str(&text).map_err(|e| {
-            EmbedError::Endpoint(format!("unexpected answer ({e}): {}", snippet(&text)))
+            let context = format!("embedding endpoint: unexpected answer {}", snippet(&text));
+            EmbedError::failed(context, e)
         })?;
         if parsed.data.len() != expected {
             return Err(EmbedError::Endpoint(format!(

@@ -131,8 +131,8 @@ fn parse_fields(data: &[u8]) -> Option<Vec<Field<'_>>> {
 impl SentencePiece {
     /// Read a `.model` file.
     pub fn load(path: &std::path::Path) -> Result<Self, EmbedError> {
-        let bytes =
-            std::fs::read(path).map_err(|e| bad(&path.display().to_string(), e.to_string()))?;
+        let bytes = std::fs::read(path)
+            .map_err(|e| EmbedError::failed(format!("model file {}", path.display()), e))?;
         Self::from_bytes(&bytes, &path.display().to_string())
     }
 

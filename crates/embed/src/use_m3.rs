@@ -72,6 +72,11 @@ fn bad(path: &Path, reason: impl Into<String>) -> EmbedError {
     }
 }
 
+/// A model file could not be read, mapped or written; the system's error is the source.
+fn io_failed(path: &Path) -> impl Fn(std::io::Error) -> EmbedError + Copy + '_ {
+    move |e| EmbedError::failed(format!("model file {}", path.display()), e)
+}
+
 /// The dequantisation table: `rows × 512` bytes (65 MB). From the npz it is in memory; from the
 /// packed file it is a window of the memory map, so a batch of a few tokens (a query) touches
 /// just the pages of its rows and a fresh process that embeds one question never reads the
@@ -104,7 +109,7 @@ impl Mat {
     /// The matrix as an `ndarray` view (its length was checked in [`Mat::new`]).
     fn view(&self) -> Result<ArrayView2<'_, f32>, EmbedError> {
         ArrayView2::from_shape((self.rows, self.cols), &self.w)
-            .map_err(|e| EmbedError::Other(format!("use-m3 weight matrix: {e}")))
+            .map_err(|e| EmbedError::failed("use-m3 weight matrix", e))
     }
 
     /// `x · self`. A GEMM kernel first copies the whole weight matrix into packed panels,
@@ -292,7 +297,7 @@ impl Weights {
     /// forward pass page by page. Tensors of a file packed without alignment (older installs)
     /// are copied instead; `mapped` then reports false.
     fn from_packed(path: &Path) -> Result<(Self, bool), EmbedError> {
-        let file = MappedFile::open(path).map_err(|e| bad(path, e.to_string()))?;
+        let file = MappedFile::open(path).map_err(io_failed(path))?;
         let (header, data_start) = packed_header(file.bytes(), path)?;
         let mut f32s = HashMap::new();
         let mut mapped = true;
@@ -340,7 +345,7 @@ fn packed_header(bytes: &[u8], path: &Path) -> Result<(PackHeader, usize), Embed
 /// next load maps it instead of copying 14 MB. Same tensors, same bytes; only the header's
 /// padding changes. Best effort: a read-only model directory just stays as it is.
 fn realign_packed(path: &Path) -> Result<(), EmbedError> {
-    let io = |e: std::io::Error| bad(path, e.to_string());
+    let io = io_failed(path);
     let bytes = std::fs::read(path).map_err(io)?;
     let (header, data_start) = packed_header(&bytes, path)?;
     let out = packed_file(&header, &bytes[data_start..], path)?;
@@ -402,7 +407,7 @@ type NpzTensors = (HashMap<String, Vec<f32>>, Vec<u8>, f32);
 /// The npz's arrays in the shapes this module uses: the three projections and their layer-norm
 /// parameters concatenated, the 17 quantised blocks interleaved back into one table.
 fn npz_tensors(path: &Path) -> Result<NpzTensors, EmbedError> {
-    let bytes = std::fs::read(path).map_err(|e| bad(path, e.to_string()))?;
+    let bytes = std::fs::read(path).map_err(io_failed(path))?;
     let mut map = read_npz(&bytes, &path.display().to_string())?;
     drop(bytes);
     // Table: row r lives in block q{r % 17 + 1} at index r / 17.
@@ -507,8 +512,8 @@ pub fn pack_weights(npz: &Path, out: &Path) -> Result<(), EmbedError> {
     data.extend_from_slice(&table);
     let file = packed_file(&header, &data, out)?;
     let tmp = crate::models::private_tmp(out);
-    std::fs::write(&tmp, &file).map_err(|e| bad(&tmp, e.to_string()))?;
-    std::fs::rename(&tmp, out).map_err(|e| bad(out, e.to_string()))
+    std::fs::write(&tmp, &file).map_err(io_failed(&tmp))?;
+    std::fs::rename(&tmp, out).map_err(io_failed(out))
 }
 
 /// The USE multilingual v3 embedder.

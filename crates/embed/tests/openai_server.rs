@@ -139,6 +139,9 @@ fn gives_up_after_the_retry_budget_and_does_not_retry_client_errors() {
         err.to_string().contains("giving up after 4 attempts"),
         "{err}"
     );
+    // The last attempt's failure is the source, not text pasted into the message.
+    let source = std::error::Error::source(&err).expect("the last failure");
+    assert!(source.to_string().contains("HTTP 500"), "{source}");
     assert_eq!(seen.lock().unwrap().len(), 4);
 
     let (url, seen, handle) = serve(vec![400]);

@@ -404,7 +404,7 @@ impl<'a> DocumentWriter<'a> {
                 self.issues.push(FileIssue {
                     path: doc.path.clone(),
                     phase: Phase::B,
-                    reason: format!("store write failed: {e}"),
+                    reason: format!("store write failed: {}", bib_store::error_chain(&e)),
                 });
             }
         }
@@ -552,7 +552,7 @@ pub fn embed_by_hash(
                 for &i in &batch {
                     out.failed
                         .entry(items[i].group)
-                        .or_insert_with(|| format!("embedding failed: {e}"));
+                        .or_insert_with(|| format!("embedding failed: {}", bib_store::error_chain(&e)));
                 }
             }
         }

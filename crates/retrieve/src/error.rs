@@ -1,13 +1,17 @@
 //! Errors of the retrieval path.
 
 use bib_embed::EmbedError;
+use bib_store::ChunkId;
 
 /// Anything that can go wrong while retrieving, trimming or synthesising.
 #[derive(Debug, thiserror::Error)]
 pub enum RetrieveError {
-    /// The index (store) failed.
-    #[error("index error: {0}")]
-    Index(String),
+    /// The knowledge base (store) failed; its error is kept whole.
+    #[error(transparent)]
+    Store(#[from] bib_store::StoreError),
+    /// A chunk id added twice to an in-memory index.
+    #[error("index error: duplicate chunk id {0}")]
+    DuplicateChunk(ChunkId),
     /// The embedding model failed.
     #[error(transparent)]
     Embed(#[from] EmbedError),
@@ -17,9 +21,16 @@ pub enum RetrieveError {
     /// A bad filter expression.
     #[error("invalid filter `{0}`: expected key=value")]
     InvalidFilter(String),
-    /// The synthesis endpoint failed or is not configured.
+    /// Synthesis is not configured, or its endpoint answered something unusable.
     #[error("synthesis: {0}")]
     Synthesis(String),
+    /// The synthesis endpoint could not be reached or read (`reason` says which step).
+    #[error("synthesis: {reason}")]
+    SynthesisFailed {
+        reason: String,
+        #[source]
+        source: bib_store::BoxError,
+    },
 }
 
 impl From<bib_store::InvalidFilter> for RetrieveError {

@@ -153,10 +153,7 @@ impl MemoryIndex {
         vector: Option<Vec<f32>>,
     ) -> Result<(), RetrieveError> {
         if self.by_id.contains_key(&chunk.id) {
-            return Err(RetrieveError::Index(format!(
-                "duplicate chunk id {}",
-                chunk.id
-            )));
+            return Err(RetrieveError::DuplicateChunk(chunk.id));
         }
         let pos = self.chunks.len() as u32;
         let mut tf: HashMap<String, u32> = HashMap::new();

@@ -26,10 +26,6 @@ impl<'a> StoreIndex<'a> {
     }
 }
 
-fn err(e: bib_store::StoreError) -> RetrieveError {
-    RetrieveError::Index(e.to_string())
-}
-
 impl ChunkIndex for StoreIndex<'_> {
     fn bm25_top(
         &self,
@@ -37,7 +33,7 @@ impl ChunkIndex for StoreIndex<'_> {
         limit: usize,
         filter: &Filter,
     ) -> Result<Vec<Hit>, RetrieveError> {
-        self.store.bm25_search(query, limit, filter).map_err(err)
+        self.store.bm25_search(query, limit, filter).map_err(RetrieveError::from)
     }
 
     fn vector_top(
@@ -48,14 +44,14 @@ impl ChunkIndex for StoreIndex<'_> {
     ) -> Result<Vec<Hit>, RetrieveError> {
         self.store
             .vector_search(query_vec, limit, filter)
-            .map_err(err)
+            .map_err(RetrieveError::from)
     }
 
     fn chunks(&self, ids: &[ChunkId]) -> Result<Vec<ChunkRecord>, RetrieveError> {
         Ok(self
             .store
             .get_chunks(ids)
-            .map_err(err)?
+            .map_err(RetrieveError::from)?
             .into_iter()
             .map(|c| ChunkRecord {
                 id: c.id,
@@ -76,15 +72,15 @@ impl ChunkIndex for StoreIndex<'_> {
     }
 
     fn vectors(&self, ids: &[ChunkId]) -> Result<Vec<(ChunkId, Vec<f32>)>, RetrieveError> {
-        self.store.get_vectors(ids).map_err(err)
+        self.store.get_vectors(ids).map_err(RetrieveError::from)
     }
 
     fn term_config(&self) -> Result<bib_text::terms::TermConfig, RetrieveError> {
-        self.store.term_config().map_err(err)
+        self.store.term_config().map_err(RetrieveError::from)
     }
 
     fn doc_freqs(&self, terms: &[String]) -> Result<(usize, Vec<usize>), RetrieveError> {
-        let (n, dfs) = self.store.doc_freqs(terms).map_err(err)?;
+        let (n, dfs) = self.store.doc_freqs(terms).map_err(RetrieveError::from)?;
         Ok((n as usize, dfs.into_iter().map(|d| d as usize).collect()))
     }
 }

@@ -133,15 +133,24 @@ pub fn synthesize(
             )));
         }
         Err(e) => {
-            return Err(RetrieveError::Synthesis(format!("{}: {e}", cfg.endpoint())));
+            return Err(RetrieveError::SynthesisFailed {
+                reason: format!("cannot reach {}", cfg.endpoint()),
+                source: Box::new(e),
+            });
         }
     };
-    let io = |e: std::io::Error| RetrieveError::Synthesis(format!("reading the answer: {e}"));
+    let io = |e: std::io::Error| RetrieveError::SynthesisFailed {
+        reason: "reading the answer".into(),
+        source: Box::new(e),
+    };
     let is_json = resp.content_type().contains("json");
     let mut answer = String::new();
     if is_json {
         let v: Value = serde_json::from_reader(resp.into_reader())
-            .map_err(|e| RetrieveError::Synthesis(format!("bad JSON answer: {e}")))?;
+            .map_err(|e| RetrieveError::SynthesisFailed {
+                reason: "bad JSON answer".into(),
+                source: Box::new(e),
+            })?;
         let text = v["choices"][0]["message"]["content"]
             .as_str()
             .unwrap_or_default();

@@ -122,7 +122,7 @@ impl ServiceError {
 
 impl From<bib_store::StoreError> for ServiceError {
     fn from(e: bib_store::StoreError) -> Self {
-        ServiceError::internal(format!("store: {e}"))
+        ServiceError::internal(format!("store: {}", bib_store::error_chain(&e)))
     }
 }
 
@@ -146,13 +146,16 @@ impl From<bib_retrieve::RetrieveError> for ServiceError {
             R::InvalidFilter(f) => {
                 ServiceError::invalid("filters", format!("`{f}`: expected key=value"))
             }
-            R::Synthesis(m) => ServiceError::not_available(format!("synthesis: {m}")),
+            R::Synthesis(_) | R::SynthesisFailed { .. } => {
+                ServiceError::not_available(bib_store::error_chain(&e))
+            }
+            R::Store(s) => s.into(),
             R::Embed(bib_embed::EmbedError::NotInstalled { model, .. }) => {
                 ServiceError::not_available(format!(
                     "the embedding model `{model}` is not installed: run `bib model install`"
                 ))
             }
-            other => ServiceError::internal(other.to_string()),
+            _ => ServiceError::internal(bib_store::error_chain(&e)),
         }
     }
 }

@@ -36,7 +36,7 @@ fn pg(op: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
     move |e| StoreError::Backend {
         backend: BACKEND,
         op,
-        message: e.to_string(),
+        source: Box::new(e),
     }
 }
 
@@ -134,14 +134,12 @@ impl PgStore {
     /// Connect with explicit options.
     pub fn connect_with(opts: PgOptions) -> Result<Self, StoreError> {
         let location = opts.location();
-        let open_err = |reason: String| StoreError::Open {
-            path: location.clone(),
-            reason,
-        };
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
-            .map_err(|e| open_err(format!("cannot start the async runtime: {e}")))?;
+            .map_err(|e| {
+                StoreError::open_failed(location.clone(), "cannot start the async runtime", e)
+            })?;
         let (pool, dims) = run_on(&rt, Self::open_async(&opts, &location))?;
         Ok(Self {
             rt: Some(rt),
@@ -157,27 +155,24 @@ impl PgStore {
         opts: &PgOptions,
         location: &str,
     ) -> Result<(PgPool, HashSet<i32>), StoreError> {
-        let open_err = |reason: String| StoreError::Open {
-            path: location.to_string(),
-            reason,
-        };
+        let failed = |reason: &str, e: sqlx::Error| StoreError::open_failed(location, reason, e);
         let base = PgConnectOptions::from_str(&opts.url)
-            .map_err(|e| open_err(format!("bad URL: {e}")))?
+            .map_err(|e| failed("bad URL", e))?
             .application_name("bib");
         let mut conn =
             match tokio::time::timeout(CONNECT_TIMEOUT, PgConnection::connect_with(&base)).await {
                 Ok(Ok(c)) => c,
-                Ok(Err(e)) => return Err(open_err(format!("cannot connect: {e}"))),
+                Ok(Err(e)) => return Err(failed("cannot connect", e)),
                 Err(_) => {
-                    return Err(open_err(format!(
-                        "no answer within {}s",
-                        CONNECT_TIMEOUT.as_secs()
-                    )))
+                    return Err(StoreError::open(
+                        location,
+                        format!("no answer within {}s", CONNECT_TIMEOUT.as_secs()),
+                    ))
                 }
             };
         let ext_schema = Self::ensure_vector_extension(&mut conn)
             .await
-            .map_err(open_err)?;
+            .map_err(|(reason, e)| failed(reason, e))?;
         let search_path = format!(
             "{}, {}",
             quote_ident(&opts.schema),
@@ -206,18 +201,21 @@ impl PgStore {
             })
             .connect_with(base)
             .await
-            .map_err(|e| open_err(format!("cannot open the connection pool: {e}")))?;
+            .map_err(|e| failed("cannot open the connection pool", e))?;
         Ok((pool, dims))
     }
 
-    /// The schema holding the `vector` extension, creating the extension when allowed.
-    async fn ensure_vector_extension(conn: &mut PgConnection) -> Result<String, String> {
+    /// The schema holding the `vector` extension, creating the extension when allowed. An
+    /// error says what failed, with the database's error.
+    async fn ensure_vector_extension(
+        conn: &mut PgConnection,
+    ) -> Result<String, (&'static str, sqlx::Error)> {
         const FIND: &str = "SELECT n.nspname::text FROM pg_extension e \
              JOIN pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'vector'";
         let found: Option<String> = sqlx::query_scalar(FIND)
             .fetch_optional(&mut *conn)
             .await
-            .map_err(|e| format!("cannot inspect extensions: {e}"))?;
+            .map_err(|e| ("cannot inspect extensions", e))?;
         if let Some(s) = found {
             return Ok(s);
         }
@@ -225,16 +223,17 @@ impl PgStore {
             .execute(&mut *conn)
             .await
         {
-            return Err(format!(
+            return Err((
                 "the pgvector extension is not installed in this database and this role cannot \
-                 create it ({e}); as a superuser run `CREATE EXTENSION vector;` in it \
-                 (scripts/postgres-dev.sh sets up a server that has it)"
+                 create it; as a superuser run `CREATE EXTENSION vector;` in it \
+                 (scripts/postgres-dev.sh sets up a server that has it)",
+                e,
             ));
         }
         sqlx::query_scalar(FIND)
             .fetch_one(&mut *conn)
             .await
-            .map_err(|e| format!("pgvector extension missing after CREATE EXTENSION: {e}"))
+            .map_err(|e| ("pgvector extension missing after CREATE EXTENSION", e))
     }
 
     async fn migrate(
@@ -257,9 +256,9 @@ impl PgStore {
         );
         tx.execute(sqlx::raw_sql(AssertSqlSafe(setup)))
             .await
-            .map_err(|err| StoreError::Open {
-                path: location.to_string(),
-                reason: format!("cannot create schema {}: {err}", opts.schema),
+            .map_err(|err| {
+                let reason = format!("cannot create schema {}", opts.schema);
+                StoreError::open_failed(location, reason, err)
             })?;
         let found: Option<String> =
             sqlx::query_scalar("SELECT value FROM meta WHERE key = 'schema_version'")
@@ -831,7 +830,7 @@ impl PgStore {
                     return Err(StoreError::Backend {
                         backend: BACKEND,
                         op: "upsert chunks",
-                        message: format!("no id returned for chunk {}", idx[i]),
+                        source: format!("no id returned for chunk {}", idx[i]).into(),
                     });
                 };
                 for (t, k) in tc {

@@ -66,7 +66,7 @@ pub fn admin_exec(url: &str, sql: &str) -> Result<(), bib_store::StoreError> {
     let err = |e: sqlx::Error| bib_store::StoreError::Backend {
         backend: "postgres",
         op: "admin",
-        message: e.to_string(),
+        source: Box::new(e),
     };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -65,10 +65,7 @@ impl PgOptions {
     /// Parse a store URL (see the module docs for the extra parameters).
     pub fn parse(spec: &str) -> Result<Self, StoreError> {
         let spec = spec.trim();
-        let bad = |reason: String| StoreError::Open {
-            path: redact(spec),
-            reason,
-        };
+        let bad = |reason: String| StoreError::open(redact(spec), reason);
         if !is_postgres_url(spec) {
             return Err(bad(
                 "not a PostgreSQL URL (expected postgres://user:password@host:port/database)"

@@ -461,7 +461,10 @@ fn bad_urls_fail_clearly() {
     let e = PgStore::connect("postgres://bib:wrong@127.0.0.1:1/bib").unwrap_err();
     let msg = e.to_string();
     assert!(msg.contains("cannot connect"), "{msg}");
-    assert!(!msg.contains("wrong"), "password leaked: {msg}");
+    // The driver's own error is kept as the source, and leaks no password either.
+    let chain = bib_store::error_chain(&e);
+    assert!(chain.len() > msg.len(), "{chain}");
+    assert!(!chain.contains("wrong"), "password leaked: {chain}");
     let e = PgStore::connect(&with_param(&url, "schema", "Bad")).unwrap_err();
     assert!(e.to_string().contains("schema"), "{e}");
 }

@@ -28,7 +28,7 @@ mod sqlite;
 mod types;
 
 pub use bib_text::terms::TermConfig;
-pub use error::StoreError;
+pub use error::{error_chain, BoxError, StoreError};
 pub use filter::{Filter, InvalidFilter};
 pub use sqlite::{SqliteStore, DEFAULT_STORE_PATH};
 pub use types::*;

@@ -279,16 +279,14 @@ impl SqliteStore {
         let shown = path.display().to_string();
         if let Some(parent) = path.parent() {
             if !parent.as_os_str().is_empty() {
-                std::fs::create_dir_all(parent).map_err(|e| StoreError::Open {
-                    path: shown.clone(),
-                    reason: format!("cannot create directory {}: {e}", parent.display()),
+                std::fs::create_dir_all(parent).map_err(|e| {
+                    let reason = format!("cannot create directory {}", parent.display());
+                    StoreError::open_failed(shown.clone(), reason, e)
                 })?;
             }
         }
-        let conn = Connection::open(path).map_err(|e| StoreError::Open {
-            path: shown.clone(),
-            reason: e.to_string(),
-        })?;
+        let conn = Connection::open(path)
+            .map_err(|e| StoreError::open_failed(shown.clone(), "SQLite cannot open it", e))?;
         Self::init(conn, shown, true)
     }
 
@@ -304,10 +302,7 @@ impl SqliteStore {
         let path = path.as_ref();
         let shown = path.display().to_string();
         if !path.is_file() {
-            return Err(StoreError::Open {
-                path: shown,
-                reason: "no such file".into(),
-            });
+            return Err(StoreError::open(shown, "no such file"));
         }
         let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
             | OpenFlags::SQLITE_OPEN_URI
@@ -316,10 +311,7 @@ impl SqliteStore {
         for immutable in [false, true] {
             let uri = sqlite_uri(path, immutable);
             let attempt = Connection::open_with_flags(&uri, flags)
-                .map_err(|e| StoreError::Open {
-                    path: shown.clone(),
-                    reason: e.to_string(),
-                })
+                .map_err(|e| StoreError::open_failed(shown.clone(), "SQLite cannot open it", e))
                 .and_then(|conn| Self::init_with(conn, shown.clone(), false, false));
             match attempt {
                 Ok(s) => return Ok(s),
@@ -328,18 +320,13 @@ impl SqliteStore {
                 Err(e) => last = Some(e),
             }
         }
-        Err(last.unwrap_or_else(|| StoreError::Open {
-            path: shown,
-            reason: "cannot open read-only".into(),
-        }))
+        Err(last.unwrap_or_else(|| StoreError::open(shown, "cannot open read-only")))
     }
 
     /// A private in-memory store (tests, benchmarks).
     pub fn open_in_memory() -> Result<Self, StoreError> {
-        let conn = Connection::open_in_memory().map_err(|e| StoreError::Open {
-            path: ":memory:".into(),
-            reason: e.to_string(),
-        })?;
+        let conn = Connection::open_in_memory()
+            .map_err(|e| StoreError::open_failed(":memory:", "SQLite cannot open it", e))?;
         Self::init(conn, ":memory:".into(), false)
     }
 
@@ -353,10 +340,8 @@ impl SqliteStore {
         wal: bool,
         writable: bool,
     ) -> Result<Self, StoreError> {
-        let open_err = |e: rusqlite::Error| StoreError::Open {
-            path: location.clone(),
-            reason: e.to_string(),
-        };
+        let open_err =
+            |e: rusqlite::Error| StoreError::open_failed(location.clone(), "SQLite failed", e);
         conn.busy_timeout(std::time::Duration::from_secs(30))
             .map_err(open_err)?;
         if wal {
@@ -364,10 +349,10 @@ impl SqliteStore {
                 .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
                 .map_err(open_err)?;
             if !mode.eq_ignore_ascii_case("wal") {
-                return Err(StoreError::Open {
-                    path: location,
-                    reason: format!("could not switch to WAL mode (got {mode})"),
-                });
+                return Err(StoreError::open(
+                    location,
+                    format!("could not switch to WAL mode (got {mode})"),
+                ));
             }
         }
         // A 64 MiB page cache and 256 MiB of memory-mapped reads: the postings B-tree of a
@@ -394,10 +379,10 @@ impl SqliteStore {
         let mut sources = true;
         match found {
             None if !writable => {
-                return Err(StoreError::Open {
-                    path: location,
-                    reason: "not a bib knowledge base (no schema version)".into(),
-                })
+                return Err(StoreError::open(
+                    location,
+                    "not a bib knowledge base (no schema version)",
+                ))
             }
             None => {
                 conn.execute(
@@ -416,9 +401,9 @@ impl SqliteStore {
                         expected: SCHEMA_VERSION,
                     });
                 } else if found == 1 {
-                    migrate_v1(&conn).map_err(|e| StoreError::Open {
-                        path: location.clone(),
-                        reason: format!("migrating the schema from version 1: {e}"),
+                    migrate_v1(&conn).map_err(|e| {
+                        let reason = "migrating the schema from version 1";
+                        StoreError::open_failed(location.clone(), reason, e)
                     })?;
                 } else if found == 2 && writable {
                     // `SCHEMA` above created `doc_sources`; nothing else changed.
@@ -440,9 +425,9 @@ impl SqliteStore {
         }
         conn.execute_batch(SCHEMA_V2_INDEXES).map_err(open_err)?;
         if writable {
-            migrate_embed_cache(&conn).map_err(|e| StoreError::Open {
-                path: location.clone(),
-                reason: format!("rebuilding the vector cache table: {e}"),
+            migrate_embed_cache(&conn).map_err(|e| {
+                let reason = "rebuilding the vector cache table";
+                StoreError::open_failed(location.clone(), reason, e)
             })?;
         }
         Ok(Self {
