@@ -80,10 +80,7 @@ pub enum EmbedError {
 
 impl EmbedError {
     /// `context` failed because of `source`.
-    pub fn failed(
-        context: impl Into<String>,
-        source: impl Into<BoxError>,
-    ) -> Self {
+    pub fn failed(context: impl Into<String>, source: impl Into<BoxError>) -> Self {
         EmbedError::Failed {
             context: context.into(),
             source: source.into(),

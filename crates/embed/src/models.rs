@@ -154,8 +154,8 @@ pub enum InstallOutcome {
 
 /// Hex sha256 of a file.
 pub fn sha256_file(path: &Path) -> Result<String, EmbedError> {
-    let mut f = std::fs::File::open(path)
-        .map_err(|e| EmbedError::failed(path.display().to_string(), e))?;
+    let mut f =
+        std::fs::File::open(path).map_err(|e| EmbedError::failed(path.display().to_string(), e))?;
     let mut hasher = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
     loop {

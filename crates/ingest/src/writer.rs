@@ -550,9 +550,9 @@ pub fn embed_by_hash(
             }
             Err(e) => {
                 for &i in &batch {
-                    out.failed
-                        .entry(items[i].group)
-                        .or_insert_with(|| format!("embedding failed: {}", bib_store::error_chain(&e)));
+                    out.failed.entry(items[i].group).or_insert_with(|| {
+                        format!("embedding failed: {}", bib_store::error_chain(&e))
+                    });
                 }
             }
         }

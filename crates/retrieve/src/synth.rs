@@ -146,11 +146,12 @@ pub fn synthesize(
     let is_json = resp.content_type().contains("json");
     let mut answer = String::new();
     if is_json {
-        let v: Value = serde_json::from_reader(resp.into_reader())
-            .map_err(|e| RetrieveError::SynthesisFailed {
+        let v: Value = serde_json::from_reader(resp.into_reader()).map_err(|e| {
+            RetrieveError::SynthesisFailed {
                 reason: "bad JSON answer".into(),
                 source: Box::new(e),
-            })?;
+            }
+        })?;
         let text = v["choices"][0]["message"]["content"]
             .as_str()
             .unwrap_or_default();
