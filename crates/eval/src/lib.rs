@@ -357,177 +357,323 @@ pub fn evaluate(
     args: &EvalArgs,
 ) -> Result<EvalReport, EvalError> {
     let (variants, filter, synth_cfg) = check_setup(kb, items, source, args)?;
-    let s2b = if variants.contains(&Variant::SmallToBig) {
+    let sentence_index = build_sentence_index_when_small_to_big_is_asked(kb, &variants)?;
+    let evaluation = QuestionEvaluation {
+        kb,
+        args,
+        variants: &variants,
+        filter: &filter,
+        synth_cfg,
+        sentence_index: sentence_index.as_ref(),
+        retriever: Retriever::new(kb.index, kb.embedder, kb.cache),
+        base_opts: baseline_retrieve_options(args),
+    };
+    let (questions, sweep_inputs) = evaluation.evaluate_every_question(items)?;
+    Ok(assemble_report(
+        kb,
+        source,
+        args,
+        variants,
+        questions,
+        &sweep_inputs,
+    ))
+}
+
+/// The sentence-level index of the whole corpus, built once before the first question, but
+/// only when small-to-big is among the variants (it embeds every sentence of the corpus).
+fn build_sentence_index_when_small_to_big_is_asked(
+    kb: &Kb<'_>,
+    variants: &[Variant],
+) -> Result<Option<SentenceIndex>, EvalError> {
+    if variants.contains(&Variant::SmallToBig) {
         let (Some(corpus), Some(e)) = (kb.corpus, kb.embedder) else {
             return Err(invalid(
                 "variants",
                 "small-to-big needs the whole corpus and an embedding model",
             ));
         };
-        Some(SentenceIndex::build(corpus.all_chunks()?, e, kb.cache)?)
+        Ok(Some(SentenceIndex::build(
+            corpus.all_chunks()?,
+            e,
+            kb.cache,
+        )?))
     } else {
-        None
-    };
+        Ok(None)
+    }
+}
 
-    let retriever = Retriever::new(kb.index, kb.embedder, kb.cache);
-    let base_opts = RetrieveOptions {
+/// The retrieval options of the baseline, from which every other retrieval variant derives
+/// its own (the candidate list is never shorter than `top_k`).
+fn baseline_retrieve_options(args: &EvalArgs) -> RetrieveOptions {
+    RetrieveOptions {
         top_k: args.top_k,
         mode: args.mode,
         candidates: args.candidates.max(args.top_k),
         signals: args.signals,
         ..RetrieveOptions::default()
-    };
-    let mut questions = Vec::with_capacity(items.len());
-    let mut sweep_inputs = Vec::new();
-    kb.progress.start("questions", items.len() as u64);
-    for item in items {
+    }
+}
+
+/// What the per-question loop reads, fixed for the whole evaluation: the knowledge base, the
+/// arguments, the checked setup and the retriever shared by every variant.
+struct QuestionEvaluation<'e, 'k> {
+    kb: &'e Kb<'k>,
+    args: &'e EvalArgs,
+    variants: &'e [Variant],
+    filter: &'e Filter,
+    synth_cfg: Option<&'k SynthConfig>,
+    /// Present exactly when small-to-big is among the variants.
+    sentence_index: Option<&'e SentenceIndex>,
+    retriever: Retriever<'k>,
+    base_opts: RetrieveOptions,
+}
+
+impl QuestionEvaluation<'_, '_> {
+    /// Every question in order, reporting progress one question at a time. Returns the
+    /// per-question reports and, when a sweep is asked, the baseline's scored sentences per
+    /// question.
+    fn evaluate_every_question(
+        &self,
+        items: &[GoldenItem],
+    ) -> Result<(Vec<QuestionReport>, Vec<sweep::SweepQuestion>), EvalError> {
+        let mut questions = Vec::with_capacity(items.len());
+        let mut sweep_inputs = Vec::new();
+        self.kb.progress.start("questions", items.len() as u64);
+        for item in items {
+            questions.push(self.evaluate_one_question(item, &mut sweep_inputs)?);
+            self.kb.progress.advance(1);
+        }
+        self.kb.progress.finish();
+        Ok((questions, sweep_inputs))
+    }
+
+    /// One question through every variant, baseline first (the others' overlap is measured
+    /// against its chunks), each timed on its own.
+    fn evaluate_one_question(
+        &self,
+        item: &GoldenItem,
+        sweep_inputs: &mut Vec<sweep::SweepQuestion>,
+    ) -> Result<QuestionReport, EvalError> {
         let mut per: BTreeMap<Variant, VariantMetrics> = BTreeMap::new();
         let mut base_ids: Vec<i64> = Vec::new();
-        for &v in &variants {
+        for &v in self.variants {
             let t0 = Instant::now();
             let mut m = if v == Variant::SmallToBig {
-                let Some(ix) = &s2b else { continue };
-                let passages = ix.search(
-                    &item.question,
-                    kb.embedder,
-                    kb.cache,
-                    small_to_big::PassageSearch {
-                        hits: args.s2b_hits(),
-                        window: args.small_to_big_window,
-                        mode: args.mode,
-                    },
-                    &filter,
-                )?;
-                let whole: Vec<&str> = passages.iter().map(|p| p.parent.content.as_str()).collect();
-                let cut: Vec<&str> = passages.iter().map(|p| p.content.as_str()).collect();
-                let before = measure(&whole, item, kb.embedder);
-                let after = measure(&cut, item, kb.embedder);
-                let paths: Vec<&str> = passages.iter().map(|p| p.parent.path.as_str()).collect();
-                let ids: Vec<i64> = passages.iter().map(|p| p.parent.id).collect();
-                VariantMetrics {
-                    overlap_vs_baseline: overlap(&base_ids, &ids),
-                    chunk_ids: ids,
-                    sources: passages
-                        .iter()
-                        .map(|p| format!("{}#{}", p.parent.path, p.parent.chunk_index))
-                        .collect(),
-                    top_score: passages.first().map(|p| p.score),
-                    tokens: after.tokens,
-                    tokens_before: before.tokens,
-                    exact_tokens: after.exact,
-                    exact_tokens_before: before.exact,
-                    evidence_in_topk: before.evidence,
-                    evidence_kept: after.evidence,
-                    answer_in_topk: before.answer,
-                    answer_kept: after.answer,
-                    file_hit: file_hit(item, &paths),
-                    answer: None,
-                    passages: Vec::new(),
-                    ms: 0.0,
-                }
+                let Some(ix) = self.sentence_index else {
+                    continue;
+                };
+                self.evaluate_small_to_big_variant(ix, item, &base_ids)?
             } else {
-                let opts = match v {
-                    Variant::Baseline => base_opts.clone(),
-                    Variant::Trim => RetrieveOptions {
-                        trim: Some(args.trim_options(TrimScorer::Cosine)),
-                        ..base_opts.clone()
-                    },
-                    Variant::TrimHybrid => RetrieveOptions {
-                        trim: Some(args.trim_options(TrimScorer::Hybrid)),
-                        ..base_opts.clone()
-                    },
-                    Variant::Bm25 => RetrieveOptions {
-                        mode: Mode::Bm25,
-                        ..base_opts.clone()
-                    },
-                    Variant::Vector => RetrieveOptions {
-                        mode: Mode::Vector,
-                        ..base_opts.clone()
-                    },
-                    Variant::Hybrid => RetrieveOptions {
-                        mode: Mode::Hybrid,
-                        ..base_opts.clone()
-                    },
-                    Variant::Plain => RetrieveOptions {
-                        mode: Mode::Hybrid,
-                        signals: bib_retrieve::Signals::OFF,
-                        ..base_opts.clone()
-                    },
-                    Variant::SmallToBig => unreachable_variant(),
-                };
-                let r = retriever.retrieve(&item.question, &opts, &filter)?;
-                let ids: Vec<i64> = r.chunks.iter().map(|c| c.chunk.id).collect();
-                let cut: Vec<&str> = r.chunks.iter().map(|c| c.chunk.content.as_str()).collect();
-                let after = measure(&cut, item, kb.embedder);
-                let (before, passages) = if opts.trim.is_some() {
-                    let originals = kb.index.chunks(&ids)?;
-                    let whole: Vec<&str> = originals.iter().map(|c| c.content.as_str()).collect();
-                    (
-                        measure(&whole, item, kb.embedder),
-                        passage::passages(&r, &originals),
-                    )
-                } else {
-                    (measure(&cut, item, kb.embedder), Vec::new())
-                };
-                let paths: Vec<&str> = r.chunks.iter().map(|c| c.chunk.path.as_str()).collect();
-                if v == Variant::Baseline {
-                    base_ids = ids.clone();
-                    if args.sweep.is_some() {
-                        sweep_inputs.push(sweep_question(kb, &retriever, item, &r, args)?);
-                    }
-                }
-                let answer = match synth_cfg {
-                    Some(cfg) => Some(synth::synthesize(
-                        cfg,
-                        &item.question,
-                        &r.chunks,
-                        &mut std::io::sink(),
-                    )?),
-                    None => None,
-                };
-                VariantMetrics {
-                    overlap_vs_baseline: overlap(&base_ids, &ids),
-                    sources: sources(&r),
-                    chunk_ids: ids,
-                    top_score: r.chunks.first().map(|c| c.score),
-                    tokens: after.tokens,
-                    tokens_before: before.tokens,
-                    exact_tokens: after.exact,
-                    exact_tokens_before: before.exact,
-                    evidence_in_topk: before.evidence,
-                    evidence_kept: after.evidence,
-                    answer_in_topk: before.answer,
-                    answer_kept: after.answer,
-                    file_hit: file_hit(item, &paths),
-                    answer,
-                    passages,
-                    ms: 0.0,
-                }
+                self.evaluate_retrieval_variant(v, item, &mut base_ids, sweep_inputs)?
             };
             m.ms = t0.elapsed().as_secs_f64() * 1000.0;
             per.insert(v, m);
         }
-        questions.push(QuestionReport {
+        Ok(QuestionReport {
             id: item.id.clone(),
             question: item.question.clone(),
             variants: per,
-        });
-        kb.progress.advance(1);
+        })
     }
-    kb.progress.finish();
+
+    /// Small-to-big: the best sentences, each expanded inside its chunk. "Before" measures the
+    /// whole parent chunks, "after" the expanded passages actually sent.
+    fn evaluate_small_to_big_variant(
+        &self,
+        ix: &SentenceIndex,
+        item: &GoldenItem,
+        base_ids: &[i64],
+    ) -> Result<VariantMetrics, EvalError> {
+        let kb = self.kb;
+        let passages = ix.search(
+            &item.question,
+            kb.embedder,
+            kb.cache,
+            small_to_big::PassageSearch {
+                hits: self.args.s2b_hits(),
+                window: self.args.small_to_big_window,
+                mode: self.args.mode,
+            },
+            self.filter,
+        )?;
+        let whole: Vec<&str> = passages.iter().map(|p| p.parent.content.as_str()).collect();
+        let cut: Vec<&str> = passages.iter().map(|p| p.content.as_str()).collect();
+        let before = measure(&whole, item, kb.embedder);
+        let after = measure(&cut, item, kb.embedder);
+        let paths: Vec<&str> = passages.iter().map(|p| p.parent.path.as_str()).collect();
+        let ids: Vec<i64> = passages.iter().map(|p| p.parent.id).collect();
+        Ok(VariantMetrics {
+            overlap_vs_baseline: overlap(base_ids, &ids),
+            chunk_ids: ids,
+            sources: passages
+                .iter()
+                .map(|p| format!("{}#{}", p.parent.path, p.parent.chunk_index))
+                .collect(),
+            top_score: passages.first().map(|p| p.score),
+            tokens: after.tokens,
+            tokens_before: before.tokens,
+            exact_tokens: after.exact,
+            exact_tokens_before: before.exact,
+            evidence_in_topk: before.evidence,
+            evidence_kept: after.evidence,
+            answer_in_topk: before.answer,
+            answer_kept: after.answer,
+            file_hit: file_hit(item, &paths),
+            answer: None,
+            passages: Vec::new(),
+            ms: 0.0,
+        })
+    }
+
+    /// Every variant but small-to-big: one retrieval with the variant's options, measured
+    /// before and after trimming. The baseline also records its chunk ids (for the others'
+    /// overlap) and, when a sweep is asked, its scored sentences; with `synthesize` on, an
+    /// answer is asked for.
+    fn evaluate_retrieval_variant(
+        &self,
+        v: Variant,
+        item: &GoldenItem,
+        base_ids: &mut Vec<i64>,
+        sweep_inputs: &mut Vec<sweep::SweepQuestion>,
+    ) -> Result<VariantMetrics, EvalError> {
+        let kb = self.kb;
+        let opts = self.retrieve_options_for_variant(v);
+        let r = self
+            .retriever
+            .retrieve(&item.question, &opts, self.filter)?;
+        let ids: Vec<i64> = r.chunks.iter().map(|c| c.chunk.id).collect();
+        let cut: Vec<&str> = r.chunks.iter().map(|c| c.chunk.content.as_str()).collect();
+        let after = measure(&cut, item, kb.embedder);
+        let (before, passages) = self.measure_before_trimming(&opts, &r, &ids, &cut, item)?;
+        let paths: Vec<&str> = r.chunks.iter().map(|c| c.chunk.path.as_str()).collect();
+        if v == Variant::Baseline {
+            *base_ids = ids.clone();
+            if self.args.sweep.is_some() {
+                sweep_inputs.push(sweep_question(kb, &self.retriever, item, &r, self.args)?);
+            }
+        }
+        let answer = self.synthesize_answer_when_asked(item, &r)?;
+        Ok(VariantMetrics {
+            overlap_vs_baseline: overlap(base_ids, &ids),
+            sources: sources(&r),
+            chunk_ids: ids,
+            top_score: r.chunks.first().map(|c| c.score),
+            tokens: after.tokens,
+            tokens_before: before.tokens,
+            exact_tokens: after.exact,
+            exact_tokens_before: before.exact,
+            evidence_in_topk: before.evidence,
+            evidence_kept: after.evidence,
+            answer_in_topk: before.answer,
+            answer_kept: after.answer,
+            file_hit: file_hit(item, &paths),
+            answer,
+            passages,
+            ms: 0.0,
+        })
+    }
+
+    /// The retrieval options of a variant: the baseline's, with the variant's trimming, mode
+    /// or signals changed.
+    fn retrieve_options_for_variant(&self, v: Variant) -> RetrieveOptions {
+        let (args, base_opts) = (self.args, &self.base_opts);
+        match v {
+            Variant::Baseline => base_opts.clone(),
+            Variant::Trim => RetrieveOptions {
+                trim: Some(args.trim_options(TrimScorer::Cosine)),
+                ..base_opts.clone()
+            },
+            Variant::TrimHybrid => RetrieveOptions {
+                trim: Some(args.trim_options(TrimScorer::Hybrid)),
+                ..base_opts.clone()
+            },
+            Variant::Bm25 => RetrieveOptions {
+                mode: Mode::Bm25,
+                ..base_opts.clone()
+            },
+            Variant::Vector => RetrieveOptions {
+                mode: Mode::Vector,
+                ..base_opts.clone()
+            },
+            Variant::Hybrid => RetrieveOptions {
+                mode: Mode::Hybrid,
+                ..base_opts.clone()
+            },
+            Variant::Plain => RetrieveOptions {
+                mode: Mode::Hybrid,
+                signals: bib_retrieve::Signals::OFF,
+                ..base_opts.clone()
+            },
+            Variant::SmallToBig => unreachable_variant(),
+        }
+    }
+
+    /// The context before trimming and, for a trimming variant, its passages (kept and
+    /// removed sentences). A trimming variant re-reads its chunks whole from the index; any
+    /// other variant sent them whole, so "before" is the same context as "after".
+    fn measure_before_trimming(
+        &self,
+        opts: &RetrieveOptions,
+        r: &RetrievalResult,
+        ids: &[i64],
+        cut: &[&str],
+        item: &GoldenItem,
+    ) -> Result<(Measured, Vec<passage::Passage>), EvalError> {
+        let kb = self.kb;
+        Ok(if opts.trim.is_some() {
+            let originals = kb.index.chunks(ids)?;
+            let whole: Vec<&str> = originals.iter().map(|c| c.content.as_str()).collect();
+            (
+                measure(&whole, item, kb.embedder),
+                passage::passages(r, &originals),
+            )
+        } else {
+            (measure(cut, item, kb.embedder), Vec::new())
+        })
+    }
+
+    /// With `synthesize` on, the chat endpoint's answer over the retrieved chunks (streamed
+    /// nowhere); otherwise none.
+    fn synthesize_answer_when_asked(
+        &self,
+        item: &GoldenItem,
+        r: &RetrievalResult,
+    ) -> Result<Option<String>, EvalError> {
+        Ok(match self.synth_cfg {
+            Some(cfg) => Some(synth::synthesize(
+                cfg,
+                &item.question,
+                &r.chunks,
+                &mut std::io::sink(),
+            )?),
+            None => None,
+        })
+    }
+}
+
+/// The report: aggregates and verdicts over the per-question results, the sweep when asked,
+/// and the settings the evaluation ran with.
+fn assemble_report(
+    kb: &Kb<'_>,
+    source: &str,
+    args: &EvalArgs,
+    variants: Vec<Variant>,
+    questions: Vec<QuestionReport>,
+    sweep_inputs: &[sweep::SweepQuestion],
+) -> EvalReport {
     let aggregates = report::aggregate(&questions, &variants);
     let verdicts = report::verdicts(&aggregates, args.quality_tolerance);
     let sweep = args.sweep.as_ref().map(|spec| {
         sweep::run(
             spec,
-            &sweep_inputs,
+            sweep_inputs,
             args.sweep_scorer,
             args.trim_min_sentences,
             args.trim_lexical_top,
             args.quality_tolerance,
         )
     });
-    Ok(EvalReport {
+    EvalReport {
         settings: EvalSettings {
             source: source.to_string(),
             model: kb.embedder.map(|e| e.model_id().to_string()),
@@ -539,7 +685,7 @@ pub fn evaluate(
             small_to_big_hits: args.s2b_hits(),
             quality_tolerance: args.quality_tolerance,
             filters: args.filters.clone(),
-            variants: variants.clone(),
+            variants,
             synthesize: args.synthesize,
             questions: questions.len(),
         },
@@ -548,7 +694,7 @@ pub fn evaluate(
         verdicts,
         questions,
         sweep,
-    })
+    }
 }
 
 fn unreachable_variant() -> RetrieveOptions {

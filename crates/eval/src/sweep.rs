@@ -6,6 +6,7 @@
 
 use std::fmt::Write as _;
 
+use bib_retrieve::trim::{apply, Prepared, SentenceScores, TrimOptions};
 use bib_text::tokens::estimate_tokens;
 use serde::{Deserialize, Serialize};
 
@@ -149,9 +150,45 @@ pub fn run(
     lexical_top: usize,
     tolerance: f64,
 ) -> SweepReport {
-    use bib_retrieve::trim::{apply, Prepared, SentenceScores, TrimOptions};
     let n = questions.len().max(1) as f64;
-    let base_tokens: f64 = questions
+    let base_tokens = baseline_average_tokens(questions, n);
+    let (base_ev, base_ans) = baseline_evidence_and_answer_recall(questions);
+    let prepared = prepare_baseline_chunks_for_selection(questions);
+    let selection = PointMeasurement {
+        questions,
+        prepared: &prepared,
+        n,
+        base_tokens,
+        base_ev,
+        base_ans,
+        scorer,
+        min_sentences,
+        lexical_top,
+        tolerance,
+    };
+    let mut points = Vec::new();
+    for &window in &spec.windows {
+        for threshold in spec.thresholds() {
+            points.push(selection.measure_point(threshold, window));
+        }
+    }
+    let (chosen, rule) = choose(&points, tolerance);
+    SweepReport {
+        scorer: format!("{scorer:?}").to_lowercase(),
+        baseline_avg_tokens: base_tokens,
+        baseline_evidence_recall: base_ev,
+        baseline_answer_recall: base_ans,
+        tolerance,
+        points,
+        chosen,
+        rule,
+    }
+}
+
+/// The average tokens of the baseline's whole chunks per question (`n`: the question count,
+/// at least 1).
+fn baseline_average_tokens(questions: &[SweepQuestion], n: f64) -> f64 {
+    questions
         .iter()
         .map(|q| {
             q.chunks
@@ -160,15 +197,27 @@ pub fn run(
                 .sum::<usize>() as f64
         })
         .sum::<f64>()
-        / n;
-    let recall_of = |texts: &[String], q: &SweepQuestion| -> (Option<f64>, Option<bool>) {
-        let h = Haystack::new(texts.iter().map(String::as_str));
-        (
-            h.recall(&q.evidence),
-            q.answer.as_ref().map(|a| h.contains(a)),
-        )
-    };
-    let mean_opt = |xs: Vec<Option<f64>>| mean(xs.into_iter().flatten());
+        / n
+}
+
+/// Evidence recall and whether the answer is found in `texts`, against `q`'s reference data
+/// (`None` where the question has none).
+fn recall_of(texts: &[String], q: &SweepQuestion) -> (Option<f64>, Option<bool>) {
+    let h = Haystack::new(texts.iter().map(String::as_str));
+    (
+        h.recall(&q.evidence),
+        q.answer.as_ref().map(|a| h.contains(a)),
+    )
+}
+
+/// The mean of the values present, `None` when none is.
+fn mean_of_present(xs: Vec<Option<f64>>) -> Option<f64> {
+    mean(xs.into_iter().flatten())
+}
+
+/// The baseline's mean evidence recall and answer recall over the questions that carry
+/// each, measured on the whole chunks: what every point is compared against.
+fn baseline_evidence_and_answer_recall(questions: &[SweepQuestion]) -> (Option<f64>, Option<f64>) {
     let (mut be, mut ba) = (Vec::new(), Vec::new());
     for q in questions {
         let whole: Vec<String> = q.chunks.iter().map(|c| c.content.clone()).collect();
@@ -176,10 +225,17 @@ pub fn run(
         be.push(e);
         ba.push(a.map(|b| f64::from(u8::from(b))));
     }
-    let base_ev = mean_opt(be);
-    let base_ans = mean_opt(ba);
+    let base_ev = mean_of_present(be);
+    let base_ans = mean_of_present(ba);
+    (base_ev, base_ans)
+}
 
-    let prepared: Vec<Vec<(Prepared<'_>, SentenceScores)>> = questions
+/// Every baseline chunk split into sentences once, with the scores computed once, so that
+/// each point only selects.
+fn prepare_baseline_chunks_for_selection(
+    questions: &[SweepQuestion],
+) -> Vec<Vec<(Prepared<'_>, SentenceScores)>> {
+    questions
         .iter()
         .map(|q| {
             q.chunks
@@ -196,62 +252,78 @@ pub fn run(
                 })
                 .collect()
         })
-        .collect();
+        .collect()
+}
 
-    let mut points = Vec::new();
-    for &window in &spec.windows {
-        for threshold in spec.thresholds() {
-            let opts = TrimOptions {
-                threshold,
-                min_sentences,
-                window,
-                scorer,
-                lexical_top,
-                structure: bib_retrieve::trim::ASK_PROFILE.structure,
-                ..TrimOptions::default()
-            };
-            let (mut tok, mut ev, mut ans) = (0usize, Vec::new(), Vec::new());
-            for (q, pcs) in questions.iter().zip(&prepared) {
-                let texts: Vec<String> = pcs
-                    .iter()
-                    .map(|(p, s)| apply(p, s, &opts).content)
-                    .collect();
-                tok += texts.iter().map(|t| estimate_tokens(t)).sum::<usize>();
-                let (e, a) = recall_of(&texts, q);
-                ev.push(e);
-                ans.push(a.map(|b| f64::from(u8::from(b))));
-            }
-            let avg_tokens = tok as f64 / n;
-            let evidence_recall_after = mean_opt(ev);
-            let answer_recall_after = mean_opt(ans);
-            let checks: Vec<bool> = [
-                (base_ev, evidence_recall_after),
-                (base_ans, answer_recall_after),
-            ]
-            .into_iter()
-            .filter_map(|(b, x)| Some(not_worse(b?, x?, tolerance)))
-            .collect();
-            points.push(SweepPoint {
-                threshold,
-                window,
-                avg_tokens,
-                token_reduction_pct: reduction_pct(base_tokens, avg_tokens),
-                evidence_recall_after,
-                answer_recall_after,
-                quality_ok: (!checks.is_empty()).then(|| checks.iter().all(|&b| b)),
-            });
+/// What measuring one (threshold, window) point reads: the questions and their prepared
+/// chunks, the baseline to compare against, and the trimming settings that do not vary.
+struct PointMeasurement<'q> {
+    questions: &'q [SweepQuestion],
+    prepared: &'q [Vec<(Prepared<'q>, SentenceScores)>],
+    /// The question count, at least 1.
+    n: f64,
+    base_tokens: f64,
+    base_ev: Option<f64>,
+    base_ans: Option<f64>,
+    scorer: bib_retrieve::TrimScorer,
+    min_sentences: usize,
+    lexical_top: usize,
+    tolerance: f64,
+}
+
+impl PointMeasurement<'_> {
+    /// Trim every question's chunks at `threshold` and `window`, and measure tokens and
+    /// evidence and answer recall kept, judged against the baseline.
+    fn measure_point(&self, threshold: f32, window: usize) -> SweepPoint {
+        let opts = TrimOptions {
+            threshold,
+            min_sentences: self.min_sentences,
+            window,
+            scorer: self.scorer,
+            lexical_top: self.lexical_top,
+            structure: bib_retrieve::trim::ASK_PROFILE.structure,
+            ..TrimOptions::default()
+        };
+        let (mut tok, mut ev, mut ans) = (0usize, Vec::new(), Vec::new());
+        for (q, pcs) in self.questions.iter().zip(self.prepared) {
+            let texts: Vec<String> = pcs
+                .iter()
+                .map(|(p, s)| apply(p, s, &opts).content)
+                .collect();
+            tok += texts.iter().map(|t| estimate_tokens(t)).sum::<usize>();
+            let (e, a) = recall_of(&texts, q);
+            ev.push(e);
+            ans.push(a.map(|b| f64::from(u8::from(b))));
+        }
+        let avg_tokens = tok as f64 / self.n;
+        let evidence_recall_after = mean_of_present(ev);
+        let answer_recall_after = mean_of_present(ans);
+        SweepPoint {
+            threshold,
+            window,
+            avg_tokens,
+            token_reduction_pct: reduction_pct(self.base_tokens, avg_tokens),
+            evidence_recall_after,
+            answer_recall_after,
+            quality_ok: self.quality_not_worse(evidence_recall_after, answer_recall_after),
         }
     }
-    let (chosen, rule) = choose(&points, tolerance);
-    SweepReport {
-        scorer: format!("{scorer:?}").to_lowercase(),
-        baseline_avg_tokens: base_tokens,
-        baseline_evidence_recall: base_ev,
-        baseline_answer_recall: base_ans,
-        tolerance,
-        points,
-        chosen,
-        rule,
+
+    /// Whether evidence and answer recall are both not worse than the baseline's, within the
+    /// tolerance, judging only those with data on both sides (`None`: nothing to judge).
+    fn quality_not_worse(
+        &self,
+        evidence_recall_after: Option<f64>,
+        answer_recall_after: Option<f64>,
+    ) -> Option<bool> {
+        let checks: Vec<bool> = [
+            (self.base_ev, evidence_recall_after),
+            (self.base_ans, answer_recall_after),
+        ]
+        .into_iter()
+        .filter_map(|(b, x)| Some(not_worse(b?, x?, self.tolerance)))
+        .collect();
+        (!checks.is_empty()).then(|| checks.iter().all(|&b| b))
     }
 }
 
