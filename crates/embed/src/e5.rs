@@ -356,12 +356,44 @@ struct Tensor<'a> {
     data: &'a [u8],
 }
 
+/// The BERT shape the model file's header declares.
+struct ModelShape {
+    hidden: usize,
+    layers: usize,
+    heads: usize,
+    ff: usize,
+    vocab: usize,
+    max_pos: usize,
+    eps: f32,
+}
+
+/// Parse the model image: the header (its shape), the tokenizer, then the tensor directory,
+/// from which the weights are read by name and checked against the shape.
 fn parse(
     path: &Path,
     data: &[u8],
     products: Products,
 ) -> Result<(E5Tokenizer, Weights), EmbedError> {
     let mut c = Cursor { data, pos: 0, path };
+    let shape = parse_header(&mut c)?;
+
+    // Tokenizer.
+    let tokenizer = parse_tokenizer(&mut c)?;
+
+    // Tensor directory.
+    let dir = TensorDirectory {
+        path,
+        tensors: parse_tensor_directory(&mut c, data)?,
+        products,
+    };
+    let weights = dir.weights(&shape, tokenizer.scores.len())?;
+    Ok((tokenizer, weights))
+}
+
+/// The header: the magic `E5S1`, version 1, and the shape, refused unless the quantization
+/// block is [`QK`] and the widths split into whole blocks and heads.
+fn parse_header(c: &mut Cursor<'_>) -> Result<ModelShape, EmbedError> {
+    let path = c.path;
     if c.take(4, "magic")? != b"E5S1" {
         return Err(bad(path, "not an e5 Q4 model (magic is not E5S1)"));
     }
@@ -384,8 +416,22 @@ fn parse(
             format!("unsupported shape (hidden {hidden}, ff {ff}, heads {heads}, block {qk})"),
         ));
     }
+    Ok(ModelShape {
+        hidden,
+        layers: layers_n,
+        heads,
+        ff,
+        vocab,
+        max_pos,
+        eps,
+    })
+}
 
-    // Tokenizer.
+/// The Unigram tokenizer: the special token ids (each inside the vocabulary), the pieces
+/// with their scores, then the normalisation table. Unknown text scores 10 below the
+/// lowest piece.
+fn parse_tokenizer(c: &mut Cursor<'_>) -> Result<E5Tokenizer, EmbedError> {
+    let path = c.path;
     let n_pieces = c.count("piece count", 1 << 24)?;
     let bos = c.i32("bos id")? as u32;
     let eos = c.i32("eos id")? as u32;
@@ -394,6 +440,39 @@ fn parse(
     if [bos, eos, unk].iter().any(|&id| id as usize >= n_pieces) {
         return Err(bad(path, "special token id outside the vocabulary"));
     }
+    let vocabulary = parse_pieces(c, n_pieces)?;
+    let min_score = vocabulary
+        .scores
+        .iter()
+        .copied()
+        .fold(f32::INFINITY, f32::min);
+    let norm = parse_normalisation_table(c)?;
+    Ok(E5Tokenizer {
+        pieces: vocabulary.pieces,
+        scores: vocabulary.scores,
+        unk,
+        bos,
+        eos,
+        unk_score: min_score - 10.0,
+        max_piece_bytes: vocabulary.max_piece_bytes,
+        norm,
+    })
+}
+
+/// The tokenizer's pieces as the file stores them.
+struct PieceTable {
+    /// Piece bytes to id (the first id of a repeated piece; empty pieces left out).
+    pieces: FxHashMap<Box<[u8]>, u32>,
+    /// Score by id.
+    scores: Vec<f32>,
+    /// The longest piece in bytes (at least 1).
+    max_piece_bytes: usize,
+}
+
+/// The `n_pieces` pieces: the byte length of their blob, `n_pieces + 1` offsets into it,
+/// the scores, then the blob. Offsets that run backwards or past the blob are errors.
+fn parse_pieces(c: &mut Cursor<'_>, n_pieces: usize) -> Result<PieceTable, EmbedError> {
+    let path = c.path;
     let blob_len =
         usize::try_from(c.u64("piece bytes")?).map_err(|_| bad(path, "piece bytes too large"))?;
     let offs_raw = c.take((n_pieces + 1) * 4, "piece offsets")?;
@@ -420,7 +499,20 @@ fn parse(
             pieces.entry(blob[a..b].into()).or_insert(i as u32);
         }
     }
-    let min_score = scores.iter().copied().fold(f32::INFINITY, f32::min);
+    Ok(PieceTable {
+        pieces,
+        scores,
+        max_piece_bytes,
+    })
+}
+
+/// The per-code-point normalisation table: an entry count and a byte length, then each
+/// entry as a code point and its replacement code points. Entries for a code point that is
+/// not a `char` are skipped; a replacement that is not one is an error.
+fn parse_normalisation_table(
+    c: &mut Cursor<'_>,
+) -> Result<FxHashMap<char, Box<[char]>>, EmbedError> {
+    let path = c.path;
     let n_norm = c.i32("normalisation count")?;
     let norm_bytes = c.u32("normalisation bytes")? as usize;
     let mut nc = Cursor {
@@ -444,18 +536,17 @@ fn parse(
             norm.insert(ch, rep.into_boxed_slice());
         }
     }
-    let tokenizer = E5Tokenizer {
-        pieces,
-        scores,
-        unk,
-        bos,
-        eos,
-        unk_score: min_score - 10.0,
-        max_piece_bytes,
-        norm,
-    };
+    Ok(norm)
+}
 
-    // Tensor directory.
+/// The tensor directory: each tensor's name, dtype (0 f32, 1 Q4), element count and offset
+/// into the file. A tensor of an unknown dtype, or whose data lies past the end of `data`
+/// (the whole file), is an error.
+fn parse_tensor_directory<'a>(
+    c: &mut Cursor<'a>,
+    data: &'a [u8],
+) -> Result<FxHashMap<String, Tensor<'a>>, EmbedError> {
+    let path = c.path;
     let n_dir = c.count("tensor count", 1 << 16)?;
     let mut dir: FxHashMap<String, Tensor<'_>> = FxHashMap::default();
     for _ in 0..n_dir {
@@ -477,8 +568,22 @@ fn parse(
             .ok_or_else(|| bad(path, format!("tensor {name} lies outside the file")))?;
         dir.insert(name, Tensor { q4, n, data });
     }
-    let get = |name: &str, n: usize, q4: bool| -> Result<&Tensor<'_>, EmbedError> {
-        let t = dir
+    Ok(dir)
+}
+
+/// The model file's tensors by name, with how its matrices are to be multiplied.
+struct TensorDirectory<'a> {
+    path: &'a Path,
+    tensors: FxHashMap<String, Tensor<'a>>,
+    products: Products,
+}
+
+impl<'a> TensorDirectory<'a> {
+    /// The tensor `name`, which must have `n` elements and be Q4 or f32 as `q4` says.
+    fn get(&self, name: &str, n: usize, q4: bool) -> Result<&Tensor<'a>, EmbedError> {
+        let path = self.path;
+        let t = self
+            .tensors
             .get(name)
             .ok_or_else(|| bad(path, format!("missing tensor {name}")))?;
         if t.n != n || t.q4 != q4 {
@@ -488,107 +593,144 @@ fn parse(
             ));
         }
         Ok(t)
-    };
-    let vec = |name: &str, n: usize| -> Result<Array1<f32>, EmbedError> {
-        let t = get(name, n, false)?;
+    }
+
+    /// The f32 vector `name` of `n` elements.
+    fn vec(&self, name: &str, n: usize) -> Result<Array1<f32>, EmbedError> {
+        let t = self.get(name, n, false)?;
         Ok(t.data
             .chunks_exact(4)
             .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
             .collect())
-    };
-    // A Q4 matrix [out, in]: packed for the integer kernels, or expanded to f32 and stored
-    // transposed as [in, out] for `x.dot(w)`.
-    let mat = |name: &str, out: usize, inp: usize| -> Result<Linear, EmbedError> {
-        let t = get(name, out * inp, true)?;
-        let row_bytes = inp / QK * Q4_BLOCK_BYTES;
-        match products {
-            Products::Int8(kernel) => {
-                let block = |o: usize, b: usize| &t.data[o * row_bytes + b * Q4_BLOCK_BYTES..];
-                let m = Q4Matrix::pack(
-                    out,
-                    inp,
-                    |o, k| {
-                        let j = k % QK;
-                        let byte = block(o, k / QK)[2 + j % 16];
-                        if j < 16 {
-                            byte & 0x0f
-                        } else {
-                            byte >> 4
-                        }
-                    },
-                    |o, b| {
-                        let h = block(o, b);
-                        f16_to_f32(u16::from_le_bytes([h[0], h[1]]))
-                    },
-                );
-                Ok(Linear::Q4(m, kernel))
-            }
-            Products::F32 => {
-                let mut m = Array2::<f32>::zeros((out, inp));
-                for (r, mut row) in m.outer_iter_mut().enumerate() {
-                    let slice = row.as_slice_mut().expect("fresh arrays are contiguous");
-                    dequantize_row(&t.data[r * row_bytes..(r + 1) * row_bytes], slice);
-                }
-                Ok(Linear::F32(
-                    m.reversed_axes().as_standard_layout().into_owned(),
-                ))
-            }
+    }
+
+    /// A Q4 matrix [out, in]: packed for the integer kernels, or expanded to f32 and stored
+    /// transposed as [in, out] for `x.dot(w)`.
+    fn mat(&self, name: &str, out: usize, inp: usize) -> Result<Linear, EmbedError> {
+        let t = self.get(name, out * inp, true)?;
+        match self.products {
+            Products::Int8(kernel) => Ok(Linear::Q4(q4_matrix_packed(t, out, inp), kernel)),
+            Products::F32 => Ok(Linear::F32(q4_matrix_expanded_transposed(t, out, inp))),
         }
-    };
-    let word = get("emb.word", vocab * hidden, true)?.data.to_vec();
-    let pos = Array2::from_shape_vec(
-        (max_pos, hidden),
-        vec("emb.pos", max_pos * hidden)?.to_vec(),
-    )
-    .map_err(|e| bad(path, e.to_string()))?;
-    // Only token type 0 is ever used.
-    let token_type0 = dir
-        .get("emb.type")
-        .filter(|t| !t.q4 && t.n >= hidden && t.n % hidden == 0)
-        .ok_or_else(|| bad(path, "missing or malformed tensor emb.type"))?
-        .data[..hidden * 4]
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .collect();
-    let mut layers = Vec::with_capacity(layers_n);
-    for l in 0..layers_n {
+    }
+
+    /// The encoder's weights, in the file's order of checks: the embeddings (word, position,
+    /// token type), the layers, that the embedding table has a row for each of the
+    /// tokenizer's `n_pieces` pieces, then the embedding LayerNorm.
+    fn weights(&self, shape: &ModelShape, n_pieces: usize) -> Result<Weights, EmbedError> {
+        let path = self.path;
+        let &ModelShape {
+            hidden,
+            layers: layers_n,
+            heads,
+            vocab,
+            max_pos,
+            eps,
+            ..
+        } = shape;
+        let word = self.get("emb.word", vocab * hidden, true)?.data.to_vec();
+        let pos = Array2::from_shape_vec(
+            (max_pos, hidden),
+            self.vec("emb.pos", max_pos * hidden)?.to_vec(),
+        )
+        .map_err(|e| bad(path, e.to_string()))?;
+        let token_type0 = self.token_type0(hidden)?;
+        let mut layers = Vec::with_capacity(layers_n);
+        for l in 0..layers_n {
+            layers.push(self.layer(l, shape)?);
+        }
+        if n_pieces > vocab {
+            return Err(bad(path, "more pieces than embedding rows"));
+        }
+        Ok(Weights {
+            hidden,
+            heads,
+            max_pos,
+            eps,
+            word,
+            vocab,
+            pos,
+            token_type0,
+            eln_w: self.vec("emb.ln.w", hidden)?,
+            eln_b: self.vec("emb.ln.b", hidden)?,
+            layers,
+        })
+    }
+
+    /// The first row of the token-type embeddings (`emb.type`, f32, whole rows of `hidden`).
+    fn token_type0(&self, hidden: usize) -> Result<Array1<f32>, EmbedError> {
+        // Only token type 0 is ever used.
+        Ok(self
+            .tensors
+            .get("emb.type")
+            .filter(|t| !t.q4 && t.n >= hidden && t.n % hidden == 0)
+            .ok_or_else(|| bad(self.path, "missing or malformed tensor emb.type"))?
+            .data[..hidden * 4]
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect())
+    }
+
+    /// Encoder layer `l` (tensors `l{l}.…`): attention, its output and LayerNorm, the
+    /// feed-forward pair and the output LayerNorm.
+    fn layer(&self, l: usize, shape: &ModelShape) -> Result<Layer, EmbedError> {
+        let (hidden, ff) = (shape.hidden, shape.ff);
         let n = |s: &str| format!("l{l}.{s}");
-        layers.push(Layer {
-            q_w: mat(&n("q.w"), hidden, hidden)?,
-            q_b: vec(&n("q.b"), hidden)?,
-            k_w: mat(&n("k.w"), hidden, hidden)?,
-            k_b: vec(&n("k.b"), hidden)?,
-            v_w: mat(&n("v.w"), hidden, hidden)?,
-            v_b: vec(&n("v.b"), hidden)?,
-            ao_w: mat(&n("ao.w"), hidden, hidden)?,
-            ao_b: vec(&n("ao.b"), hidden)?,
-            aln_w: vec(&n("aln.w"), hidden)?,
-            aln_b: vec(&n("aln.b"), hidden)?,
-            fi_w: mat(&n("fi.w"), ff, hidden)?,
-            fi_b: vec(&n("fi.b"), ff)?,
-            fo_w: mat(&n("fo.w"), hidden, ff)?,
-            fo_b: vec(&n("fo.b"), hidden)?,
-            oln_w: vec(&n("oln.w"), hidden)?,
-            oln_b: vec(&n("oln.b"), hidden)?,
-        });
+        Ok(Layer {
+            q_w: self.mat(&n("q.w"), hidden, hidden)?,
+            q_b: self.vec(&n("q.b"), hidden)?,
+            k_w: self.mat(&n("k.w"), hidden, hidden)?,
+            k_b: self.vec(&n("k.b"), hidden)?,
+            v_w: self.mat(&n("v.w"), hidden, hidden)?,
+            v_b: self.vec(&n("v.b"), hidden)?,
+            ao_w: self.mat(&n("ao.w"), hidden, hidden)?,
+            ao_b: self.vec(&n("ao.b"), hidden)?,
+            aln_w: self.vec(&n("aln.w"), hidden)?,
+            aln_b: self.vec(&n("aln.b"), hidden)?,
+            fi_w: self.mat(&n("fi.w"), ff, hidden)?,
+            fi_b: self.vec(&n("fi.b"), ff)?,
+            fo_w: self.mat(&n("fo.w"), hidden, ff)?,
+            fo_b: self.vec(&n("fo.b"), hidden)?,
+            oln_w: self.vec(&n("oln.w"), hidden)?,
+            oln_b: self.vec(&n("oln.b"), hidden)?,
+        })
     }
-    if tokenizer.scores.len() > vocab {
-        return Err(bad(path, "more pieces than embedding rows"));
+}
+
+/// A Q4 matrix `[out, in]` packed for the integer kernels: its nibbles (weight `j` of a
+/// block in the low nibble of byte `j`, weight `j + 16` in the high one) and block scales.
+fn q4_matrix_packed(t: &Tensor<'_>, out: usize, inp: usize) -> Q4Matrix {
+    let row_bytes = inp / QK * Q4_BLOCK_BYTES;
+    let block = |o: usize, b: usize| &t.data[o * row_bytes + b * Q4_BLOCK_BYTES..];
+    Q4Matrix::pack(
+        out,
+        inp,
+        |o, k| {
+            let j = k % QK;
+            let byte = block(o, k / QK)[2 + j % 16];
+            if j < 16 {
+                byte & 0x0f
+            } else {
+                byte >> 4
+            }
+        },
+        |o, b| {
+            let h = block(o, b);
+            f16_to_f32(u16::from_le_bytes([h[0], h[1]]))
+        },
+    )
+}
+
+/// A Q4 matrix `[out, in]` expanded to f32 and stored transposed as `[in, out]`, for
+/// `x.dot(w)`.
+fn q4_matrix_expanded_transposed(t: &Tensor<'_>, out: usize, inp: usize) -> Array2<f32> {
+    let row_bytes = inp / QK * Q4_BLOCK_BYTES;
+    let mut m = Array2::<f32>::zeros((out, inp));
+    for (r, mut row) in m.outer_iter_mut().enumerate() {
+        let slice = row.as_slice_mut().expect("fresh arrays are contiguous");
+        dequantize_row(&t.data[r * row_bytes..(r + 1) * row_bytes], slice);
     }
-    let weights = Weights {
-        hidden,
-        heads,
-        max_pos,
-        eps,
-        word,
-        vocab,
-        pos,
-        token_type0,
-        eln_w: vec("emb.ln.w", hidden)?,
-        eln_b: vec("emb.ln.b", hidden)?,
-        layers,
-    };
-    Ok((tokenizer, weights))
+    m.reversed_axes().as_standard_layout().into_owned()
 }
 
 /// `x = LayerNorm(x)` row by row.
@@ -723,7 +865,8 @@ impl E5Small {
                 path: dir.display().to_string(),
             });
         }
-        let data = std::fs::read(&path).map_err(|e| bad(&path, e.to_string()))?;
+        let data = std::fs::read(&path)
+            .map_err(|e| EmbedError::failed(format!("model file {}", path.display()), e))?;
         let (tok, w) = parse(&path, &data, products)?;
         if w.hidden != DIMENSIONS || w.max_pos < MAX_INPUT_TOKENS {
             return Err(bad(

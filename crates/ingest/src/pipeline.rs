@@ -250,7 +250,10 @@ pub fn embed_sentence_vectors(
     let known: HashSet<String> = match store.cached_vectors(&model, &keys) {
         Ok(v) => v.into_iter().map(|(k, _)| k).collect(),
         Err(e) => {
-            out.warning = Some(format!("reading sentence vectors: {e}"));
+            out.warning = Some(format!(
+                "reading sentence vectors: {}",
+                bib_store::error_chain(&e)
+            ));
             return out;
         }
     };
@@ -282,7 +285,12 @@ pub fn embed_sentence_vectors(
                     idx.iter().map(|&i| keys[i].clone()).zip(vectors).collect();
                 match store.cache_vectors(&model, &items) {
                     Ok(()) => out.embedded += items.len() as u64,
-                    Err(e) => out.warning = Some(format!("storing sentence vectors: {e}")),
+                    Err(e) => {
+                        out.warning = Some(format!(
+                            "storing sentence vectors: {}",
+                            bib_store::error_chain(&e)
+                        ))
+                    }
                 }
             }
             Ok(v) => {
@@ -292,7 +300,12 @@ pub fn embed_sentence_vectors(
                     batch_texts.len()
                 ));
             }
-            Err(e) => out.warning = Some(format!("embedding sentences: {e}")),
+            Err(e) => {
+                out.warning = Some(format!(
+                    "embedding sentences: {}",
+                    bib_store::error_chain(&e)
+                ))
+            }
         }
     }
     out
@@ -462,17 +475,77 @@ fn phase_a(run: &Run<'_>, report: &mut RunReport) -> Result<Registered, IngestEr
     let mut issues = scanned.issues;
     let scan_issues = issues.len();
     progress.start("register", scanned.files.len() as u64, Unit::Files);
-    let mut docs: Vec<ParsedDoc> = Vec::new();
-    let mut seen: HashSet<String> = HashSet::new();
     let found: HashSet<String> = scanned.files.iter().map(|f| f.path.clone()).collect();
     // Documents of other collections are never read, written or pruned by this run.
     let stored_docs: Vec<DocRecord> = store.documents()?;
+    let (docs, distinct) = read_scanned_files(run, &scanned.files, &stored_docs, &mut issues);
+    progress.finish();
+    // Candidates: distinct documents found plus entries the scan could not read.
+    let candidates = (distinct + scan_issues) as u64;
+    report.phase_a = PhaseA {
+        files: candidates,
+        registered: docs.len() as u64,
+        errors: issues.len() as u64,
+        duration_ms: ms(ta.elapsed()),
+        guard_passed: false,
+    };
+    report.coverage.documents = if candidates == 0 {
+        1.0
+    } else {
+        docs.len() as f64 / candidates as f64
+    };
+    let own: Vec<&DocRecord> = stored_docs
+        .iter()
+        .filter(|d| d.collection == collection)
+        .collect();
+    let vanished: Vec<String> = own
+        .iter()
+        .filter(|d| !found.contains(&d.path))
+        .map(|d| d.path.clone())
+        .collect();
+    let counts = PhaseACounts {
+        candidates,
+        registered: docs.len(),
+        own: own.len(),
+        vanished: vanished.len(),
+        coverage: report.coverage.documents,
+    };
+    let failure = phase_a_guard_failure(run, &counts);
+    Ok(Registered {
+        docs,
+        issues,
+        stored_docs,
+        vanished,
+        failure,
+    })
+}
+
+/// Read the scanned files in scan order, advancing the progress by one per file of this
+/// collection. A file stored under another collection, a second file that normalizes to the
+/// same path and a file that cannot be read or parsed become issues instead of documents.
+/// Returns the documents read and the number of distinct paths of this collection found.
+fn read_scanned_files(
+    run: &Run<'_>,
+    files: &[FoundFile],
+    stored_docs: &[DocRecord],
+    issues: &mut Vec<FileIssue>,
+) -> (Vec<ParsedDoc>, usize) {
+    let Run {
+        root,
+        opts,
+        progress,
+        ..
+    } = *run;
+    let collection = run.collection.as_str();
+    let mut docs: Vec<ParsedDoc> = Vec::new();
+    let mut seen: HashSet<String> = HashSet::new();
+    // The paths stored under another collection, with that collection.
     let foreign: HashMap<&str, &str> = stored_docs
         .iter()
         .filter(|d| d.collection != collection)
         .map(|d| (d.path.as_str(), d.collection.as_str()))
         .collect();
-    for f in &scanned.files {
+    for f in files {
         if let Some(other) = foreign.get(f.path.as_str()) {
             issues.push(FileIssue {
                 path: f.path.clone(),
@@ -510,38 +583,37 @@ fn phase_a(run: &Run<'_>, report: &mut RunReport) -> Result<Registered, IngestEr
             }),
         }
     }
-    progress.finish();
-    // Candidates: distinct documents found plus entries the scan could not read.
-    let candidates = (seen.len() + scan_issues) as u64;
-    report.phase_a = PhaseA {
-        files: candidates,
-        registered: docs.len() as u64,
-        errors: issues.len() as u64,
-        duration_ms: ms(ta.elapsed()),
-        guard_passed: false,
-    };
-    report.coverage.documents = if candidates == 0 {
-        1.0
-    } else {
-        docs.len() as f64 / candidates as f64
-    };
-    let own: Vec<&DocRecord> = stored_docs
-        .iter()
-        .filter(|d| d.collection == collection)
-        .collect();
-    let vanished: Vec<String> = own
-        .iter()
-        .filter(|d| !found.contains(&d.path))
-        .map(|d| d.path.clone())
-        .collect();
-    let failure = if candidates == 0 {
+    (docs, seen.len())
+}
+
+/// The counts Phase A's guards judge.
+struct PhaseACounts {
+    /// Distinct documents found plus entries the scan could not read.
+    candidates: u64,
+    /// Documents read.
+    registered: usize,
+    /// Stored documents of this collection.
+    own: usize,
+    /// Stored documents of this collection no longer in the folder.
+    vanished: usize,
+    /// `registered / candidates` (1 when there are no candidates).
+    coverage: f64,
+}
+
+/// Why the run stops after Phase A, if a guard fails: an empty folder, more than half of the
+/// collection gone (unless `--allow-prune`), or fewer files registered than the register
+/// guard asks. Checked in that order; the first that fails is the reason.
+fn phase_a_guard_failure(run: &Run<'_>, counts: &PhaseACounts) -> Option<String> {
+    let opts = run.opts;
+    let (root_shown, collection) = (run.root_shown.as_str(), run.collection.as_str());
+    if counts.candidates == 0 {
         // An empty folder is almost always the wrong path: say so, and never prune on it.
-        let kept = if own.is_empty() {
+        let kept = if counts.own == 0 {
             String::new()
         } else {
             format!(
                 "; the {} stored documents of collection `{collection}` are kept",
-                own.len()
+                counts.own
             )
         };
         Some(format!(
@@ -549,34 +621,26 @@ fn phase_a(run: &Run<'_>, report: &mut RunReport) -> Result<Registered, IngestEr
              .bibignore and --exclude patterns are skipped); nothing was changed{kept}"
         ))
     } else if !opts.allow_prune
-        && vanished.len() > crate::PRUNE_GUARD_MIN
-        && vanished.len() * 2 > own.len()
+        && counts.vanished > crate::PRUNE_GUARD_MIN
+        && counts.vanished * 2 > counts.own
     {
         Some(format!(
             "refusing to remove {} of the {} documents of collection `{collection}` (more than \
              half are gone from {root_shown}); nothing was changed. If they were deleted on \
              purpose, run again with --allow-prune",
-            vanished.len(),
-            own.len()
+            counts.vanished, counts.own
         ))
-    } else if report.coverage.documents < opts.register_guard {
+    } else if counts.coverage < opts.register_guard {
         Some(format!(
             "only {} of {} files registered ({:.1}% < {:.0}%); index left unchanged",
-            docs.len(),
-            candidates,
-            report.coverage.documents * 100.0,
+            counts.registered,
+            counts.candidates,
+            counts.coverage * 100.0,
             opts.register_guard * 100.0
         ))
     } else {
         None
-    };
-    Ok(Registered {
-        docs,
-        issues,
-        stored_docs,
-        vanished,
-        failure,
-    })
+    }
 }
 
 /// Phase B: write the documents through the [`DocumentWriter`], judge the index guard, and

@@ -6,10 +6,12 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
-use bib_app::Settings;
+use bib_app::{AskSettings, Settings};
 use bib_embed::Embedder;
 use bib_retrieve::synth::SynthConfig;
-use bib_retrieve::{log_entry, EmbeddingCache, Mode, Retriever, StoreIndex};
+use bib_retrieve::{
+    log_entry, EmbeddingCache, Filter, Mode, RetrieveOptions, Retriever, StoreIndex,
+};
 use bib_store::read::{Excerpt, KbStatus, LineRange};
 use bib_store::{ChunkWrite, DocRecord, DocumentChange, Store};
 use bib_text::chunk::{chunk_hash, doc_prefix};
@@ -390,6 +392,169 @@ fn index_chunks_prune(a: &IndexChunksArgs) -> Result<BTreeMap<i64, u32>, Service
     Ok(keep)
 }
 
+/// What every node of one `index_chunks` call shares: the registered documents by node id
+/// as read under the write lock, the prunes (`keep_count` by node), the model (none when the
+/// call writes no chunks) and the request's deadline.
+struct IndexChunksCall<'a> {
+    docs: &'a HashMap<i64, DocRecord>,
+    keep: &'a BTreeMap<i64, u32>,
+    embedder: Option<&'a CancelEmbedder<'a>>,
+    work: &'a Work,
+}
+
+/// The chunk arguments of an `index_chunks` call grouped by node, in request order within
+/// each node.
+fn chunk_arguments_by_node(
+    chunks: &[crate::args::ChunkArg],
+) -> BTreeMap<i64, Vec<&crate::args::ChunkArg>> {
+    let mut by_node: BTreeMap<i64, Vec<&crate::args::ChunkArg>> = BTreeMap::new();
+    for c in chunks {
+        by_node.entry(c.node_id).or_default().push(c);
+    }
+    by_node
+}
+
+/// The nodes an `index_chunks` call visits, in order: the nodes with chunks by node id, then
+/// the nodes that are only pruned, by node id.
+fn nodes_of_index_chunks(
+    by_node: &BTreeMap<i64, Vec<&crate::args::ChunkArg>>,
+    keep: &BTreeMap<i64, u32>,
+) -> Vec<i64> {
+    let mut nodes: Vec<i64> = by_node.keys().copied().collect();
+    nodes.extend(keep.keys().filter(|k| !by_node.contains_key(*k)));
+    nodes
+}
+
+/// A document's chunk count once `chunks` are written (it grows to cover the highest index
+/// written) and its prune applied (`keep` caps it).
+fn chunk_count_after_index_and_prune(
+    doc: &DocRecord,
+    chunks: &[&crate::args::ChunkArg],
+    keep: Option<&u32>,
+) -> u32 {
+    let highest = chunks.iter().map(|c| c.chunk_index + 1).max().unwrap_or(0);
+    let span = doc.chunk_count.max(highest);
+    keep.map_or(span, |&k| k.min(span))
+}
+
+/// The store change that writes `upserts` into a registered document and sets its chunk
+/// count, leaving the document itself (title, metadata, hash, source) as stored.
+fn chunk_change_of_document(
+    doc: &DocRecord,
+    chunk_count: u32,
+    upserts: Vec<ChunkWrite>,
+) -> DocumentChange {
+    DocumentChange {
+        path: doc.path.clone(),
+        collection: doc.collection.clone(),
+        title: doc.title.clone(),
+        metadata: doc.metadata.clone(),
+        content_hash: doc.content_hash.clone(),
+        chunk_count,
+        upserts,
+        // Same content hash: the stored source, if any, stays true.
+        source: None,
+    }
+}
+
+/// Check an ask's own arguments before anything is read (the query's size, `top_k`, the
+/// trimming threshold and window, the filter keys), naming the field at fault.
+fn check_ask_arguments(a: &AskArgs) -> Result<(), ServiceError> {
+    check_query("query", &a.query)?;
+    if let Some(k) = a.top_k {
+        if k == 0 || k > MAX_TOP_K {
+            return Err(ServiceError::invalid(
+                "top_k",
+                format!("{k} is not in 1..={MAX_TOP_K}"),
+            ));
+        }
+    }
+    if let Some(t) = a.trim_threshold {
+        if !t.is_finite() || !(-1.0..=1.0).contains(&t) {
+            return Err(ServiceError::invalid(
+                "trim_threshold",
+                format!("{t} is not a cosine in [-1, 1]"),
+            ));
+        }
+    }
+    if let Some(w) = a.trim_window {
+        if w > 50 {
+            return Err(ServiceError::invalid(
+                "trim_window",
+                format!("{w} is over 50"),
+            ));
+        }
+    }
+    if let Some(m) = &a.filters {
+        if let Some(k) = m.keys().find(|k| k.trim().is_empty() || k.contains('=')) {
+            return Err(ServiceError::invalid("filters", format!("bad key `{k}`")));
+        }
+    }
+    Ok(())
+}
+
+/// The ranked results of a retrieval as an ask lists them (1-based ranks, citations, the
+/// scores of each list), each with its passage when `passages` holds one for its chunk.
+fn ask_hits_of_retrieval(
+    r: &bib_retrieve::RetrievalResult,
+    passages: &mut HashMap<i64, PassageOut>,
+) -> Vec<AskHit> {
+    r.chunks
+        .iter()
+        .enumerate()
+        .map(|(i, c)| AskHit {
+            rank: i + 1,
+            chunk_id: c.chunk.id,
+            node_id: c.chunk.citation.node_id,
+            path: c.chunk.path.clone(),
+            collection: c.chunk.citation.collection.clone(),
+            line_start: c.chunk.citation.line_start,
+            line_end: c.chunk.citation.line_end,
+            chunk_index: c.chunk.chunk_index as u32,
+            title: c.chunk.title.clone(),
+            heading_path: c.chunk.heading_path.clone(),
+            content: c.chunk.content.clone(),
+            score: c.score,
+            bm25_rank: c.bm25.map(|h| h.rank),
+            bm25_score: c.bm25.map(|h| h.score),
+            vector_rank: c.vector.map(|h| h.rank),
+            vector_score: c.vector.map(|h| h.score),
+            sentences_total: c.trim.as_ref().map(|t| t.sentences_total),
+            sentences_kept: c.trim.as_ref().map(|t| t.sentences_kept.len()),
+            passage: passages.remove(&c.chunk.id),
+        })
+        .collect()
+}
+
+/// The output of an ask: the options it ran with, the retrieval's token counts, timing and
+/// relevance verdict, and its `results`.
+fn ask_output_of_retrieval(
+    r: &bib_retrieve::RetrievalResult,
+    opts: &RetrieveOptions,
+    filters: Vec<String>,
+    results: Vec<AskHit>,
+) -> AskOutput {
+    AskOutput {
+        query: r.query.clone(),
+        mode: r.mode.as_str().to_string(),
+        top_k: opts.top_k,
+        trim: opts.trim.is_some(),
+        trim_threshold: opts.trim.map(|t| t.threshold),
+        trim_window: opts.trim.map(|t| t.window),
+        filters,
+        tokens_before: r.tokens_before,
+        tokens_in_context: r.tokens_in_context,
+        exact_tokens_before: r.exact_tokens_before,
+        exact_tokens_in_context: r.exact_tokens_in_context,
+        took_ms: r.timings.total_ms,
+        no_good_match: r.relevance.no_good_match,
+        best_cosine: r.relevance.best_cosine,
+        relevance_floor: r.relevance.floor,
+        trim_dropped: r.trim_dropped,
+        results,
+    }
+}
+
 impl Service {
     /// A service over `store`. `embedder` is `Err(reason)` when no model could be loaded: BM25
     /// asks still work, everything needing vectors answers `not_available` with the reason.
@@ -430,7 +595,7 @@ impl Service {
             bib_app::model::load_embedder(&model_id)
                 .map(Arc::from)
                 .map_err(|e| {
-                    let reason = e.to_string();
+                    let reason = bib_store::error_chain(&e);
                     warn(&reason);
                     reason
                 })
@@ -514,46 +679,40 @@ impl Service {
         })
     }
 
+    /// An ask from its request to its output: check the arguments, lay them over the
+    /// process's settings, retrieve (the query is logged), and turn the retrieval into the
+    /// output. The retrieval itself is returned too ([`Service::answer`] synthesizes from it).
     fn run_ask(
         &self,
         a: AskArgs,
         work: &Work,
     ) -> Result<(AskOutput, bib_retrieve::RetrievalResult), ServiceError> {
-        check_query("query", &a.query)?;
-        if let Some(k) = a.top_k {
-            if k == 0 || k > MAX_TOP_K {
-                return Err(ServiceError::invalid(
-                    "top_k",
-                    format!("{k} is not in 1..={MAX_TOP_K}"),
-                ));
-            }
-        }
-        if let Some(t) = a.trim_threshold {
-            if !t.is_finite() || !(-1.0..=1.0).contains(&t) {
-                return Err(ServiceError::invalid(
-                    "trim_threshold",
-                    format!("{t} is not a cosine in [-1, 1]"),
-                ));
-            }
-        }
-        if let Some(w) = a.trim_window {
-            if w > 50 {
-                return Err(ServiceError::invalid(
-                    "trim_window",
-                    format!("{w} is over 50"),
-                ));
-            }
-        }
+        check_ask_arguments(&a)?;
+        let ask = self.ask_settings_of_request(&a)?;
+        let mut filter = ask.filter()?;
+        filter.collections = a.collections.clone().unwrap_or_default();
+        let opts = &ask.retrieve_options();
+        self.check_embedder_for_retrieve_options(opts)?;
+        let index = StoreIndex::new(self.store.as_ref());
+        let r = self.retrieve_and_log_query(&index, &a.query, opts, &filter, work)?;
+        let mut passages = if a.passages.unwrap_or(false) {
+            self.passages(&index, &r)?
+        } else {
+            HashMap::new()
+        };
+        let results = ask_hits_of_retrieval(&r, &mut passages);
+        let output = ask_output_of_retrieval(&r, opts, ask.filters.clone(), results);
+        Ok((output, r))
+    }
+
+    /// The process's ask settings with the request's own arguments laid over them, checked
+    /// as a whole (`validate`), so a request cannot reach a combination the settings refuse.
+    fn ask_settings_of_request(&self, a: &AskArgs) -> Result<AskSettings, ServiceError> {
         let filters = a.filters.as_ref().map(|m| {
             m.iter()
                 .map(|(k, v)| format!("{k}={v}"))
                 .collect::<Vec<_>>()
         });
-        if let Some(m) = &a.filters {
-            if let Some(k) = m.keys().find(|k| k.trim().is_empty() || k.contains('=')) {
-                return Err(ServiceError::invalid("filters", format!("bad key `{k}`")));
-            }
-        }
         // The request's arguments over the process's settings.
         let mut ask = self.settings.ask.clone();
         ask.top_k = a.top_k.unwrap_or(ask.top_k);
@@ -565,82 +724,51 @@ impl Service {
             ask.filters = f;
         }
         ask.validate()?;
-        let mut filter = ask.filter()?;
-        filter.collections = a.collections.clone().unwrap_or_default();
-        let opts = &ask.retrieve_options();
+        Ok(ask)
+    }
+
+    /// Refuse, before anything is retrieved, a retrieval that needs the embedding model
+    /// (vector mode, trimming) when none is loaded: `not_available` with the reason.
+    fn check_embedder_for_retrieve_options(
+        &self,
+        opts: &RetrieveOptions,
+    ) -> Result<(), ServiceError> {
         if opts.mode == Mode::Vector {
             self.need_embedder("mode `vector`")?;
         }
         if opts.trim.is_some() {
             self.need_embedder("trimming")?;
         }
-        let index = StoreIndex::new(self.store.as_ref());
+        Ok(())
+    }
+
+    /// Run the retrieval over `index` with the model wrapped so a cancelled request stops
+    /// embedding, answer a cancellation before the retrieval's own result, and log the query
+    /// (a log that cannot be written is only a warning: the answer does not depend on it).
+    fn retrieve_and_log_query(
+        &self,
+        index: &StoreIndex<'_>,
+        query: &str,
+        opts: &RetrieveOptions,
+        filter: &Filter,
+        work: &Work,
+    ) -> Result<bib_retrieve::RetrievalResult, ServiceError> {
         let embedder = self
             .embedder
             .as_deref()
             .map(|inner| CancelEmbedder { inner, work });
         let retriever = Retriever::new(
-            &index,
+            index,
             embedder.as_ref().map(|e| e as &dyn Embedder),
             &self.cache,
         );
-        let r = retriever.retrieve(&a.query, opts, &filter);
+        let r = retriever.retrieve(query, opts, filter);
         work.check()?;
         let r = r?;
-        if let Err(e) = self.store.log_query(&log_entry(&r, opts, &filter)) {
+        if let Err(e) = self.store.log_query(&log_entry(&r, opts, filter)) {
             tracing::warn!("could not write the query log: {e}");
         }
-        let mut passages = if a.passages.unwrap_or(false) {
-            self.passages(&index, &r)?
-        } else {
-            HashMap::new()
-        };
-        let results = r
-            .chunks
-            .iter()
-            .enumerate()
-            .map(|(i, c)| AskHit {
-                rank: i + 1,
-                chunk_id: c.chunk.id,
-                node_id: c.chunk.citation.node_id,
-                path: c.chunk.path.clone(),
-                collection: c.chunk.citation.collection.clone(),
-                line_start: c.chunk.citation.line_start,
-                line_end: c.chunk.citation.line_end,
-                chunk_index: c.chunk.chunk_index as u32,
-                title: c.chunk.title.clone(),
-                heading_path: c.chunk.heading_path.clone(),
-                content: c.chunk.content.clone(),
-                score: c.score,
-                bm25_rank: c.bm25.map(|h| h.rank),
-                bm25_score: c.bm25.map(|h| h.score),
-                vector_rank: c.vector.map(|h| h.rank),
-                vector_score: c.vector.map(|h| h.score),
-                sentences_total: c.trim.as_ref().map(|t| t.sentences_total),
-                sentences_kept: c.trim.as_ref().map(|t| t.sentences_kept.len()),
-                passage: passages.remove(&c.chunk.id),
-            })
-            .collect();
-        let output = AskOutput {
-            query: r.query.clone(),
-            mode: r.mode.as_str().to_string(),
-            top_k: opts.top_k,
-            trim: opts.trim.is_some(),
-            trim_threshold: opts.trim.map(|t| t.threshold),
-            trim_window: opts.trim.map(|t| t.window),
-            filters: ask.filters.clone(),
-            tokens_before: r.tokens_before,
-            tokens_in_context: r.tokens_in_context,
-            exact_tokens_before: r.exact_tokens_before,
-            exact_tokens_in_context: r.exact_tokens_in_context,
-            took_ms: r.timings.total_ms,
-            no_good_match: r.relevance.no_good_match,
-            best_cosine: r.relevance.best_cosine,
-            relevance_floor: r.relevance.floor,
-            trim_dropped: r.trim_dropped,
-            results,
-        };
-        Ok((output, r))
+        Ok(r)
     }
 
     /// Each result's whole text cut into sentences, marked kept or removed, by chunk id. The
@@ -1022,105 +1150,17 @@ impl Service {
             .into_iter()
             .map(|d| (d.node_id, d))
             .collect();
-        let mut by_node: BTreeMap<i64, Vec<&crate::args::ChunkArg>> = BTreeMap::new();
-        for c in &a.chunks {
-            by_node.entry(c.node_id).or_default().push(c);
-        }
+        let by_node = chunk_arguments_by_node(&a.chunks);
         let mut out = IndexOutput::default();
-        let mut nodes: Vec<i64> = by_node.keys().copied().collect();
-        nodes.extend(keep.keys().filter(|k| !by_node.contains_key(*k)));
-        for node in nodes {
+        let call = IndexChunksCall {
+            docs: &docs,
+            keep: &keep,
+            embedder,
+            work,
+        };
+        for node in nodes_of_index_chunks(&by_node, &keep) {
             let chunks = by_node.get(&node).map(Vec::as_slice).unwrap_or(&[]);
-            let Some(doc) = docs.get(&node) else {
-                out.errors += chunks.len().max(1) as u64;
-                out.error_details.push(IndexIssue {
-                    node_id: node,
-                    reason: "no such document: register it first".into(),
-                });
-                continue;
-            };
-            // The stored states of this document only (`(hash, model)` by chunk index).
-            let old: HashMap<u32, (String, String)> = if chunks.is_empty() {
-                HashMap::new()
-            } else {
-                self.store
-                    .chunk_states_of(&doc.path)?
-                    .into_iter()
-                    .map(|s| (s.chunk_index, (s.content_hash, s.model_id)))
-                    .collect()
-            };
-            let mut todo = Vec::new();
-            for c in chunks {
-                let heading_path = c.heading_path.clone().unwrap_or_default();
-                let prefix = doc_prefix(&doc.title, &heading_path);
-                let hash = chunk_hash(&prefix, &c.content);
-                let same = old.get(&c.chunk_index).is_some_and(|(h, m)| {
-                    *h == hash && embedder.is_some_and(|e| e.model_id() == m.as_str())
-                });
-                if same {
-                    out.chunks_skipped += 1;
-                    continue;
-                }
-                todo.push(Pending {
-                    index: c.chunk_index,
-                    prefix,
-                    heading_path,
-                    content: c.content.clone(),
-                    hash,
-                    span: (0, 0),
-                    lines: (0, 0),
-                });
-            }
-            let n_todo = todo.len() as u64;
-            work.check()?;
-            let upserts = match embedder {
-                Some(e) if !todo.is_empty() => match self.embed_pending(e, todo) {
-                    Ok(w) => w,
-                    Err(err) => {
-                        out.errors += n_todo;
-                        out.error_details.push(IndexIssue {
-                            node_id: node,
-                            reason: err.message,
-                        });
-                        continue;
-                    }
-                },
-                _ => Vec::new(),
-            };
-            let highest = chunks.iter().map(|c| c.chunk_index + 1).max().unwrap_or(0);
-            let span = doc.chunk_count.max(highest);
-            let chunk_count = keep.get(&node).map_or(span, |&k| k.min(span));
-            if upserts.is_empty() && chunk_count == doc.chunk_count {
-                continue;
-            }
-            let change = DocumentChange {
-                path: doc.path.clone(),
-                collection: doc.collection.clone(),
-                title: doc.title.clone(),
-                metadata: doc.metadata.clone(),
-                content_hash: doc.content_hash.clone(),
-                chunk_count,
-                upserts,
-                // Same content hash: the stored source, if any, stays true.
-                source: None,
-            };
-            // A deadline that passes before the first write stops everything; once a write
-            // started, the rest of the call runs to its end (see `crate::work`).
-            work.begin_commit()?;
-            match self.store.apply_document(&change) {
-                Ok(o) => {
-                    out.chunks_created += o.created as u64;
-                    out.chunks_updated += o.updated as u64;
-                    out.chunks_pruned += o.pruned as u64;
-                }
-                Err(err) => {
-                    out.errors += n_todo.max(1);
-                    out.error_details.push(IndexIssue {
-                        node_id: node,
-                        reason: format!("store: {err}"),
-                    });
-                }
-            }
+            self.index_chunks_of_node(&call, node, chunks, &mut out)?;
         }
         tracing::info!(
             created = out.chunks_created,
@@ -1131,6 +1171,125 @@ impl Service {
             "indexed chunks"
         );
         Ok(out)
+    }
+
+    /// Index one node's chunks and apply its prune, under the caller's write lock. A node
+    /// that is not a registered document, a failed embedding and a failed write are counted
+    /// in `out` and the call goes on with the next node; a cancellation or a failed store
+    /// read ends the whole call.
+    fn index_chunks_of_node(
+        &self,
+        call: &IndexChunksCall<'_>,
+        node: i64,
+        chunks: &[&crate::args::ChunkArg],
+        out: &mut IndexOutput,
+    ) -> Result<(), ServiceError> {
+        let Some(doc) = call.docs.get(&node) else {
+            out.errors += chunks.len().max(1) as u64;
+            out.error_details.push(IndexIssue {
+                node_id: node,
+                reason: "no such document: register it first".into(),
+            });
+            return Ok(());
+        };
+        let todo = self.pending_chunks_of_document(doc, chunks, call.embedder, out)?;
+        let n_todo = todo.len() as u64;
+        call.work.check()?;
+        let upserts = match call.embedder {
+            Some(e) if !todo.is_empty() => match self.embed_pending(e, todo) {
+                Ok(w) => w,
+                Err(err) => {
+                    out.errors += n_todo;
+                    out.error_details.push(IndexIssue {
+                        node_id: node,
+                        reason: err.message,
+                    });
+                    return Ok(());
+                }
+            },
+            _ => Vec::new(),
+        };
+        let chunk_count = chunk_count_after_index_and_prune(doc, chunks, call.keep.get(&node));
+        if upserts.is_empty() && chunk_count == doc.chunk_count {
+            return Ok(());
+        }
+        let change = chunk_change_of_document(doc, chunk_count, upserts);
+        self.apply_indexed_chunks(&change, node, n_todo, call.work, out)
+    }
+
+    /// The chunks of `doc` that need embedding and writing: those whose hash (of prefix and
+    /// content) or model differs from the stored chunk at the same index. The others are
+    /// counted as skipped in `out` and not re-embedded.
+    fn pending_chunks_of_document(
+        &self,
+        doc: &DocRecord,
+        chunks: &[&crate::args::ChunkArg],
+        embedder: Option<&CancelEmbedder<'_>>,
+        out: &mut IndexOutput,
+    ) -> Result<Vec<Pending>, ServiceError> {
+        // The stored states of this document only (`(hash, model)` by chunk index).
+        let old: HashMap<u32, (String, String)> = if chunks.is_empty() {
+            HashMap::new()
+        } else {
+            self.store
+                .chunk_states_of(&doc.path)?
+                .into_iter()
+                .map(|s| (s.chunk_index, (s.content_hash, s.model_id)))
+                .collect()
+        };
+        let mut todo = Vec::new();
+        for c in chunks {
+            let heading_path = c.heading_path.clone().unwrap_or_default();
+            let prefix = doc_prefix(&doc.title, &heading_path);
+            let hash = chunk_hash(&prefix, &c.content);
+            let same = old.get(&c.chunk_index).is_some_and(|(h, m)| {
+                *h == hash && embedder.is_some_and(|e| e.model_id() == m.as_str())
+            });
+            if same {
+                out.chunks_skipped += 1;
+                continue;
+            }
+            todo.push(Pending {
+                index: c.chunk_index,
+                prefix,
+                heading_path,
+                content: c.content.clone(),
+                hash,
+                span: (0, 0),
+                lines: (0, 0),
+            });
+        }
+        Ok(todo)
+    }
+
+    /// Write one document's chunk change past the commit gate, and count what the store did,
+    /// or its failure (against the chunks that were to be written, at least one).
+    fn apply_indexed_chunks(
+        &self,
+        change: &DocumentChange,
+        node: i64,
+        n_todo: u64,
+        work: &Work,
+        out: &mut IndexOutput,
+    ) -> Result<(), ServiceError> {
+        // A deadline that passes before the first write stops everything; once a write
+        // started, the rest of the call runs to its end (see `crate::work`).
+        work.begin_commit()?;
+        match self.store.apply_document(change) {
+            Ok(o) => {
+                out.chunks_created += o.created as u64;
+                out.chunks_updated += o.updated as u64;
+                out.chunks_pruned += o.pruned as u64;
+            }
+            Err(err) => {
+                out.errors += n_todo.max(1);
+                out.error_details.push(IndexIssue {
+                    node_id: node,
+                    reason: format!("store: {}", bib_store::error_chain(&err)),
+                });
+            }
+        }
+        Ok(())
     }
 
     // ── pack ─────────────────────────────────────────────────────────────────────────

@@ -11,7 +11,10 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use anyhow::{bail, Context};
-use bib_store::{ChunkId, DocumentChange, RunStatus, Store, StoreError};
+use bib_store::{
+    ChunkId, ChunkRecord, ChunkWrite, DocRecord, DocumentChange, RunStatus, Store, StoreError,
+};
+use bib_store_pg::PgStore;
 
 use bib_app::StoreSpec;
 
@@ -75,6 +78,31 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             sqlite_target.as_ref()
         }
     };
+    check_target_is_empty(dst)?;
+    let mut sum = Summary {
+        from: src.location(),
+        to: dst.location(),
+        ..Summary::default()
+    };
+    let copy = Migration {
+        src: src.as_ref(),
+        dst,
+        pg_target: pg_target.as_ref(),
+    };
+
+    // Documents, chunks and vectors.
+    let old_ids = copy.copy_documents(&mut sum)?;
+    // The translation of chunk ids for the query log.
+    let new_ids = copy.target_chunk_ids()?;
+    copy.copy_runs(&mut sum)?;
+    copy.copy_query_log(&old_ids, &new_ids, &mut sum)?;
+    copy.verify_target(&sum)?;
+    sum.seconds = t0.elapsed().as_secs_f64();
+    print_summary(&sum, args.json)
+}
+
+/// Refuse a target that already holds documents: a migration only fills an empty store.
+fn check_target_is_empty(dst: &dyn Store) -> anyhow::Result<()> {
     let existing = dst.documents().context("reading the target")?;
     if !existing.is_empty() {
         bail!(
@@ -84,29 +112,69 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             existing.len()
         );
     }
-    let mut sum = Summary {
-        from: src.location(),
-        to: dst.location(),
-        ..Summary::default()
-    };
+    Ok(())
+}
 
-    // Documents, chunks and vectors.
-    let mut old_ids: HashMap<ChunkId, (String, u32)> = HashMap::new();
-    for doc in src.documents()? {
-        let chunks = src.document_chunks(&doc.path)?;
-        if chunks.len() as u32 != doc.chunk_count {
-            bail!(
-                "{}: the source is incoherent ({} chunks stored, {} expected); run `bib ingest` \
-                 on it first",
-                doc.path,
-                chunks.len(),
-                doc.chunk_count
-            );
+/// The two stores of one migration. `pg_target` is the target again as its concrete
+/// PostgreSQL type when it is one (it can import runs with their original times and build
+/// its vector indexes).
+struct Migration<'a> {
+    src: &'a dyn Store,
+    dst: &'a dyn Store,
+    pg_target: Option<&'a PgStore>,
+}
+
+impl Migration<'_> {
+    /// Copy every document with its chunks and vectors, one store transaction per document
+    /// (so the target is never half a document), counting them in `sum`. Returns each
+    /// source chunk id's `(path, chunk_index)`, to translate the query log's ids.
+    fn copy_documents(&self, sum: &mut Summary) -> anyhow::Result<HashMap<ChunkId, (String, u32)>> {
+        let src = self.src;
+        let mut old_ids: HashMap<ChunkId, (String, u32)> = HashMap::new();
+        for doc in src.documents()? {
+            let chunks = src.document_chunks(&doc.path)?;
+            if chunks.len() as u32 != doc.chunk_count {
+                bail!(
+                    "{}: the source is incoherent ({} chunks stored, {} expected); run `bib \
+                     ingest` on it first",
+                    doc.path,
+                    chunks.len(),
+                    doc.chunk_count
+                );
+            }
+            let upserts = self.chunk_writes_with_vectors(&doc, &chunks, &mut old_ids)?;
+            let change = DocumentChange {
+                path: doc.path.clone(),
+                collection: doc.collection.clone(),
+                title: doc.title.clone(),
+                metadata: doc.metadata.clone(),
+                content_hash: doc.content_hash.clone(),
+                chunk_count: doc.chunk_count,
+                upserts,
+                source: src.document_source(&doc.path)?,
+            };
+            self.dst
+                .apply_document(&change)
+                .with_context(|| format!("copying {}", doc.path))?;
+            sum.documents += 1;
+            sum.chunks += chunks.len() as u64;
         }
+        Ok(old_ids)
+    }
+
+    /// The source chunks of `doc` as writes for the target, each with its source vector (a
+    /// chunk without one is an error: the target would answer without it). Records each
+    /// chunk's `(path, chunk_index)` by its source id in `old_ids`.
+    fn chunk_writes_with_vectors(
+        &self,
+        doc: &DocRecord,
+        chunks: &[ChunkRecord],
+        old_ids: &mut HashMap<ChunkId, (String, u32)>,
+    ) -> anyhow::Result<Vec<ChunkWrite>> {
         let ids: Vec<ChunkId> = chunks.iter().map(|c| c.id).collect();
-        let vectors: HashMap<ChunkId, Vec<f32>> = src.get_vectors(&ids)?.into_iter().collect();
+        let vectors: HashMap<ChunkId, Vec<f32>> = self.src.get_vectors(&ids)?.into_iter().collect();
         let mut upserts = Vec::with_capacity(chunks.len());
-        for c in &chunks {
+        for c in chunks {
             let Some(v) = vectors.get(&c.id) else {
                 bail!(
                     "{}: chunk {} has no vector in the source",
@@ -115,7 +183,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 );
             };
             old_ids.insert(c.id, (doc.path.clone(), c.chunk_index));
-            upserts.push(bib_store::ChunkWrite {
+            upserts.push(ChunkWrite {
                 chunk_index: c.chunk_index,
                 prefix: c.prefix.clone(),
                 heading_path: c.heading_path.clone(),
@@ -131,82 +199,101 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 embedding: v.clone(),
             });
         }
-        let change = DocumentChange {
-            path: doc.path.clone(),
-            collection: doc.collection.clone(),
-            title: doc.title.clone(),
-            metadata: doc.metadata.clone(),
-            content_hash: doc.content_hash.clone(),
-            chunk_count: doc.chunk_count,
-            upserts,
-            source: src.document_source(&doc.path)?,
-        };
-        dst.apply_document(&change)
-            .with_context(|| format!("copying {}", doc.path))?;
-        sum.documents += 1;
-        sum.chunks += chunks.len() as u64;
+        Ok(upserts)
     }
 
-    // The translation of chunk ids for the query log.
-    let mut new_ids: HashMap<(String, u32), ChunkId> = HashMap::new();
-    for doc in dst.documents()? {
-        for c in dst.document_chunks(&doc.path)? {
-            new_ids.insert((doc.path.clone(), c.chunk_index), c.id);
-        }
-    }
-
-    // Runs, oldest first, so ids keep their order.
-    let mut runs = src.runs(usize::MAX)?;
-    runs.reverse();
-    for r in &runs {
-        match &pg_target {
-            Some(p) => {
-                p.import_run(r)?;
+    /// Each target chunk's id by `(path, chunk_index)`, read back after the documents were
+    /// copied (the target numbers its chunks itself).
+    fn target_chunk_ids(&self) -> anyhow::Result<HashMap<(String, u32), ChunkId>> {
+        let dst = self.dst;
+        let mut new_ids: HashMap<(String, u32), ChunkId> = HashMap::new();
+        for doc in dst.documents()? {
+            for c in dst.document_chunks(&doc.path)? {
+                new_ids.insert((doc.path.clone(), c.chunk_index), c.id);
             }
-            None => {
-                let id = dst.begin_run(&r.record)?;
-                if r.status != RunStatus::Running {
-                    dst.finish_run(id, r.status, &r.record)?;
+        }
+        Ok(new_ids)
+    }
+
+    /// Copy the ingest runs, oldest first so ids keep their order: PostgreSQL imports them
+    /// with their original times, other targets begin (and finish, unless still running)
+    /// each anew.
+    fn copy_runs(&self, sum: &mut Summary) -> anyhow::Result<()> {
+        let dst = self.dst;
+        // Runs, oldest first, so ids keep their order.
+        let mut runs = self.src.runs(usize::MAX)?;
+        runs.reverse();
+        for r in &runs {
+            match self.pg_target {
+                Some(p) => {
+                    p.import_run(r)?;
+                }
+                None => {
+                    let id = dst.begin_run(&r.record)?;
+                    if r.status != RunStatus::Running {
+                        dst.finish_run(id, r.status, &r.record)?;
+                    }
                 }
             }
+            sum.runs += 1;
         }
-        sum.runs += 1;
+        Ok(())
     }
 
-    // Query log, oldest first, chunk ids translated (entries for vanished chunks dropped).
-    let mut queries = src.recent_queries(usize::MAX)?;
-    queries.reverse();
-    for mut q in queries {
-        let mut ids = Vec::with_capacity(q.chunk_ids.len());
-        let mut scores = Vec::with_capacity(q.scores.len());
-        for (i, old) in q.chunk_ids.iter().enumerate() {
-            if let Some(new) = old_ids.get(old).and_then(|k| new_ids.get(k)) {
-                ids.push(*new);
-                if let Some(s) = q.scores.get(i) {
-                    scores.push(*s);
+    /// Copy the query log, oldest first, with its chunk ids translated from source to target
+    /// ids (`old_ids` then `new_ids`); ids of chunks that are gone are dropped with their
+    /// scores.
+    fn copy_query_log(
+        &self,
+        old_ids: &HashMap<ChunkId, (String, u32)>,
+        new_ids: &HashMap<(String, u32), ChunkId>,
+        sum: &mut Summary,
+    ) -> anyhow::Result<()> {
+        // Query log, oldest first, chunk ids translated (entries for vanished chunks dropped).
+        let mut queries = self.src.recent_queries(usize::MAX)?;
+        queries.reverse();
+        for mut q in queries {
+            let mut ids = Vec::with_capacity(q.chunk_ids.len());
+            let mut scores = Vec::with_capacity(q.scores.len());
+            for (i, old) in q.chunk_ids.iter().enumerate() {
+                if let Some(new) = old_ids.get(old).and_then(|k| new_ids.get(k)) {
+                    ids.push(*new);
+                    if let Some(s) = q.scores.get(i) {
+                        scores.push(*s);
+                    }
                 }
             }
+            q.chunk_ids = ids;
+            q.scores = scores;
+            self.dst.log_query(&q)?;
+            sum.queries += 1;
         }
-        q.chunk_ids = ids;
-        q.scores = scores;
-        dst.log_query(&q)?;
-        sum.queries += 1;
+        Ok(())
     }
 
-    if let Some(p) = &pg_target {
-        p.ensure_hnsw_indexes()?;
+    /// Build PostgreSQL's vector indexes, then audit the target: it must be coherent and
+    /// hold exactly the documents and chunks copied.
+    fn verify_target(&self, sum: &Summary) -> anyhow::Result<()> {
+        let dst = self.dst;
+        if let Some(p) = self.pg_target {
+            p.ensure_hnsw_indexes()?;
+        }
+        let audit = dst.audit()?;
+        if !audit.coherent || audit.documents != sum.documents || audit.chunks != sum.chunks {
+            return Err(StoreError::Corrupt {
+                what: dst.location(),
+                reason: format!("the copy does not check out: {audit:?}"),
+            })
+            .context("verifying the target");
+        }
+        Ok(())
     }
-    let audit = dst.audit()?;
-    if !audit.coherent || audit.documents != sum.documents || audit.chunks != sum.chunks {
-        return Err(StoreError::Corrupt {
-            what: dst.location(),
-            reason: format!("the copy does not check out: {audit:?}"),
-        })
-        .context("verifying the target");
-    }
-    sum.seconds = t0.elapsed().as_secs_f64();
-    if args.json {
-        println!("{}", serde_json::to_string(&sum)?);
+}
+
+/// Print the summary: one JSON object with `--json`, else one line.
+fn print_summary(sum: &Summary, json: bool) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string(sum)?);
     } else {
         println!(
             "migrated {} documents, {} chunks, {} runs, {} logged queries from {} to {} in {:.1}s",
