@@ -123,161 +123,253 @@ pub fn parse_history(json: &str) -> Result<Vec<Message>, InputError> {
 
 /// Parse a history from an already-parsed JSON value.
 pub fn history_from_value(v: &Value) -> Result<Vec<Message>, InputError> {
-    let arr = match v {
-        Value::Array(a) => a,
-        Value::Object(o) => match o.get("messages") {
-            Some(Value::Array(a)) => a,
-            Some(other) => return Err(InputError::TopLevel(kind(other))),
-            None => return Err(InputError::TopLevel("an object without `messages`")),
-        },
-        other => return Err(InputError::TopLevel(kind(other))),
+    let arr = top_level_messages(v)?;
+    let mut placer = MessagePlacer {
+        out: Vec::with_capacity(arr.len()),
+        pending: Vec::new(),
     };
-    let mut out = Vec::with_capacity(arr.len());
-    // tool_use id → index in `out` of a call still waiting for its result
-    let mut pending: Vec<(String, Message)> = Vec::new();
     for (index, m) in arr.iter().enumerate() {
-        let err = |reason: String| InputError::Message { index, reason };
-        let obj = m
-            .as_object()
-            .ok_or_else(|| err(format!("must be an object, found {}", kind(m))))?;
-        let role = match obj.get("role") {
-            Some(Value::String(r)) if r.trim().is_empty() => {
-                return Err(err("field `role` is empty".into()))
+        let read = read_message(m).map_err(|reason| InputError::Message { index, reason })?;
+        placer.place(read);
+    }
+    Ok(placer.finish())
+}
+
+/// The array of messages: the top level itself, or the `messages` field of an object.
+fn top_level_messages(v: &Value) -> Result<&Vec<Value>, InputError> {
+    match v {
+        Value::Array(a) => Ok(a),
+        Value::Object(o) => match o.get("messages") {
+            Some(Value::Array(a)) => Ok(a),
+            Some(other) => Err(InputError::TopLevel(kind(other))),
+            None => Err(InputError::TopLevel("an object without `messages`")),
+        },
+        other => Err(InputError::TopLevel(kind(other))),
+    }
+}
+
+/// One input message, read and flattened but not yet placed in the output.
+struct ReadMessage {
+    role: String,
+    ts: Option<i64>,
+    /// Whether `content` was a plain string (an empty string still makes a message).
+    content_is_string: bool,
+    /// `tool_call_id`, read for `tool` and `function` messages.
+    tool_call_id: Option<String>,
+    content: FlatContent,
+}
+
+/// A message's content blocks and tool calls, flattened to text.
+#[derive(Default)]
+struct FlatContent {
+    texts: Vec<String>,
+    /// `tool_result` blocks: (the `tool_use_id` they answer, the prefixed text).
+    results: Vec<(Option<String>, String)>,
+    /// `tool_use` blocks and OpenAI `tool_calls`: (the call's id, the rendered call).
+    calls: Vec<(Option<String>, String)>,
+}
+
+/// Read one message object: role, time, content blocks and OpenAI tool calls, in that order,
+/// so the first problem found is the one reported (the error is the reason, without the
+/// message's index).
+fn read_message(m: &Value) -> Result<ReadMessage, String> {
+    let obj = m
+        .as_object()
+        .ok_or_else(|| format!("must be an object, found {}", kind(m)))?;
+    let role = message_role(obj)?;
+    let ts = message_time(obj)?;
+    let content = obj.get("content").unwrap_or(&Value::Null);
+    let mut flat = flatten_content(content)?;
+    push_openai_tool_calls(obj, &mut flat.calls);
+    let tool_call_id = if role == "tool" || role == "function" {
+        id_of(obj, "tool_call_id")
+    } else {
+        None
+    };
+    Ok(ReadMessage {
+        role,
+        ts,
+        content_is_string: content.is_string(),
+        tool_call_id,
+        content: flat,
+    })
+}
+
+/// The `role` field: a non-empty string.
+fn message_role(obj: &Map<String, Value>) -> Result<String, String> {
+    match obj.get("role") {
+        Some(Value::String(r)) if r.trim().is_empty() => Err("field `role` is empty".into()),
+        Some(Value::String(r)) => Ok(r.clone()),
+        Some(other) => Err(format!(
+            "field `role` must be a string, found {}",
+            kind(other)
+        )),
+        None => Err("missing field `role`".into()),
+    }
+}
+
+/// The `content` field (a string, `null` or an array of blocks), flattened.
+fn flatten_content(content: &Value) -> Result<FlatContent, String> {
+    let mut flat = FlatContent::default();
+    match content {
+        Value::Null => {}
+        Value::String(s) => flat.texts.push(s.clone()),
+        Value::Array(blocks) => {
+            for (bi, b) in blocks.iter().enumerate() {
+                flatten_content_block(b, &mut flat)
+                    .map_err(|r| format!("content block {bi}: {r}"))?;
             }
-            Some(Value::String(r)) => r.clone(),
-            Some(other) => {
-                return Err(err(format!(
-                    "field `role` must be a string, found {}",
-                    kind(other)
-                )))
-            }
-            None => return Err(err("missing field `role`".into())),
-        };
-        let ts = message_time(obj).map_err(err)?;
+        }
+        other => {
+            return Err(format!(
+                "field `content` must be a string, null or an array of content blocks, found {}",
+                kind(other)
+            ))
+        }
+    }
+    Ok(flat)
+}
+
+/// One content block: a string or a `text` block adds text, a `tool_use` block a call, a
+/// `tool_result` block a result; any other type carries no text to retrieve.
+fn flatten_content_block(b: &Value, flat: &mut FlatContent) -> Result<(), String> {
+    let bo = match b {
+        Value::String(s) => {
+            flat.texts.push(s.clone());
+            return Ok(());
+        }
+        Value::Object(o) => o,
+        other => return Err(format!("must be an object, found {}", kind(other))),
+    };
+    let ty = bo.get("type").and_then(Value::as_str).unwrap_or("text");
+    match ty {
+        "text" => match bo.get("text") {
+            Some(Value::String(t)) => flat.texts.push(t.clone()),
+            _ => return Err("`text` block without a string `text`".into()),
+        },
+        "tool_use" => {
+            let name = bo.get("name").and_then(Value::as_str).unwrap_or("tool");
+            let input = bo.get("input").cloned().unwrap_or(Value::Null);
+            flat.calls
+                .push((id_of(bo, "id"), render_call(name, &input)));
+        }
+        "tool_result" => flat
+            .results
+            .push((id_of(bo, "tool_use_id"), tool_result_text(bo))),
+        // images, documents, thinking: no text to retrieve
+        _ => {}
+    }
+    Ok(())
+}
+
+/// A `tool_result` block as one message text: the prefix, `Error: ` when `is_error`, and the
+/// body (a string, or the text parts of an array joined by newlines).
+fn tool_result_text(bo: &Map<String, Value>) -> String {
+    let body = match bo.get("content") {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter_map(|p| match p {
+                Value::String(s) => Some(s.clone()),
+                Value::Object(o) => o.get("text").and_then(Value::as_str).map(str::to_owned),
+                _ => None,
+            })
+            .collect::<Vec<_>>()
+            .join("\n"),
+        Some(Value::Null) | None => String::new(),
+        Some(other) => other.to_string(),
+    };
+    let err_mark = if bo.get("is_error").and_then(Value::as_bool) == Some(true) {
+        "Error: "
+    } else {
+        ""
+    };
+    format!("{TOOL_RESULT_PREFIX}{err_mark}{body}")
+}
+
+/// OpenAI function calls (`tool_calls`), rendered like `tool_use` blocks.
+fn push_openai_tool_calls(obj: &Map<String, Value>, calls: &mut Vec<(Option<String>, String)>) {
+    if let Some(Value::Array(tcs)) = obj.get("tool_calls") {
+        for tc in tcs {
+            let f = tc.get("function").unwrap_or(tc);
+            let name = f.get("name").and_then(Value::as_str).unwrap_or("tool");
+            let args = match f.get("arguments") {
+                Some(Value::String(s)) => {
+                    serde_json::from_str(s).unwrap_or(Value::String(s.clone()))
+                }
+                Some(v) => v.clone(),
+                None => Value::Null,
+            };
+            let id = tc.as_object().and_then(|o| id_of(o, "id"));
+            calls.push((id, render_call(name, &args)));
+        }
+    }
+}
+
+/// The output history being built, and the tool calls still waiting for their result.
+struct MessagePlacer {
+    out: Vec<Message>,
+    // tool_use id → index in `out` of a call still waiting for its result
+    pending: Vec<(String, Message)>,
+}
+
+impl MessagePlacer {
+    /// Place one read message: a `tool`/`function` message is one result; otherwise its
+    /// results, then its text, then its calls (held back until their results arrive).
+    fn place(&mut self, read: ReadMessage) {
+        let ReadMessage {
+            role,
+            ts,
+            content_is_string,
+            tool_call_id,
+            content,
+        } = read;
         let mk = |role: &str, content: String| Message {
             role: role.to_owned(),
             content,
             ts,
         };
-        let content = obj.get("content").unwrap_or(&Value::Null);
-        let mut texts: Vec<String> = Vec::new();
-        let mut results: Vec<(Option<String>, String)> = Vec::new();
-        let mut calls: Vec<(Option<String>, String)> = Vec::new();
-        match content {
-            Value::Null => {}
-            Value::String(s) => texts.push(s.clone()),
-            Value::Array(blocks) => {
-                for (bi, b) in blocks.iter().enumerate() {
-                    let berr = |r: String| err(format!("content block {bi}: {r}"));
-                    let bo = match b {
-                        Value::String(s) => {
-                            texts.push(s.clone());
-                            continue;
-                        }
-                        Value::Object(o) => o,
-                        other => {
-                            return Err(berr(format!("must be an object, found {}", kind(other))))
-                        }
-                    };
-                    let ty = bo.get("type").and_then(Value::as_str).unwrap_or("text");
-                    match ty {
-                        "text" => match bo.get("text") {
-                            Some(Value::String(t)) => texts.push(t.clone()),
-                            _ => return Err(berr("`text` block without a string `text`".into())),
-                        },
-                        "tool_use" => {
-                            let name = bo.get("name").and_then(Value::as_str).unwrap_or("tool");
-                            let input = bo.get("input").cloned().unwrap_or(Value::Null);
-                            calls.push((id_of(bo, "id"), render_call(name, &input)));
-                        }
-                        "tool_result" => {
-                            let body = match bo.get("content") {
-                                Some(Value::String(s)) => s.clone(),
-                                Some(Value::Array(parts)) => parts
-                                    .iter()
-                                    .filter_map(|p| match p {
-                                        Value::String(s) => Some(s.clone()),
-                                        Value::Object(o) => {
-                                            o.get("text").and_then(Value::as_str).map(str::to_owned)
-                                        }
-                                        _ => None,
-                                    })
-                                    .collect::<Vec<_>>()
-                                    .join("\n"),
-                                Some(Value::Null) | None => String::new(),
-                                Some(other) => other.to_string(),
-                            };
-                            let err_mark =
-                                if bo.get("is_error").and_then(Value::as_bool) == Some(true) {
-                                    "Error: "
-                                } else {
-                                    ""
-                                };
-                            results.push((
-                                id_of(bo, "tool_use_id"),
-                                format!("{TOOL_RESULT_PREFIX}{err_mark}{body}"),
-                            ));
-                        }
-                        // images, documents, thinking: no text to retrieve
-                        _ => {}
-                    }
-                }
-            }
-            other => {
-                return Err(err(format!(
-                "field `content` must be a string, null or an array of content blocks, found {}",
-                kind(other)
-            )))
-            }
-        }
-        // OpenAI function calls
-        if let Some(Value::Array(tcs)) = obj.get("tool_calls") {
-            for tc in tcs {
-                let f = tc.get("function").unwrap_or(tc);
-                let name = f.get("name").and_then(Value::as_str).unwrap_or("tool");
-                let args = match f.get("arguments") {
-                    Some(Value::String(s)) => {
-                        serde_json::from_str(s).unwrap_or(Value::String(s.clone()))
-                    }
-                    Some(v) => v.clone(),
-                    None => Value::Null,
-                };
-                let id = tc.as_object().and_then(|o| id_of(o, "id"));
-                calls.push((id, render_call(name, &args)));
-            }
-        }
+        let FlatContent {
+            texts,
+            results,
+            calls,
+        } = content;
         let is_tool_role = role == "tool" || role == "function";
         let text = texts.join("\n");
         if is_tool_role {
-            let id = id_of(obj, "tool_call_id");
+            let id = tool_call_id;
             let body = if text.starts_with(TOOL_RESULT_PREFIX) {
                 text
             } else {
                 format!("{TOOL_RESULT_PREFIX}{text}")
             };
-            place_result(&mut out, &mut pending, id, mk(&role, body));
-            continue;
+            place_result(&mut self.out, &mut self.pending, id, mk(&role, body));
+            return;
         }
         // results first (they answer calls made before this message), then this message's text
         for (id, body) in results {
-            place_result(&mut out, &mut pending, id, mk(&role, body));
+            place_result(&mut self.out, &mut self.pending, id, mk(&role, body));
         }
-        if !pending.is_empty() && (!text.is_empty() || !calls.is_empty()) {
+        if !self.pending.is_empty() && (!text.is_empty() || !calls.is_empty()) {
             // calls that never got a result stay where they were made
-            out.extend(pending.drain(..).map(|(_, m)| m));
+            self.out.extend(self.pending.drain(..).map(|(_, m)| m));
         }
-        if !text.is_empty() || (calls.is_empty() && content.is_string()) {
-            out.push(mk(&role, text));
+        if !text.is_empty() || (calls.is_empty() && content_is_string) {
+            self.out.push(mk(&role, text));
         }
         for (id, call) in calls {
             match id {
-                Some(id) => pending.push((id, mk(&role, call))),
-                None => out.push(mk(&role, call)),
+                Some(id) => self.pending.push((id, mk(&role, call))),
+                None => self.out.push(mk(&role, call)),
             }
         }
     }
-    out.extend(pending.into_iter().map(|(_, m)| m));
-    Ok(out)
+
+    /// The history, with calls that never got a result at the end, in call order.
+    fn finish(mut self) -> Vec<Message> {
+        self.out.extend(self.pending.into_iter().map(|(_, m)| m));
+        self.out
+    }
 }
 
 fn id_of(o: &Map<String, Value>, key: &str) -> Option<String> {

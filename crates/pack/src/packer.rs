@@ -203,6 +203,28 @@ struct Ctx {
     lang: Lang,
 }
 
+/// The history `prepare` works on: the messages, their contents with dates annotated, and
+/// their message ids in the packer's cache, all parallel.
+#[derive(Clone, Copy)]
+struct PreparedHistory<'a> {
+    messages: &'a [Message],
+    contents: &'a [&'a str],
+    msg_ids: &'a [u32],
+}
+
+/// The live question: the last user turn that is not a tool result. Scored against it,
+/// not against the opening task — what matters changes every turn.
+fn live_question(input: PreparedHistory<'_>, o: &PackOptions) -> String {
+    input
+        .messages
+        .iter()
+        .zip(input.contents)
+        .rev()
+        .find(|(m, c)| m.role == "user" && !o.is_tool(c))
+        .map(|(_, c)| (*c).to_owned())
+        .unwrap_or_default()
+}
+
 impl Default for Packer {
     fn default() -> Self {
         Self::new(PackOptions::default())
@@ -533,31 +555,16 @@ impl Packer {
         msg_ids: &[u32],
         budget: usize,
     ) -> Ctx {
-        let o = self.opts.clone();
+        let input = PreparedHistory {
+            messages: history,
+            contents,
+            msg_ids,
+        };
         // The two write-time fixes come first: dates change the material (already applied to
         // `contents`), and the card is charged before the budget is split, which keeps it
         // unconditional without breaking the token contract.
-        let (card, card_tok) = if o.summary {
-            let pairs: Vec<(&str, &str)> = history
-                .iter()
-                .zip(contents)
-                .map(|(m, c)| (m.role.as_str(), *c))
-                .collect();
-            let ledger = build_ledger_pairs(&pairs, &o);
-            let cap = 24usize.max((budget as f64 * o.summary_frac).floor() as usize);
-            match render_card(&ledger, cap) {
-                Some(text) => {
-                    let t = msg_tok(&text);
-                    (
-                        Some(PackedMessage {
-                            role: "user".into(),
-                            content: text,
-                        }),
-                        t,
-                    )
-                }
-                None => (None, 0),
-            }
+        let (card, card_tok) = if self.opts.summary {
+            self.tally_card(input, budget)
         } else {
             (None, 0)
         };
@@ -567,13 +574,98 @@ impl Packer {
             .iter()
             .map(|&id| self.msgs[id as usize].tok as usize)
             .sum();
-        let tuned = autotune(history_tokens, budget, &o);
+        let tuned = autotune(history_tokens, budget, &self.opts);
 
-        // Recent reserve — a FLOOR, not only a ceiling. Stopping at the first message that did
-        // not fit left the tail 3–5 % of the budget instead of ~38 % at 3,000 (one big tool
-        // result blocked everything before it). Below the floor a message that does not fit is
-        // cut in the middle instead of dropped.
-        let reserve = (budget as f64 * tuned.recent_frac).floor() as usize;
+        let (recent, used) = self.reserve_recent_turns(input, budget, tuned.recent_frac);
+        let old_end = history.len() - recent.len();
+
+        let mut ctx = Ctx {
+            budget,
+            used,
+            recent,
+            head: Vec::new(),
+            card,
+            card_tok,
+            old: (0..old_end).collect(),
+            old_msg: msg_ids[..old_end].to_vec(),
+            items: Vec::new(),
+            query: String::new(),
+            rec_tie: tuned.recency_tiebreak,
+            pressure: tuned.pressure,
+            history_tokens,
+            done: false,
+            keep: Vec::new(),
+            per_line_cap: 40,
+            rendered_tokens: None,
+            lang: crate::lang::detect(history),
+        };
+        if ctx.old.is_empty() || used >= budget {
+            ctx.done = true;
+            return ctx;
+        }
+
+        self.reserve_head_turns(&mut ctx, input, tuned.head_on);
+        if ctx.old.is_empty() || ctx.used >= budget {
+            ctx.done = true;
+            return ctx;
+        }
+
+        ctx.query = live_question(input, &self.opts);
+        self.score_old_lines_against_the_question(&mut ctx, contents);
+        ctx
+    }
+
+    /// The tally card (`summary`), rendered from the ledger of the whole history within its
+    /// ceiling (`summary_frac` of the budget, at least 24 tokens), and the tokens it costs.
+    fn tally_card(
+        &self,
+        input: PreparedHistory<'_>,
+        budget: usize,
+    ) -> (Option<PackedMessage>, usize) {
+        let o = &self.opts;
+        let pairs: Vec<(&str, &str)> = input
+            .messages
+            .iter()
+            .zip(input.contents)
+            .map(|(m, c)| (m.role.as_str(), *c))
+            .collect();
+        let ledger = build_ledger_pairs(&pairs, o);
+        let cap = 24usize.max((budget as f64 * o.summary_frac).floor() as usize);
+        match render_card(&ledger, cap) {
+            Some(text) => {
+                let t = msg_tok(&text);
+                (
+                    Some(PackedMessage {
+                        role: "user".into(),
+                        content: text,
+                    }),
+                    t,
+                )
+            }
+            None => (None, 0),
+        }
+    }
+
+    /// The recent turns kept verbatim (in history order) and the tokens they use, newest
+    /// first into the reserve (`recent_frac` of the budget), at most `recent` of them.
+    ///
+    /// Recent reserve — a FLOOR, not only a ceiling. Stopping at the first message that did
+    /// not fit left the tail 3–5 % of the budget instead of ~38 % at 3,000 (one big tool
+    /// result blocked everything before it). Below the floor a message that does not fit is
+    /// cut in the middle instead of dropped.
+    fn reserve_recent_turns(
+        &self,
+        input: PreparedHistory<'_>,
+        budget: usize,
+        recent_frac: f64,
+    ) -> (Vec<PackedMessage>, usize) {
+        let o = &self.opts;
+        let PreparedHistory {
+            messages: history,
+            contents,
+            msg_ids,
+        } = input;
+        let reserve = (budget as f64 * recent_frac).floor() as usize;
         let floor_tok = (budget as f64 * o.tail_min_frac).floor() as usize;
         let mut recent_rev: Vec<PackedMessage> = Vec::new();
         let mut used = 0usize;
@@ -616,40 +708,25 @@ impl Packer {
             }
         }
         recent_rev.reverse();
-        let recent = recent_rev;
-        let old_end = n - recent.len();
+        (recent_rev, used)
+    }
 
-        let mut ctx = Ctx {
-            budget,
-            used,
-            recent,
-            head: Vec::new(),
-            card,
-            card_tok,
-            old: (0..old_end).collect(),
-            old_msg: msg_ids[..old_end].to_vec(),
-            items: Vec::new(),
-            query: String::new(),
-            rec_tie: tuned.recency_tiebreak,
-            pressure: tuned.pressure,
-            history_tokens,
-            done: false,
-            keep: Vec::new(),
-            per_line_cap: 40,
-            rendered_tokens: None,
-            lang: crate::lang::detect(history),
-        };
-        if ctx.old.is_empty() || used >= budget {
-            ctx.done = true;
-            return ctx;
-        }
-
-        // Head reserve (off by default). The opening carries the task; in agent sessions it
-        // took the original request from 0/5 to 5/5 under a tight budget (StreamingLLM's
-        // attention sinks point the same way), but dialogue has no task to protect: on LoCoMo
-        // it cost 56.2 % vs 62.5 % for plain BM25. `head_frac` 0.05 turns it back on.
-        let head_reserve = if tuned.head_on {
-            (budget as f64 * o.head_frac).floor() as usize
+    /// Move the first old messages that fit the head reserve into `ctx.head`, verbatim (after
+    /// clamping), and charge them to `ctx.used`.
+    ///
+    /// Head reserve (off by default). The opening carries the task; in agent sessions it
+    /// took the original request from 0/5 to 5/5 under a tight budget (StreamingLLM's
+    /// attention sinks point the same way), but dialogue has no task to protect: on LoCoMo
+    /// it cost 56.2 % vs 62.5 % for plain BM25. `head_frac` 0.05 turns it back on.
+    fn reserve_head_turns(&self, ctx: &mut Ctx, input: PreparedHistory<'_>, head_on: bool) {
+        let o = &self.opts;
+        let PreparedHistory {
+            messages: history,
+            contents,
+            ..
+        } = input;
+        let head_reserve = if head_on {
+            (ctx.budget as f64 * o.head_frac).floor() as usize
         } else {
             0
         };
@@ -672,24 +749,15 @@ impl Packer {
         ctx.old.drain(..n_head);
         ctx.old_msg.drain(..n_head);
         ctx.used += head_used;
-        if ctx.old.is_empty() || ctx.used >= budget {
-            ctx.done = true;
-            return ctx;
-        }
+    }
 
-        // The live question: the last user turn that is not a tool result. Scored against it,
-        // not against the opening task — what matters changes every turn.
-        ctx.query = history
-            .iter()
-            .zip(contents)
-            .rev()
-            .find(|(m, c)| m.role == "user" && !o.is_tool(c))
-            .map(|(_, c)| (*c).to_owned())
-            .unwrap_or_default();
-
-        let stale = if o.supersede {
+    /// One item per line of the old messages, scored with BM25 against `ctx.query`; superseded
+    /// tool results are marked stale, and the lines that name a query term (and are not stale)
+    /// are marked `q_hit`, the candidates for pinning.
+    fn score_old_lines_against_the_question(&mut self, ctx: &mut Ctx, contents: &[&str]) {
+        let stale = if self.opts.supersede {
             let old_contents: Vec<&str> = ctx.old.iter().map(|&i| contents[i]).collect();
-            mark_superseded(&old_contents, &o)
+            mark_superseded(&old_contents, &self.opts)
         } else {
             FxHashSet::default()
         };
@@ -719,7 +787,6 @@ impl Packer {
             it.q_hit = it.bm > 0.0 && !it.stale;
         }
         ctx.items = items;
-        ctx
     }
 
     /// BM25 over the old lines with IDF from these lines (endogenous: what is everywhere weighs
@@ -905,144 +972,104 @@ impl Packer {
     }
 
     fn select_and_emit(&mut self, ctx: &mut Ctx, history: &[Message]) -> (Vec<PackedMessage>, Sel) {
-        let o = self.opts.clone();
-        let budget = ctx.budget;
-        let mut used = ctx.used;
-        let items = &mut ctx.items;
-
+        let o = &self.opts;
         let deduped = if o.dedup {
-            self.mark_duplicates(&ctx.head, &ctx.recent, items)
+            self.mark_duplicates(&ctx.head, &ctx.recent, &mut ctx.items)
         } else {
             0
         };
-
-        let per_line_cap = 40usize
-            .max(((budget.saturating_sub(used)) as f64 * o.per_line_cap_frac).floor() as usize);
-        let lines = &self.lines;
-        let cost = |it: &Item| (lines[it.line as usize].tok as usize).min(per_line_cap) + 1;
-        let mut keep = vec![false; items.len()];
-        let by_score_desc = |items: &[Item], v: &mut Vec<usize>| {
-            v.sort_by(|&a, &b| {
-                items[b]
-                    .score
-                    .partial_cmp(&items[a].score)
-                    .unwrap_or(std::cmp::Ordering::Equal)
-            });
-        };
-
+        let mut sel = LineSelection::start(ctx.budget, ctx.used, ctx.items.len(), o);
         // What the question names is never evicted (bounded by pin_max).
-        let mut pinned = 0;
-        if o.pin_query_terms {
-            let mut cands: Vec<usize> = (0..items.len())
-                .filter(|&i| items[i].q_hit && !items[i].dup)
-                .collect();
-            by_score_desc(items, &mut cands);
-            cands.truncate(o.pin_max);
-            for i in cands {
-                let c = cost(&items[i]);
-                if used + c > budget {
-                    break;
-                }
-                keep[i] = true;
-                used += c;
-                pinned += 1;
-                items[i].pin = true;
-            }
-        }
-
-        let mut pool: Vec<usize> = (0..items.len())
-            .filter(|&i| !items[i].dup && !keep[i])
-            .collect();
-        if o.elastic && !o.mmr {
-            // Only the relevant stratum is ever visited: the fill stops at the first filler
-            // line, so sorting the filler would be wasted work (same order, stable).
-            pool.retain(|&i| items[i].score >= RELEVANT);
-            by_score_desc(items, &mut pool);
+        let pinned = if o.pin_query_terms {
+            self.pin_lines_naming_the_question(&mut ctx.items, &mut sel)
         } else {
-            by_score_desc(items, &mut pool);
-        }
-
-        if o.mmr {
-            used = mmr(
-                items,
-                lines,
-                &pool,
-                &mut keep,
-                Spend {
-                    used,
-                    budget,
-                    per_line_cap,
-                },
-                &o,
-            );
-        }
-
-        // Elastic window: the budget is a ceiling, not a quota. Stop when relevance runs out
-        // (free at budgets 3,000–8,000; at 16,000 it saves 26 % of tokens for −1.8 facts).
-        for &i in &pool {
-            if keep[i] {
-                continue;
-            }
-            if o.elastic && items[i].score < RELEVANT {
-                break;
-            }
-            let c = cost(&items[i]);
-            if used + c > budget {
-                continue;
-            }
-            keep[i] = true;
-            used += c;
-            if used >= budget {
-                break;
-            }
-        }
-
-        // Budget contract (reference bookkeeping): the per-line cost ignores message overhead
-        // and omission markers, so measure the emitted size and give back the worst-scored
-        // unpinned lines until it fits. With `strict_budget`, `enforce_budget` then checks the
-        // real rendered size.
-        let realized_of = |keep: &[bool]| -> usize {
-            let mut t: usize = ctx
-                .recent
-                .iter()
-                .map(|m| msg_tok(&m.content))
-                .sum::<usize>()
-                + ctx.head.iter().map(|m| msg_tok(&m.content)).sum::<usize>();
-            let mut open = 0;
-            let mut ix = 0;
-            for &mid in &ctx.old_msg {
-                let nl = self.msgs[mid as usize].lines.len();
-                let (mut any, mut run, mut sub) = (false, 0, 0);
-                for k in ix..ix + nl {
-                    if keep[k] {
-                        if run > 0 {
-                            sub += 8;
-                            run = 0;
-                        }
-                        sub += (lines[items[k].line as usize].tok as usize).min(per_line_cap);
-                        any = true;
-                    } else {
-                        run += 1;
-                    }
-                }
-                if any {
-                    if run > 0 {
-                        sub += 8;
-                    }
-                    t += sub + 4;
-                    open += 1;
-                }
-                ix += nl;
-            }
-            if open < ctx.old_msg.len() {
-                t += 12;
-            }
-            t
+            0
         };
-        let mut realized = realized_of(&keep);
+        let pool = unkept_candidates_by_score(&ctx.items, &sel.keep, o);
+        if o.mmr {
+            let spend = sel.spend();
+            sel.used = mmr(&ctx.items, &self.lines, &pool, &mut sel.keep, spend, o);
+        }
+        self.fill_elastic_window(&ctx.items, &pool, &mut sel);
+        let realized = self.give_back_lines_until_realized_size_fits(ctx, &mut sel);
+
+        ctx.keep = sel.keep;
+        ctx.per_line_cap = sel.per_line_cap;
+        let (messages, dropped_msgs, total) = self.render_with_the_notes_that_fit(ctx, history);
+        ctx.rendered_tokens = Some(total);
+        (
+            messages,
+            Sel {
+                used: sel.used,
+                deduped,
+                pinned,
+                realized,
+                dropped_msgs,
+            },
+        )
+    }
+
+    /// Keep the best-scored lines that name a query term (`q_hit`, not duplicates), at most
+    /// `pin_max`, while they fit the budget; marks them `pin` and returns how many were.
+    fn pin_lines_naming_the_question(&self, items: &mut [Item], sel: &mut LineSelection) -> usize {
+        let mut pinned = 0;
+        let mut cands: Vec<usize> = (0..items.len())
+            .filter(|&i| items[i].q_hit && !items[i].dup)
+            .collect();
+        sort_by_score_descending(items, &mut cands);
+        cands.truncate(self.opts.pin_max);
+        for i in cands {
+            let c = sel.cost(&self.lines, &items[i]);
+            if sel.used + c > sel.budget {
+                break;
+            }
+            sel.keep[i] = true;
+            sel.used += c;
+            pinned += 1;
+            items[i].pin = true;
+        }
+        pinned
+    }
+
+    /// Elastic window: the budget is a ceiling, not a quota. Stop when relevance runs out
+    /// (free at budgets 3,000–8,000; at 16,000 it saves 26 % of tokens for −1.8 facts).
+    /// Without `elastic`, fill the budget in score order.
+    fn fill_elastic_window(&self, items: &[Item], pool: &[usize], sel: &mut LineSelection) {
+        for &i in pool {
+            if sel.keep[i] {
+                continue;
+            }
+            if self.opts.elastic && items[i].score < RELEVANT {
+                break;
+            }
+            let c = sel.cost(&self.lines, &items[i]);
+            if sel.used + c > sel.budget {
+                continue;
+            }
+            sel.keep[i] = true;
+            sel.used += c;
+            if sel.used >= sel.budget {
+                break;
+            }
+        }
+    }
+
+    /// Budget contract (reference bookkeeping): the per-line cost ignores message overhead
+    /// and omission markers, so measure the emitted size and give back the worst-scored
+    /// unpinned lines until it fits. With `strict_budget`, `enforce_budget` then checks the
+    /// real rendered size. Returns the final realized size.
+    fn give_back_lines_until_realized_size_fits(
+        &self,
+        ctx: &Ctx,
+        sel: &mut LineSelection,
+    ) -> usize {
+        let items = &ctx.items;
+        let budget = sel.budget;
+        let per_line_cap = sel.per_line_cap;
+        let mut realized = self.realized_size(ctx, &sel.keep, per_line_cap);
         if realized > budget {
             let mut kept: Vec<usize> = (0..items.len())
-                .filter(|&i| keep[i] && !items[i].pin)
+                .filter(|&i| sel.keep[i] && !items[i].pin)
                 .collect();
             kept.sort_by(|&a, &b| {
                 items[a]
@@ -1057,19 +1084,66 @@ impl Packer {
                 while p < kept.len() && freed < over {
                     let i = kept[p];
                     p += 1;
-                    keep[i] = false;
-                    freed += (lines[items[i].line as usize].tok as usize).min(per_line_cap);
+                    sel.keep[i] = false;
+                    freed += (self.lines[items[i].line as usize].tok as usize).min(per_line_cap);
                 }
-                realized = realized_of(&keep);
+                realized = self.realized_size(ctx, &sel.keep, per_line_cap);
             }
         }
+        realized
+    }
 
-        ctx.keep = keep;
-        ctx.per_line_cap = per_line_cap;
-        // One note per run of omitted messages when that fits the budget (strict mode), else one
-        // note for them all, which is what the selection above accounted for.
+    /// The emitted size as the reference estimates it: head and recent turns by the packer's
+    /// estimate, each old message with a kept line at its capped line costs, 8 per run of
+    /// omitted lines and 4 of overhead, and 12 for the one note on fully omitted messages.
+    fn realized_size(&self, ctx: &Ctx, keep: &[bool], per_line_cap: usize) -> usize {
+        let mut t: usize = ctx
+            .recent
+            .iter()
+            .map(|m| msg_tok(&m.content))
+            .sum::<usize>()
+            + ctx.head.iter().map(|m| msg_tok(&m.content)).sum::<usize>();
+        let mut open = 0;
+        let mut ix = 0;
+        for &mid in &ctx.old_msg {
+            let nl = self.msgs[mid as usize].lines.len();
+            let (mut any, mut run, mut sub) = (false, 0, 0);
+            for (&kept, it) in keep[ix..ix + nl].iter().zip(&ctx.items[ix..ix + nl]) {
+                if kept {
+                    if run > 0 {
+                        sub += 8;
+                        run = 0;
+                    }
+                    sub += (self.lines[it.line as usize].tok as usize).min(per_line_cap);
+                    any = true;
+                } else {
+                    run += 1;
+                }
+            }
+            if any {
+                if run > 0 {
+                    sub += 8;
+                }
+                t += sub + 4;
+                open += 1;
+            }
+            ix += nl;
+        }
+        if open < ctx.old_msg.len() {
+            t += 12;
+        }
+        t
+    }
+
+    /// Render the selection. One note per run of omitted messages when that fits the budget
+    /// (strict mode), else one note for them all, which is what the selection accounted for.
+    fn render_with_the_notes_that_fit(
+        &self,
+        ctx: &Ctx,
+        history: &[Message],
+    ) -> (Vec<PackedMessage>, usize, usize) {
         let one = self.render(ctx, history, Notes::One);
-        let (messages, dropped_msgs, total) = if self.opts.strict_budget {
+        if self.opts.strict_budget {
             let per_gap = self.render(ctx, history, Notes::PerGap);
             if per_gap.2 <= ctx.budget + ctx.card_tok {
                 per_gap
@@ -1078,18 +1152,7 @@ impl Packer {
             }
         } else {
             one
-        };
-        ctx.rendered_tokens = Some(total);
-        (
-            messages,
-            Sel {
-                used,
-                deduped,
-                pinned,
-                realized,
-                dropped_msgs,
-            },
-        )
+        }
     }
 
     /// Emit: head, the old messages with their kept lines (runs of omitted lines become one
@@ -1102,91 +1165,20 @@ impl Packer {
         history: &[Message],
         notes: Notes,
     ) -> (Vec<PackedMessage>, usize, usize) {
-        let mut packed: Vec<PackedMessage> = ctx.head.clone();
-        let mut total: usize = ctx.head.iter().map(|m| msg_tok(&m.content)).sum();
-        let mut dropped = 0;
-        // Fully omitted messages since the last one kept; each run's place and length.
-        let mut run = 0;
-        let mut gaps: Vec<(usize, usize)> = Vec::new();
-        let mut ix = 0;
-        for (k, &mid) in ctx.old_msg.iter().enumerate() {
-            let info = &self.msgs[mid as usize];
-            let nl = info.lines.len();
-            let mut out: Vec<String> = Vec::new();
-            let (mut pieces, mut len) = (0usize, 0usize);
-            let mut skipped = 0;
-            let mut add = |out: &mut Vec<String>, s: String, p: usize, l: usize| {
-                out.push(s);
-                pieces += p;
-                len += l;
-            };
-            for j in ix..ix + nl {
-                if ctx.keep[j] {
-                    if skipped > 0 {
-                        let m = ctx.lang.lines_omitted(skipped);
-                        let (p, l) = pieces_and_len(&m);
-                        add(&mut out, m, p, l);
-                        skipped = 0;
-                    }
-                    let line = &self.lines[ctx.items[j].line as usize];
-                    if (line.tok as usize) <= ctx.per_line_cap {
-                        add(
-                            &mut out,
-                            line.text.to_string(),
-                            line.pieces as usize,
-                            line.len16 as usize,
-                        );
-                    } else {
-                        let t = if self.opts.strict_budget {
-                            truncate_to_fit(&line.text, ctx.per_line_cap)
-                        } else {
-                            truncate_to_tokens(&line.text, ctx.per_line_cap)
-                        };
-                        let (p, l) = pieces_and_len(&t);
-                        add(&mut out, t, p, l);
-                    }
-                } else {
-                    skipped += 1;
-                }
-            }
-            ix += nl;
-            if skipped > 0 && !out.is_empty() {
-                let m = ctx.lang.lines_omitted(skipped);
-                let (p, l) = pieces_and_len(&m);
-                add(&mut out, m, p, l);
-            }
-            if out.is_empty() {
-                dropped += 1;
-                run += 1;
-                continue;
-            }
-            if run > 0 {
-                gaps.push((packed.len(), run));
-                run = 0;
-            }
-            // the newline joints add length, not pieces
-            total += estimate_from(pieces, len + out.len() - 1) + 4;
-            packed.push(PackedMessage {
-                role: history[ctx.old[k]].role.clone(),
-                content: out.join("\n"),
-            });
-        }
-        if run > 0 {
-            gaps.push((packed.len(), run));
-        }
-        let notes: Vec<(usize, String)> = match (notes, gaps.first()) {
-            (Notes::PerGap, _) => gaps
-                .iter()
-                .map(|&(at, n)| (at, ctx.lang.messages_omitted(n)))
-                .collect(),
-            (Notes::One, Some(&(at, n))) if gaps.len() == 1 => {
-                vec![(at, ctx.lang.messages_omitted(n))]
-            }
-            (Notes::One, Some(&(at, _))) => {
-                vec![(at, ctx.lang.messages_omitted_from_here(dropped))]
-            }
-            _ => Vec::new(),
+        let mut out = RenderedHistory {
+            packed: ctx.head.clone(),
+            total: ctx.head.iter().map(|m| msg_tok(&m.content)).sum(),
+            dropped: 0,
+            gaps: Vec::new(),
         };
+        self.render_old_messages(ctx, history, &mut out);
+        let RenderedHistory {
+            mut packed,
+            mut total,
+            dropped,
+            gaps,
+        } = out;
+        let notes = omission_notes(ctx.lang, notes, &gaps, dropped);
         for (at, m) in notes.into_iter().rev() {
             total += msg_tok(&m);
             packed.insert(
@@ -1210,6 +1202,75 @@ impl Packer {
             .sum::<usize>();
         packed.extend(ctx.recent.iter().cloned());
         (packed, dropped, total)
+    }
+
+    /// Append the old messages that keep at least one line to `out.packed`, counting their
+    /// tokens; count the fully omitted ones and record each run of them (its place and length)
+    /// in `out.gaps`.
+    fn render_old_messages(&self, ctx: &Ctx, history: &[Message], out: &mut RenderedHistory) {
+        // Fully omitted messages since the last one kept; each run's place and length.
+        let mut run = 0;
+        let mut ix = 0;
+        for (k, &mid) in ctx.old_msg.iter().enumerate() {
+            let nl = self.msgs[mid as usize].lines.len();
+            let kept = self.render_kept_lines(ctx, ix..ix + nl);
+            ix += nl;
+            if kept.lines.is_empty() {
+                out.dropped += 1;
+                run += 1;
+                continue;
+            }
+            if run > 0 {
+                out.gaps.push((out.packed.len(), run));
+                run = 0;
+            }
+            // the newline joints add length, not pieces
+            out.total += estimate_from(kept.pieces, kept.len + kept.lines.len() - 1) + 4;
+            out.packed.push(PackedMessage {
+                role: history[ctx.old[k]].role.clone(),
+                content: kept.lines.join("\n"),
+            });
+        }
+        if run > 0 {
+            out.gaps.push((out.packed.len(), run));
+        }
+    }
+
+    /// The kept lines of one old message (its items are `items`): each run of omitted lines
+    /// becomes one note, and a line over the per-line cap is cut to it. Empty when no line of
+    /// the message is kept.
+    fn render_kept_lines(&self, ctx: &Ctx, items: std::ops::Range<usize>) -> KeptLines {
+        let mut kept = KeptLines::default();
+        let mut skipped = 0;
+        for j in items {
+            if ctx.keep[j] {
+                if skipped > 0 {
+                    kept.push_measured(ctx.lang.lines_omitted(skipped));
+                    skipped = 0;
+                }
+                let line = &self.lines[ctx.items[j].line as usize];
+                if (line.tok as usize) <= ctx.per_line_cap {
+                    kept.push(
+                        line.text.to_string(),
+                        line.pieces as usize,
+                        line.len16 as usize,
+                    );
+                } else {
+                    let t = if self.opts.strict_budget {
+                        truncate_to_fit(&line.text, ctx.per_line_cap)
+                    } else {
+                        truncate_to_tokens(&line.text, ctx.per_line_cap)
+                    };
+                    kept.push_measured(t);
+                }
+            } else {
+                skipped += 1;
+            }
+        }
+        if skipped > 0 && !kept.lines.is_empty() {
+            kept.push_measured(ctx.lang.lines_omitted(skipped));
+        }
+        kept
     }
 
     /// The strict budget contract on the real rendered size: give back kept lines (worst
@@ -1287,6 +1348,127 @@ impl Packer {
             return Vec::new();
         }
     }
+}
+
+/// What [`Packer::render`] has emitted so far: the packed messages and their tokens, how
+/// many old messages were fully omitted, and each run of them as (place in `packed`, length).
+struct RenderedHistory {
+    packed: Vec<PackedMessage>,
+    total: usize,
+    dropped: usize,
+    gaps: Vec<(usize, usize)>,
+}
+
+/// The rendered lines of one old message, with the sums of their token pieces and UTF-16
+/// lengths, so its token estimate needs no second pass over the text.
+#[derive(Default)]
+struct KeptLines {
+    lines: Vec<String>,
+    pieces: usize,
+    len: usize,
+}
+
+impl KeptLines {
+    /// Add a line whose pieces and length are known (cached per line).
+    fn push(&mut self, s: String, p: usize, l: usize) {
+        self.lines.push(s);
+        self.pieces += p;
+        self.len += l;
+    }
+
+    /// Add a line measured now (a note or a truncated line).
+    fn push_measured(&mut self, s: String) {
+        let (p, l) = pieces_and_len(&s);
+        self.push(s, p, l);
+    }
+}
+
+/// The `system` notes for fully omitted messages, as (place, text): one per run
+/// ([`Notes::PerGap`]); one for them all at the first run ([`Notes::One`]: a single run is
+/// named by its length, several by the total from here on); or none.
+fn omission_notes(
+    lang: Lang,
+    notes: Notes,
+    gaps: &[(usize, usize)],
+    dropped: usize,
+) -> Vec<(usize, String)> {
+    match (notes, gaps.first()) {
+        (Notes::PerGap, _) => gaps
+            .iter()
+            .map(|&(at, n)| (at, lang.messages_omitted(n)))
+            .collect(),
+        (Notes::One, Some(&(at, n))) if gaps.len() == 1 => {
+            vec![(at, lang.messages_omitted(n))]
+        }
+        (Notes::One, Some(&(at, _))) => {
+            vec![(at, lang.messages_omitted_from_here(dropped))]
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// The running state of one selection: which items are kept, the tokens they are charged,
+/// the budget, and the most one line is charged.
+struct LineSelection {
+    keep: Vec<bool>,
+    used: usize,
+    budget: usize,
+    per_line_cap: usize,
+}
+
+impl LineSelection {
+    /// Nothing kept yet; `used` tokens already spent (recent, head). No single line is charged
+    /// more than `per_line_cap_frac` of what remains of the budget (40 tokens at least).
+    fn start(budget: usize, used: usize, n_items: usize, o: &PackOptions) -> Self {
+        let per_line_cap = 40usize
+            .max(((budget.saturating_sub(used)) as f64 * o.per_line_cap_frac).floor() as usize);
+        Self {
+            keep: vec![false; n_items],
+            used,
+            budget,
+            per_line_cap,
+        }
+    }
+
+    /// What keeping `it` costs: its tokens up to the cap, plus one for the joint.
+    fn cost(&self, lines: &[LineInfo], it: &Item) -> usize {
+        (lines[it.line as usize].tok as usize).min(self.per_line_cap) + 1
+    }
+
+    /// The spend so far, for [`mmr`].
+    fn spend(&self) -> Spend {
+        Spend {
+            used: self.used,
+            budget: self.budget,
+            per_line_cap: self.per_line_cap,
+        }
+    }
+}
+
+/// Sort item indices by score, best first (stable: equal scores keep their order).
+fn sort_by_score_descending(items: &[Item], v: &mut [usize]) {
+    v.sort_by(|&a, &b| {
+        items[b]
+            .score
+            .partial_cmp(&items[a].score)
+            .unwrap_or(std::cmp::Ordering::Equal)
+    });
+}
+
+/// The items selection may still keep (not duplicates, not pinned), best first.
+fn unkept_candidates_by_score(items: &[Item], keep: &[bool], o: &PackOptions) -> Vec<usize> {
+    let mut pool: Vec<usize> = (0..items.len())
+        .filter(|&i| !items[i].dup && !keep[i])
+        .collect();
+    if o.elastic && !o.mmr {
+        // Only the relevant stratum is ever visited: the fill stops at the first filler
+        // line, so sorting the filler would be wasted work (same order, stable).
+        pool.retain(|&i| items[i].score >= RELEVANT);
+        sort_by_score_descending(items, &mut pool);
+    } else {
+        sort_by_score_descending(items, &mut pool);
+    }
+    pool
 }
 
 /// Tokens spent so far, the budget, and the most one line is charged.

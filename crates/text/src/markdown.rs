@@ -9,6 +9,8 @@
 //! indented inside list items) are recognised and a line that merely starts with inline code
 //! does not open a fence.
 
+use std::ops::Range;
+
 use pulldown_cmark::{CodeBlockKind, Event, Options, Parser, Tag, TagEnd};
 
 /// What a block is.
@@ -93,111 +95,143 @@ pub const MAX_BLOCK_DEPTH: usize = 32;
 
 /// Parse `text` into top-level blocks with nested children, at most [`MAX_BLOCK_DEPTH`] deep.
 pub fn parse_blocks(text: &str) -> Vec<Block> {
-    let mut top: Vec<Block> = Vec::new();
-    // Open container/leaf blocks; `None` marks an inline tag or a too-deep block we do not track.
-    let mut stack: Vec<Option<Block>> = Vec::new();
-    // How many entries of `stack` are tracked blocks.
-    let mut depth = 0usize;
-    let mut heading_text: Option<String> = None;
-
-    fn attach(stack: &mut [Option<Block>], top: &mut Vec<Block>, b: Block) {
-        match stack.iter_mut().rev().find_map(|x| x.as_mut()) {
-            Some(parent) => parent.children.push(b),
-            None => top.push(b),
-        }
-    }
-
+    let mut tree = BlockTreeBuilder::default();
     for (ev, range) in Parser::new_ext(text, options()).into_offset_iter() {
         match ev {
-            Event::Start(tag) => {
-                if depth >= MAX_BLOCK_DEPTH {
-                    stack.push(None);
-                    continue;
-                }
-                let kind = match &tag {
-                    Tag::Heading { level, .. } => {
-                        heading_text = Some(String::new());
-                        Some(BlockKind::Heading {
-                            level: *level as u8,
-                            text: String::new(),
-                        })
-                    }
-                    Tag::Paragraph => Some(BlockKind::Paragraph),
-                    Tag::List(first) => Some(BlockKind::List {
-                        ordered: first.is_some(),
-                    }),
-                    Tag::Item => Some(BlockKind::ListItem),
-                    Tag::Table(_) => Some(BlockKind::Table),
-                    Tag::TableHead => Some(BlockKind::TableRow { header: true }),
-                    Tag::TableRow => Some(BlockKind::TableRow { header: false }),
-                    Tag::CodeBlock(k) => Some(match k {
-                        CodeBlockKind::Fenced(info) => BlockKind::CodeBlock {
-                            fenced: true,
-                            info: info.to_string(),
-                        },
-                        CodeBlockKind::Indented => BlockKind::CodeBlock {
-                            fenced: false,
-                            info: String::new(),
-                        },
-                    }),
-                    Tag::BlockQuote(_) => Some(BlockKind::BlockQuote {
-                        alert: alert_of(text.get(range.clone()).unwrap_or("")),
-                    }),
-                    Tag::HtmlBlock => Some(BlockKind::Html),
-                    Tag::FootnoteDefinition(_) => Some(BlockKind::FootnoteDefinition),
-                    Tag::DefinitionList | Tag::MetadataBlock(_) => Some(BlockKind::Other),
-                    _ => None,
-                };
-                depth += usize::from(kind.is_some());
-                stack.push(kind.map(|kind| Block {
-                    kind,
-                    start: range.start,
-                    end: range.end,
-                    children: Vec::new(),
-                }));
-            }
-            Event::End(tag) => {
-                let Some(entry) = stack.pop() else { continue };
-                let Some(mut b) = entry else { continue };
-                depth -= 1;
-                b.end = range.end.max(b.start);
-                if let (TagEnd::Heading(_), BlockKind::Heading { text: t, .. }) = (tag, &mut b.kind)
-                {
-                    *t = normalize_space(&heading_text.take().unwrap_or_default());
-                }
-                attach(&mut stack, &mut top, b);
-            }
-            Event::Text(t) | Event::Code(t) => {
-                if let Some(h) = heading_text.as_mut() {
-                    h.push_str(&t);
-                }
-            }
-            Event::SoftBreak | Event::HardBreak => {
-                if let Some(h) = heading_text.as_mut() {
-                    h.push(' ');
-                }
-            }
-            Event::Rule => attach(
-                &mut stack,
-                &mut top,
-                Block {
-                    kind: BlockKind::Rule,
-                    start: range.start,
-                    end: range.end,
-                    children: Vec::new(),
-                },
-            ),
+            Event::Start(tag) => tree.open_block(&tag, range, text),
+            Event::End(tag) => tree.close_block(tag, range),
+            Event::Text(t) | Event::Code(t) => tree.append_to_heading_text(&t),
+            Event::SoftBreak | Event::HardBreak => tree.append_to_heading_text(" "),
+            Event::Rule => tree.attach_to_innermost_open_block(Block {
+                kind: BlockKind::Rule,
+                start: range.start,
+                end: range.end,
+                children: Vec::new(),
+            }),
             // Inline HTML inside headings (anchors) is dropped; HTML blocks are tracked above.
             _ => {}
         }
     }
-    // Unbalanced input cannot happen with pulldown-cmark, but never lose a block.
-    while let Some(entry) = stack.pop() {
-        if let Some(b) = entry {
-            attach(&mut stack, &mut top, b);
+    tree.finish()
+}
+
+/// The block tree under construction while [`parse_blocks`] walks pulldown-cmark's events: the
+/// finished top-level blocks, the blocks still open, and the text of the heading being read.
+#[derive(Default)]
+struct BlockTreeBuilder {
+    top: Vec<Block>,
+    // Open container/leaf blocks; `None` marks an inline tag or a too-deep block we do not track.
+    stack: Vec<Option<Block>>,
+    // How many entries of `stack` are tracked blocks.
+    depth: usize,
+    heading_text: Option<String>,
+}
+
+impl BlockTreeBuilder {
+    /// A start tag: opens a tracked block when the tag is a block and the tree is not yet
+    /// [`MAX_BLOCK_DEPTH`] deep, else an untracked `None` entry, so that every end tag still
+    /// pops exactly one entry of the stack.
+    fn open_block(&mut self, tag: &Tag<'_>, range: Range<usize>, text: &str) {
+        if self.depth >= MAX_BLOCK_DEPTH {
+            self.stack.push(None);
+            return;
+        }
+        let kind = self.block_kind_of_start_tag(tag, text, &range);
+        self.depth += usize::from(kind.is_some());
+        self.stack.push(kind.map(|kind| Block {
+            kind,
+            start: range.start,
+            end: range.end,
+            children: Vec::new(),
+        }));
+    }
+
+    /// The kind of block a start tag opens, or `None` for inline tags. A heading also starts
+    /// collecting its plain text (see [`BlockTreeBuilder::append_to_heading_text`]); a
+    /// blockquote reads its alert name from its source text.
+    fn block_kind_of_start_tag(
+        &mut self,
+        tag: &Tag<'_>,
+        text: &str,
+        range: &Range<usize>,
+    ) -> Option<BlockKind> {
+        match tag {
+            Tag::Heading { level, .. } => {
+                self.heading_text = Some(String::new());
+                Some(BlockKind::Heading {
+                    level: *level as u8,
+                    text: String::new(),
+                })
+            }
+            Tag::Paragraph => Some(BlockKind::Paragraph),
+            Tag::List(first) => Some(BlockKind::List {
+                ordered: first.is_some(),
+            }),
+            Tag::Item => Some(BlockKind::ListItem),
+            Tag::Table(_) => Some(BlockKind::Table),
+            Tag::TableHead => Some(BlockKind::TableRow { header: true }),
+            Tag::TableRow => Some(BlockKind::TableRow { header: false }),
+            Tag::CodeBlock(k) => Some(match k {
+                CodeBlockKind::Fenced(info) => BlockKind::CodeBlock {
+                    fenced: true,
+                    info: info.to_string(),
+                },
+                CodeBlockKind::Indented => BlockKind::CodeBlock {
+                    fenced: false,
+                    info: String::new(),
+                },
+            }),
+            Tag::BlockQuote(_) => Some(BlockKind::BlockQuote {
+                alert: alert_of(text.get(range.clone()).unwrap_or("")),
+            }),
+            Tag::HtmlBlock => Some(BlockKind::Html),
+            Tag::FootnoteDefinition(_) => Some(BlockKind::FootnoteDefinition),
+            Tag::DefinitionList | Tag::MetadataBlock(_) => Some(BlockKind::Other),
+            _ => None,
         }
     }
-    top
+
+    /// An end tag: pops the matching entry and, when it is a tracked block, fixes its end,
+    /// gives a heading its normalised plain text, and attaches it to its parent.
+    fn close_block(&mut self, tag: TagEnd, range: Range<usize>) {
+        let Some(entry) = self.stack.pop() else {
+            return;
+        };
+        let Some(mut b) = entry else { return };
+        self.depth -= 1;
+        b.end = range.end.max(b.start);
+        if let (TagEnd::Heading(_), BlockKind::Heading { text: t, .. }) = (tag, &mut b.kind) {
+            *t = normalize_space(&self.heading_text.take().unwrap_or_default());
+        }
+        self.attach_to_innermost_open_block(b);
+    }
+
+    /// Inline text (or a line break, as a space) inside the heading being read, if any.
+    fn append_to_heading_text(&mut self, text: &str) {
+        if let Some(h) = self.heading_text.as_mut() {
+            h.push_str(text);
+        }
+    }
+
+    /// A finished block becomes a child of the innermost tracked open block, or a top-level
+    /// block when none is open.
+    fn attach_to_innermost_open_block(&mut self, b: Block) {
+        match self.stack.iter_mut().rev().find_map(|x| x.as_mut()) {
+            Some(parent) => parent.children.push(b),
+            None => self.top.push(b),
+        }
+    }
+
+    /// The top-level blocks, after closing whatever is still open.
+    fn finish(mut self) -> Vec<Block> {
+        // Unbalanced input cannot happen with pulldown-cmark, but never lose a block.
+        while let Some(entry) = self.stack.pop() {
+            if let Some(b) = entry {
+                self.attach_to_innermost_open_block(b);
+            }
+        }
+        self.top
+    }
 }
 
 fn normalize_space(s: &str) -> String {

@@ -684,45 +684,8 @@ fn handle_terminator(
     markers: &[usize],
     cuts: &mut Vec<usize>,
 ) -> usize {
-    let b = s.as_bytes();
-    let spaced_before = i > 0 && b[i - 1] == b' ';
-    // Walk the cluster: terminators, spaced dots (`. . .`), closers, more terminators.
-    let mut j = i;
-    let mut dots = 0usize;
-    let mut has_bang_q = false;
-    let mut cjk = false;
-    let mut ellipsis_char = false;
-    // End of the first attached dot when a spaced ellipsis follows it (`word. . . .`).
-    let mut attached_then_spaced = None;
-    loop {
-        match char_at(s, j) {
-            Some(c) if is_terminator(c) => {
-                match c {
-                    '.' => dots += 1,
-                    '…' => ellipsis_char = true,
-                    '!' | '?' => has_bang_q = true,
-                    c if is_other_terminator(c) => has_bang_q = true,
-                    _ => cjk = true,
-                }
-                j += c.len_utf8();
-            }
-            Some(' ') if b.get(j + 1) == Some(&b'.') && j > i => {
-                // A spaced dot belongs to the cluster only when it stands alone.
-                let after = char_at(s, j + 2);
-                if after.is_none_or(|a| a.is_whitespace() || is_closer(a) || a == '.') {
-                    if dots == 1 && !spaced_before && attached_then_spaced.is_none() && j == i + 1 {
-                        attached_then_spaced = Some(i + 1);
-                    }
-                    j += 1;
-                } else {
-                    break;
-                }
-            }
-            Some(c) if is_closer(c) && j > i => j += c.len_utf8(),
-            _ => break,
-        }
-    }
-    let k = j;
+    let cluster = TerminatorCluster::walk(s, i);
+    let k = cluster.end;
     if markers.contains(&i) {
         return k;
     }
@@ -730,90 +693,221 @@ fn handle_terminator(
         return k;
     }
     let next = char_at(s, k).unwrap_or(' ');
-    if cjk {
+    if cluster.cjk {
         cuts.push(k);
         return k;
     }
     if !next.is_whitespace() {
-        if no_space_rule && dots == 1 && !has_bang_q && k == i + 1 && no_space_boundary(s, i) {
+        if no_space_rule
+            && cluster.dots == 1
+            && !cluster.has_bang_q
+            && k == i + 1
+            && no_space_boundary(s, i)
+        {
             cuts.push(k);
         }
         return k;
     }
     // Bracketed omission `[...]` / `(…)` is never a boundary.
-    if char_before(s, i).is_some_and(|p| p == '[' || p == '(') && (dots >= 3 || ellipsis_char) {
+    if char_before(s, i).is_some_and(|p| p == '[' || p == '(')
+        && (cluster.dots >= 3 || cluster.ellipsis_char)
+    {
         return k;
     }
     // Look at what follows the whitespace.
-    let rest = &s[k..];
-    let trimmed = rest.trim_start();
-    if trimmed.is_empty() {
-        return k;
-    }
-    let n = s.len() - trimmed.len();
-    let mut spec_opener = false;
-    let mut first = None;
-    for c in trimmed.chars() {
-        if is_opener(c) {
-            spec_opener = true;
-        } else if is_md_opener(c) {
-        } else {
-            first = Some(c);
-            break;
-        }
-    }
-    let Some(first) = first else {
+    let Some(follow) = WhatFollows::after_whitespace(s, k) else {
         return k;
     };
-    // Caseless scripts (CJK, Arabic, Devanagari, …) can start a sentence with any letter.
-    let upper = first.is_uppercase() || (first.is_alphabetic() && !first.is_lowercase());
-    let digit = first.is_ascii_digit();
-    let open_ok = spec_opener && (first.is_alphanumeric() || first == '¿' || first == '¡');
-    let starts_sentence = upper || digit || open_ok;
-    let _ = n;
+    if cluster.has_bang_q {
+        if follow.starts_sentence {
+            cuts.push(k);
+        }
+        return k;
+    }
+    if cluster.ellipsis_char || cluster.dots >= 2 {
+        cut_after_ellipsis_or_dot_run(&cluster, &follow, cuts);
+        return k;
+    }
+    cut_after_single_dot(s, i, k, &follow, cuts);
+    k
+}
 
-    if has_bang_q {
-        if starts_sentence {
+/// A terminator with what belongs to it: more terminators, spaced dots (`. . .`) and closing
+/// quotes or brackets. What it holds decides which boundary rules apply.
+struct TerminatorCluster {
+    /// Where the cluster ends: the candidate cut, and where scanning resumes.
+    end: usize,
+    /// Whether a space stands right before the terminator (` . . .`).
+    spaced_before: bool,
+    /// Dots in the cluster, spaced ones included.
+    dots: usize,
+    /// Whether it holds `!`, `?` or another script's terminator (Arabic, Indic, …).
+    has_bang_q: bool,
+    /// Whether it holds a CJK terminator (`。！？`), which cuts without a following space.
+    cjk: bool,
+    /// Whether it holds `…`.
+    ellipsis_char: bool,
+    /// End of the first attached dot when a spaced ellipsis follows it (`word. . . .`).
+    attached_then_spaced: Option<usize>,
+}
+
+impl TerminatorCluster {
+    /// Walk the cluster that starts with the terminator at `i`.
+    fn walk(s: &str, i: usize) -> Self {
+        let b = s.as_bytes();
+        let spaced_before = i > 0 && b[i - 1] == b' ';
+        // Walk the cluster: terminators, spaced dots (`. . .`), closers, more terminators.
+        let mut j = i;
+        let mut dots = 0usize;
+        let mut has_bang_q = false;
+        let mut cjk = false;
+        let mut ellipsis_char = false;
+        // End of the first attached dot when a spaced ellipsis follows it (`word. . . .`).
+        let mut attached_then_spaced = None;
+        loop {
+            match char_at(s, j) {
+                Some(c) if is_terminator(c) => {
+                    match c {
+                        '.' => dots += 1,
+                        '…' => ellipsis_char = true,
+                        '!' | '?' => has_bang_q = true,
+                        c if is_other_terminator(c) => has_bang_q = true,
+                        _ => cjk = true,
+                    }
+                    j += c.len_utf8();
+                }
+                Some(' ') if b.get(j + 1) == Some(&b'.') && j > i => {
+                    // A spaced dot belongs to the cluster only when it stands alone.
+                    let after = char_at(s, j + 2);
+                    if after.is_none_or(|a| a.is_whitespace() || is_closer(a) || a == '.') {
+                        if dots == 1
+                            && !spaced_before
+                            && attached_then_spaced.is_none()
+                            && j == i + 1
+                        {
+                            attached_then_spaced = Some(i + 1);
+                        }
+                        j += 1;
+                    } else {
+                        break;
+                    }
+                }
+                Some(c) if is_closer(c) && j > i => j += c.len_utf8(),
+                _ => break,
+            }
+        }
+        Self {
+            end: j,
+            spaced_before,
+            dots,
+            has_bang_q,
+            cjk,
+            ellipsis_char,
+            attached_then_spaced,
+        }
+    }
+}
+
+/// The text after the whitespace that follows a terminator cluster, and whether its first
+/// character (past opening quotes, brackets and Markdown markup) can start a sentence.
+struct WhatFollows<'a> {
+    /// The rest of the text from its first non-whitespace character.
+    trimmed: &'a str,
+    upper: bool,
+    open_ok: bool,
+    starts_sentence: bool,
+}
+
+impl<'a> WhatFollows<'a> {
+    /// What follows the whitespace at `k`; `None` when only whitespace and openers follow.
+    fn after_whitespace(s: &'a str, k: usize) -> Option<Self> {
+        let rest = &s[k..];
+        let trimmed = rest.trim_start();
+        if trimmed.is_empty() {
+            return None;
+        }
+        let n = s.len() - trimmed.len();
+        let mut spec_opener = false;
+        let mut first = None;
+        for c in trimmed.chars() {
+            if is_opener(c) {
+                spec_opener = true;
+            } else if is_md_opener(c) {
+            } else {
+                first = Some(c);
+                break;
+            }
+        }
+        let first = first?;
+        // Caseless scripts (CJK, Arabic, Devanagari, …) can start a sentence with any letter.
+        let upper = first.is_uppercase() || (first.is_alphabetic() && !first.is_lowercase());
+        let digit = first.is_ascii_digit();
+        let open_ok = spec_opener && (first.is_alphanumeric() || first == '¿' || first == '¡');
+        let starts_sentence = upper || digit || open_ok;
+        let _ = n;
+        Some(Self {
+            trimmed,
+            upper,
+            open_ok,
+            starts_sentence,
+        })
+    }
+}
+
+/// An ellipsis (`…`) or a run of dots (`...`, `. . .`) ends a sentence only before an
+/// uppercase letter or an opener; after a space it marks an omission inside the sentence
+/// unless it has four dots or more. The cut goes after the cluster, or after the first dot
+/// when a spaced ellipsis follows it (`word. . . .`).
+fn cut_after_ellipsis_or_dot_run(
+    cluster: &TerminatorCluster,
+    follow: &WhatFollows<'_>,
+    cuts: &mut Vec<usize>,
+) {
+    let k = cluster.end;
+    if cluster.spaced_before {
+        // ` . . . I` is an omission inside a sentence; ` . . . . Next` ends one.
+        if cluster.dots >= 4 && follow.starts_sentence {
             cuts.push(k);
         }
-        return k;
+        return;
     }
-    if ellipsis_char || dots >= 2 {
-        if spaced_before {
-            // ` . . . I` is an omission inside a sentence; ` . . . . Next` ends one.
-            if dots >= 4 && starts_sentence {
-                cuts.push(k);
-            }
-            return k;
+    if let Some(cut) = cluster.attached_then_spaced {
+        if follow.upper || follow.open_ok {
+            cuts.push(cut);
         }
-        if let Some(cut) = attached_then_spaced {
-            if upper || open_ok {
-                cuts.push(cut);
-            }
-            return k;
-        }
-        if upper || open_ok {
-            cuts.push(k);
-        }
-        return k;
+        return;
     }
+    if follow.upper || follow.open_ok {
+        cuts.push(k);
+    }
+}
+
+/// A single dot at `i` (cluster ending at `k`): the word before it decides. A title never
+/// ends a sentence, an abbreviation only before an opening question mark or quote or a typical
+/// sentence starter, any other word before whatever can start a sentence.
+fn cut_after_single_dot(
+    s: &str,
+    i: usize,
+    k: usize,
+    follow: &WhatFollows<'_>,
+    cuts: &mut Vec<usize>,
+) {
     // A single dot: look at the word before it.
     let word = word_before(s, i);
     match classify_word(word) {
         WordClass::Title => {}
         WordClass::Abbreviation => {
-            let opener_q = trimmed.starts_with(['¿', '¡', '«', '"', '“']);
-            if opener_q || (upper && is_sentence_starter(next_word(trimmed))) {
+            let opener_q = follow.trimmed.starts_with(['¿', '¡', '«', '"', '“']);
+            if opener_q || (follow.upper && is_sentence_starter(next_word(follow.trimmed))) {
                 cuts.push(k);
             }
         }
         WordClass::Plain => {
-            if starts_sentence {
+            if follow.starts_sentence {
                 cuts.push(k);
             }
         }
     }
-    k
 }
 
 /// `world.Today`, `1,000.That`: a dot with no space after it that still ends a sentence.
