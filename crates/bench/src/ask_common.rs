@@ -236,6 +236,48 @@ pub fn embed_corpus_cached(
     Ok(out)
 }
 
+/// One benchmark document indexed as a single chunk ([`add_one_chunk_per_document`]).
+pub struct OneChunkDocument {
+    pub path: String,
+    pub title: String,
+    /// The indexed text of the chunk.
+    pub content: String,
+    pub embedding: Vec<f32>,
+}
+
+/// Add every document of `documents` to `index` as one chunk whose id is its position
+/// (0, 1, …): chunk index 0, no heading path, no metadata, the default citation.
+pub fn add_one_chunk_per_document(
+    index: &mut bib_retrieve::MemoryIndex,
+    documents: impl IntoIterator<Item = OneChunkDocument>,
+) -> anyhow::Result<()> {
+    for (i, d) in documents.into_iter().enumerate() {
+        index.add(
+            bib_retrieve::ChunkRecord {
+                id: i as i64,
+                path: d.path,
+                chunk_index: 0,
+                title: d.title,
+                heading_path: vec![],
+                content: d.content,
+                metadata: serde_json::Value::Null,
+                citation: Default::default(),
+            },
+            Some(d.embedding),
+        )?;
+    }
+    Ok(())
+}
+
+/// The published anchors `<data>/anchors.json`, or `null` when the file is missing or not
+/// JSON.
+pub fn read_anchors_or_null(data: &Path) -> serde_json::Value {
+    std::fs::read_to_string(data.join("anchors.json"))
+        .ok()
+        .and_then(|s| serde_json::from_str(&s).ok())
+        .unwrap_or(serde_json::Value::Null)
+}
+
 /// nDCG@k with binary relevance.
 pub fn ndcg_at(ranked: &[String], relevant: &[String], k: usize) -> f64 {
     let dcg: f64 = ranked

@@ -17,7 +17,7 @@ use bib_embed::{cosine, EmbedKind, Embedder};
 use bib_eval::stats::mean;
 use serde_json::{json, Value};
 
-use super::ask_common::{data_dir, load_scifact, ndcg_at, SciFact, SciQuery};
+use super::ask_common::{data_dir, load_scifact, ndcg_at, read_anchors_or_null, SciFact, SciQuery};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -143,11 +143,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
 }
 
 fn run_model(a: &Args, model: &str, out: &Path) -> anyhow::Result<()> {
-    let threads = a.threads.unwrap_or_else(|| {
-        std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1)
-    });
+    let threads = thread_count(a);
     // The embedder runs on rayon's global pool, which reads this before its first use.
     std::env::set_var("RAYON_NUM_THREADS", threads.to_string());
     let data = data_dir(a.data.clone());
@@ -167,41 +163,88 @@ fn run_model(a: &Args, model: &str, out: &Path) -> anyhow::Result<()> {
         .flat_map(|d| d.text.split_whitespace())
         .collect();
     let mut report = json!({"model": model, "threads": threads, "load_ms": load_s * 1e3});
-    let tmp = std::env::temp_dir().join(format!("bib-bench-embed-{}", std::process::id()));
-    std::fs::create_dir_all(&tmp)?;
-    println!("| texts | n | bib texts/s | python texts/s | ratio | mean cos | min cos |");
-    println!("|---|---:|---:|---:|---:|---:|---:|");
-    let mut rows = Vec::new();
-    for (label, words, n) in [("20 words", 20, a.short), ("200 words", 200, a.long)] {
-        if n == 0 {
-            continue;
+    let throughput = ThroughputRun {
+        a,
+        model,
+        embedder: embedder.as_ref(),
+        all_words: &all_words,
+        threads,
+    };
+    let rows = throughput.measure_and_print_table()?;
+    report["throughput"] = json!(rows);
+
+    if !a.no_scifact {
+        report["scifact"] = scifact_section(embedder.as_ref(), &sf, &data, model)?;
+    }
+    if let Some(dir) = out.parent() {
+        std::fs::create_dir_all(dir).ok();
+    }
+    std::fs::write(out, serde_json::to_string_pretty(&report)? + "\n")
+        .with_context(|| format!("writing {}", out.display()))?;
+    println!("\nreport: {}", out.display());
+    Ok(())
+}
+
+/// `--threads`, else every core.
+fn thread_count(a: &Args) -> usize {
+    a.threads.unwrap_or_else(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    })
+}
+
+/// What the throughput table reads: the flags, the model and the corpus words.
+struct ThroughputRun<'a> {
+    a: &'a Args,
+    model: &'a str,
+    embedder: &'a dyn Embedder,
+    /// Every word of the SciFact corpus, in order.
+    all_words: &'a [&'a str],
+    threads: usize,
+}
+
+/// The Python side's texts/s, our ratio to it, and the mean and minimum cosine between the
+/// two sides' vectors (all `None` without a Python side).
+type PythonComparison = (Option<f64>, Option<f64>, Option<f32>, Option<f32>);
+
+impl ThroughputRun<'_> {
+    /// Print the throughput table (20- and 200-word texts, both sides) and return its JSON
+    /// rows. The Python side works in a temporary folder, removed afterwards.
+    fn measure_and_print_table(&self) -> anyhow::Result<Vec<Value>> {
+        let a = self.a;
+        let tmp = std::env::temp_dir().join(format!("bib-bench-embed-{}", std::process::id()));
+        std::fs::create_dir_all(&tmp)?;
+        println!("| texts | n | bib texts/s | python texts/s | ratio | mean cos | min cos |");
+        println!("|---|---:|---:|---:|---:|---:|---:|");
+        let mut rows = Vec::new();
+        for (label, words, n) in [("20 words", 20, a.short), ("200 words", 200, a.long)] {
+            if n == 0 {
+                continue;
+            }
+            rows.push(self.measure_and_print_row(label, words, n, &tmp)?);
         }
-        let texts = windows(&all_words, words, n);
-        let ours = rust_side(embedder.as_ref(), &texts)?;
+        let _ = std::fs::remove_dir_all(&tmp);
+        Ok(rows)
+    }
+
+    /// One table row: `n` texts of `words` words embedded by both sides.
+    fn measure_and_print_row(
+        &self,
+        label: &str,
+        words: usize,
+        n: usize,
+        tmp: &Path,
+    ) -> anyhow::Result<Value> {
+        let (a, model) = (self.a, self.model);
+        let texts = windows(self.all_words, words, n);
+        let ours = rust_side(self.embedder, &texts)?;
         let theirs = if a.no_python || !matches!(model, "use-m3" | "e5-small") {
             None
         } else {
-            Some(python_side(model, &texts, threads, &tmp)?)
+            Some(python_side(model, &texts, self.threads, tmp)?)
         };
-        let (py, ratio, mean_cos, min_cos) = match &theirs {
-            Some(p) => {
-                let cos: Vec<f32> = ours
-                    .vectors
-                    .iter()
-                    .zip(&p.vectors)
-                    .map(|(x, y)| cosine(x, y))
-                    .collect();
-                let mean = mean(cos.iter().map(|&c| f64::from(c))).unwrap_or(0.0) as f32;
-                let min = cos.iter().copied().fold(f32::INFINITY, f32::min);
-                (
-                    Some(p.per_s),
-                    Some(ours.per_s / p.per_s),
-                    Some(mean),
-                    Some(min),
-                )
-            }
-            None => (None, None, None, None),
-        };
+        let (py, ratio, mean_cos, min_cos) = compare_with_python_side(&ours, theirs.as_ref());
         let f = |v: Option<f64>, d: usize| v.map_or("-".to_string(), |x| format!("{x:.d$}"));
         let g = |v: Option<f32>| v.map_or("-".to_string(), |x| format!("{x:.5}"));
         println!(
@@ -212,46 +255,65 @@ fn run_model(a: &Args, model: &str, out: &Path) -> anyhow::Result<()> {
             g(mean_cos),
             g(min_cos)
         );
-        rows.push(
+        Ok(
             json!({"texts": label, "n": n, "bib_per_s": ours.per_s, "python_per_s": py,
             "ratio": ratio, "mean_cosine": mean_cos, "min_cosine": min_cos}),
-        );
+        )
     }
-    report["throughput"] = json!(rows);
-    let _ = std::fs::remove_dir_all(&tmp);
+}
 
-    if !a.no_scifact {
-        let (ndcg, secs) = scifact(embedder.as_ref(), &sf)?;
-        let anchors: Value = std::fs::read_to_string(data.join("anchors.json"))
-            .ok()
-            .and_then(|t| serde_json::from_str(&t).ok())
-            .unwrap_or(Value::Null);
-        let mteb = &anchors["scifact_test_ndcg10"]["MTEB_results"];
-        let e5 = mteb["multilingual-e5-small"]["ndcg10"].as_f64();
-        let minilm = mteb["all-MiniLM-L6-v2"]["ndcg10"].as_f64();
-        println!("\n| SciFact test (300 queries), vector only | nDCG@10 |\n|---|---:|");
-        println!("| bib {model} | {ndcg:.4} |");
-        if let Some(x) = e5 {
-            println!("| multilingual-e5-small (MTEB anchor) | {x:.4} |");
+/// Our throughput and vectors against the Python side's, when there is one.
+fn compare_with_python_side(ours: &Side, theirs: Option<&Side>) -> PythonComparison {
+    match theirs {
+        Some(p) => {
+            let cos: Vec<f32> = ours
+                .vectors
+                .iter()
+                .zip(&p.vectors)
+                .map(|(x, y)| cosine(x, y))
+                .collect();
+            let mean = mean(cos.iter().map(|&c| f64::from(c))).unwrap_or(0.0) as f32;
+            let min = cos.iter().copied().fold(f32::INFINITY, f32::min);
+            (
+                Some(p.per_s),
+                Some(ours.per_s / p.per_s),
+                Some(mean),
+                Some(min),
+            )
         }
-        if let Some(x) = minilm {
-            println!("| all-MiniLM-L6-v2 (MTEB anchor) | {x:.4} |");
-        }
-        println!(
-            "\n(corpus of {} documents embedded in {secs:.1} s = {:.1} docs/s)",
-            docs.len(),
-            docs.len() as f64 / secs
-        );
-        report["scifact"] = json!({"ndcg10": ndcg, "corpus_embed_s": secs,
-            "anchor_multilingual_e5_small": e5, "anchor_all_minilm": minilm});
+        None => (None, None, None, None),
     }
-    if let Some(dir) = out.parent() {
-        std::fs::create_dir_all(dir).ok();
+}
+
+/// Print the SciFact vector-only nDCG@10 next to the MTEB anchors; returns the report's
+/// `scifact` section.
+fn scifact_section(
+    e: &dyn Embedder,
+    sf: &SciFact,
+    data: &Path,
+    model: &str,
+) -> anyhow::Result<Value> {
+    let docs = &sf.docs;
+    let (ndcg, secs) = scifact(e, sf)?;
+    let anchors = read_anchors_or_null(data);
+    let mteb = &anchors["scifact_test_ndcg10"]["MTEB_results"];
+    let e5 = mteb["multilingual-e5-small"]["ndcg10"].as_f64();
+    let minilm = mteb["all-MiniLM-L6-v2"]["ndcg10"].as_f64();
+    println!("\n| SciFact test (300 queries), vector only | nDCG@10 |\n|---|---:|");
+    println!("| bib {model} | {ndcg:.4} |");
+    if let Some(x) = e5 {
+        println!("| multilingual-e5-small (MTEB anchor) | {x:.4} |");
     }
-    std::fs::write(out, serde_json::to_string_pretty(&report)? + "\n")
-        .with_context(|| format!("writing {}", out.display()))?;
-    println!("\nreport: {}", out.display());
-    Ok(())
+    if let Some(x) = minilm {
+        println!("| all-MiniLM-L6-v2 (MTEB anchor) | {x:.4} |");
+    }
+    println!(
+        "\n(corpus of {} documents embedded in {secs:.1} s = {:.1} docs/s)",
+        docs.len(),
+        docs.len() as f64 / secs
+    );
+    Ok(json!({"ndcg10": ndcg, "corpus_embed_s": secs,
+        "anchor_multilingual_e5_small": e5, "anchor_all_minilm": minilm}))
 }
 
 /// Brute-force cosine retrieval over title + text; mean nDCG@10 over the test queries.

@@ -381,21 +381,12 @@ fn run_reference(args: &Args, budgets: &[usize]) -> anyhow::Result<Vec<Row>> {
     Ok(rows)
 }
 
+/// A named hybrid variant (`--hybrid-variants`) and its options.
+type HybridVariant = (String, PackOptions);
+
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let budgets: Vec<usize> = args
-        .budgets
-        .split(',')
-        .map(|b| {
-            b.trim()
-                .parse::<usize>()
-                .with_context(|| format!("--budgets: `{b}` is not a number"))
-        })
-        .collect::<anyhow::Result<_>>()?;
-    let (c0, c1) = args
-        .convs
-        .split_once('-')
-        .and_then(|(a, b)| Some((a.parse::<usize>().ok()?, b.parse::<usize>().ok()?)))
-        .context("--convs must look like 0-9")?;
+    let budgets = parse_budgets(&args.budgets)?;
+    let (c0, c1) = parse_conversation_range(&args.convs)?;
     let convs = load(&args.data, c0, c1)?;
     let nq: usize = convs.iter().map(|c| c.qas.len()).sum();
     eprintln!(
@@ -403,6 +394,46 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         convs.len()
     );
 
+    let embedder = load_hybrid_embedder(&args)?;
+    let variants = parse_hybrid_variants(&args)?;
+
+    let mut rows =
+        run_ours_at_every_budget(&args, &convs, &budgets, embedder.as_deref(), &variants);
+    if !args.no_reference {
+        rows.extend(run_reference(&args, &budgets)?);
+    }
+    print_report(&rows, &budgets);
+
+    run_own_probe_set(embedder.as_deref(), &variants)?;
+    if let Some(path) = &args.out {
+        std::fs::write(path, serde_json::to_string_pretty(&rows)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// `--budgets`: comma-separated token budgets.
+fn parse_budgets(budgets: &str) -> anyhow::Result<Vec<usize>> {
+    budgets
+        .split(',')
+        .map(|b| {
+            b.trim()
+                .parse::<usize>()
+                .with_context(|| format!("--budgets: `{b}` is not a number"))
+        })
+        .collect::<anyhow::Result<_>>()
+}
+
+/// `--convs`: `first-last`, both inclusive.
+fn parse_conversation_range(convs: &str) -> anyhow::Result<(usize, usize)> {
+    convs
+        .split_once('-')
+        .and_then(|(a, b)| Some((a.parse::<usize>().ok()?, b.parse::<usize>().ok()?)))
+        .context("--convs must look like 0-9")
+}
+
+/// With `--hybrid`, the default model behind one embedding cache; else none.
+fn load_hybrid_embedder(args: &Args) -> anyhow::Result<Option<Box<dyn bib_embed::Embedder>>> {
     let embedder: Option<Box<dyn bib_embed::Embedder>> = if args.hybrid {
         let e: Box<dyn bib_embed::Embedder> = Box::new(
             bib_embed::UseM3::load_default()
@@ -416,7 +447,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     } else {
         None
     };
-    let mut variants: Vec<(String, PackOptions)> = Vec::new();
+    Ok(embedder)
+}
+
+/// `--hybrid-variants`: each `sem_budget:rrf_k`, named `bib hybrid sb=… k=…`.
+fn parse_hybrid_variants(args: &Args) -> anyhow::Result<Vec<HybridVariant>> {
+    let mut variants: Vec<HybridVariant> = Vec::new();
     for v in &args.hybrid_variants {
         let (sb, k) = v
             .split_once(':')
@@ -428,38 +464,41 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         };
         variants.push((format!("bib hybrid sb={sb} k={k}"), opts));
     }
+    Ok(variants)
+}
 
+/// Our packer's rows: per budget, lexical, compat (with `--compat`), then hybrid and its
+/// variants (with an embedder).
+fn run_ours_at_every_budget(
+    args: &Args,
+    convs: &[Conv],
+    budgets: &[usize],
+    embedder: Option<&dyn bib_embed::Embedder>,
+    variants: &[HybridVariant],
+) -> Vec<Row> {
     let mut rows: Vec<Row> = Vec::new();
-    for &budget in &budgets {
+    for &budget in budgets {
         let opts = PackOptions::default();
         rows.push(run_ours(
             "bib lexical",
-            &convs,
+            convs,
             budget,
             &opts,
             &mut |s, b| s.pack(b),
         ));
         if args.compat {
             let opts = PackOptions::reference();
-            rows.push(run_ours(
-                "bib compat",
-                &convs,
-                budget,
-                &opts,
-                &mut |s, b| s.pack(b),
-            ));
+            rows.push(run_ours("bib compat", convs, budget, &opts, &mut |s, b| {
+                s.pack(b)
+            }));
         }
-        if let Some(e) = &embedder {
-            rows.push(run_ours(
-                "bib hybrid",
-                &convs,
-                budget,
-                &opts,
-                &mut |s, b| s.pack_hybrid(b, e.as_ref()),
-            ));
-            for (name, vo) in &variants {
-                rows.push(run_ours(name, &convs, budget, vo, &mut |s, b| {
-                    s.pack_hybrid(b, e.as_ref())
+        if let Some(e) = embedder {
+            rows.push(run_ours("bib hybrid", convs, budget, &opts, &mut |s, b| {
+                s.pack_hybrid(b, e)
+            }));
+            for (name, vo) in variants {
+                rows.push(run_ours(name, convs, budget, vo, &mut |s, b| {
+                    s.pack_hybrid(b, e)
                 }));
             }
         }
@@ -469,11 +508,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             .unwrap_or_default();
         eprintln!("budget {budget}: done ({last})");
     }
-    if !args.no_reference {
-        rows.extend(run_reference(&args, &budgets)?);
-    }
-    print_report(&rows, &budgets);
+    rows
+}
 
+/// Run and print the project's own probe set with lexical and (with an embedder) hybrid
+/// packing and its variants.
+fn run_own_probe_set(
+    embedder: Option<&dyn bib_embed::Embedder>,
+    variants: &[HybridVariant],
+) -> anyhow::Result<()> {
     // The project's own probe set (multilingual + agent sessions): a default may only change
     // if this does not lose.
     let set = bib_pack::probes::ProbeSet::parse(PROBES).context("parsing the probe set")?;
@@ -481,7 +524,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         vec![("bib lexical".into(), false, PackOptions::default())];
     if embedder.is_some() {
         configs.push(("bib hybrid".into(), true, PackOptions::default()));
-        for (name, o) in &variants {
+        for (name, o) in variants {
             configs.push((name.clone(), true, o.clone()));
         }
     }
@@ -489,8 +532,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     for (name, hybrid, o) in configs {
         let res = bib_pack::probes::run_probes(&set, |h, b| {
             let mut p = bib_pack::Packer::new(o.clone());
-            match (&embedder, hybrid) {
-                (Some(e), true) => p.pack_hybrid(h, b, e.as_ref()),
+            match (embedder, hybrid) {
+                (Some(e), true) => p.pack_hybrid(h, b, e),
                 _ => p.pack(h, b),
             }
         });
@@ -509,10 +552,6 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 format!("; failed: {}", failed.join(" | "))
             }
         );
-    }
-    if let Some(path) = &args.out {
-        std::fs::write(path, serde_json::to_string_pretty(&rows)?)
-            .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
 }

@@ -119,31 +119,64 @@ fn pct(n: usize, d: usize) -> f64 {
     }
 }
 
+/// Every golden set of `<data>/sbd`.
+struct GoldenSets {
+    golden_en: Vec<Case>,
+    golden_es: Vec<Case>,
+    ps_en: Vec<Case>,
+    ps_es: Vec<Case>,
+    sx_en: Vec<Case>,
+    sx_es: Vec<Case>,
+    reg_en: Vec<Case>,
+}
+
+/// One table row: (set label, its cases, the anchor, whose anchor).
+type TableRow<'a> = (&'a str, Vec<&'a Case>, String, &'a str);
+
 pub fn run(args: Args) -> anyhow::Result<()> {
     let dir = data_dir(args.data)?;
-    let anchors: serde_json::Value = {
-        let p = dir.join("anchors.json");
-        let raw =
-            std::fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))?;
-        serde_json::from_str(&raw).with_context(|| format!("parsing {}", p.display()))?
-    };
-    let a = |path: &[&str]| -> String {
-        let mut v = &anchors;
-        for k in path {
-            v = &v[*k];
-        }
-        v.as_f64().map_or("?".into(), |x| format!("{x:.2}%"))
-    };
+    let anchors = read_anchors(&dir)?;
+    let sets = load_golden_sets(&dir)?;
+    let rows = table_rows(&sets, &anchors);
+    let failures = print_score_table(&dir, rows);
+    if args.verbose {
+        print_prose_failures(failures);
+    }
+    Ok(())
+}
 
-    let golden_en = load(&dir, "golden_en.json")?;
-    let golden_es = load(&dir, "golden_es.json")?;
-    let ps_en = load(&dir, "pragmatic_segmenter_en.json")?;
-    let ps_es = load(&dir, "pragmatic_segmenter_es.json")?;
-    let sx_en = load(&dir, "sentencex_en.json")?;
-    let sx_es = load(&dir, "sentencex_es.json")?;
-    let reg_en = load(&dir, "pysbd_regressions_en.json")?;
+/// `<data>/anchors.json`.
+fn read_anchors(dir: &Path) -> anyhow::Result<serde_json::Value> {
+    let p = dir.join("anchors.json");
+    let raw = std::fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))?;
+    serde_json::from_str(&raw).with_context(|| format!("parsing {}", p.display()))
+}
 
-    let es_no_clean: Vec<&Case> = golden_es
+/// The anchor at `path` in `anchors` as a percentage, `?` when absent.
+fn anchor_pct(anchors: &serde_json::Value, path: &[&str]) -> String {
+    let mut v = anchors;
+    for k in path {
+        v = &v[*k];
+    }
+    v.as_f64().map_or("?".into(), |x| format!("{x:.2}%"))
+}
+
+/// Load every golden set of `<data>/sbd`.
+fn load_golden_sets(dir: &Path) -> anyhow::Result<GoldenSets> {
+    Ok(GoldenSets {
+        golden_en: load(dir, "golden_en.json")?,
+        golden_es: load(dir, "golden_es.json")?,
+        ps_en: load(dir, "pragmatic_segmenter_en.json")?,
+        ps_es: load(dir, "pragmatic_segmenter_es.json")?,
+        sx_en: load(dir, "sentencex_en.json")?,
+        sx_es: load(dir, "sentencex_es.json")?,
+        reg_en: load(dir, "pysbd_regressions_en.json")?,
+    })
+}
+
+/// `golden_es` without the cases that need cleaning (`ES_CLEAN_TEST_CASES`, `ES_PDF_CASE`).
+fn spanish_golden_without_cleaning(golden_es: &[Case]) -> Vec<&Case> {
+    golden_es
         .iter()
         .filter(|c| {
             !matches!(
@@ -151,22 +184,37 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 Some("ES_CLEAN_TEST_CASES") | Some("ES_PDF_CASE")
             )
         })
-        .collect();
-    let ps_golden: Vec<&Case> = ps_en
+        .collect()
+}
+
+/// The Pragmatic Segmenter cases of its "Golden Rules" section.
+fn pragmatic_segmenter_golden_rules(ps_en: &[Case]) -> Vec<&Case> {
+    ps_en
         .iter()
         .filter(|c| c.context.as_deref() == Some("Golden Rules"))
-        .collect();
+        .collect()
+}
+
+/// The Golden Rules without the three that need newline/PDF cleaning.
+fn golden_rules_without_cleaning<'a>(ps_golden: &[&'a Case]) -> Vec<&'a Case> {
     // #40-#42 need newline/PDF cleaning (see sbd/README.md).
-    let ps_golden_49: Vec<&Case> = ps_golden
+    ps_golden
         .iter()
         .copied()
         .filter(|c| !matches!(c.id.as_str(), "en-ps-040" | "en-ps-041" | "en-ps-042"))
-        .collect();
+        .collect()
+}
 
-    let rows: Vec<(&str, Vec<&Case>, String, &str)> = vec![
+/// The rows of the table, in order, with their anchors.
+fn table_rows<'a>(sets: &'a GoldenSets, anchors: &serde_json::Value) -> Vec<TableRow<'a>> {
+    let a = |path: &[&str]| anchor_pct(anchors, path);
+    let es_no_clean = spanish_golden_without_cleaning(&sets.golden_es);
+    let ps_golden = pragmatic_segmenter_golden_rules(&sets.ps_en);
+    let ps_golden_49 = golden_rules_without_cleaning(&ps_golden);
+    vec![
         (
             "golden_en (pySBD GRS)",
-            all(&golden_en),
+            all(&sets.golden_en),
             a(&["sbd_english_grs_exact_match_pct", "GRS", "pySBD"]),
             "pySBD (paper)",
         ),
@@ -198,26 +246,29 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         ),
         (
             "PS en, all 181",
-            all(&ps_en),
+            all(&sets.ps_en),
             "97.24%".into(),
             "pySBD 0.3.4 (176/181, README)",
         ),
         (
             "PS es, all 36",
-            all(&ps_es),
+            all(&sets.ps_es),
             "94.44%".into(),
             "pySBD 0.3.4 (34/36, README)",
         ),
         (
             "sentencex_en (reference)",
-            all(&sx_en),
+            all(&sets.sx_en),
             "58.12%".into(),
             "pySBD 0.3.4 (136/234, README)",
         ),
-        ("sentencex_es", all(&sx_es), "-".into(), ""),
-        ("pysbd_regressions_en", all(&reg_en), "-".into(), ""),
-    ];
+        ("sentencex_es", all(&sets.sx_es), "-".into(), ""),
+        ("pysbd_regressions_en", all(&sets.reg_en), "-".into(), ""),
+    ]
+}
 
+/// Score and print every row; returns each row's prose-mode failures.
+fn print_score_table<'a>(dir: &Path, rows: Vec<TableRow<'a>>) -> Vec<(&'a str, Vec<String>)> {
     println!("Sentence-boundary exact match (stripped segments, exact list equality)");
     println!("data: {}", dir.display());
     println!();
@@ -243,16 +294,18 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         );
         failures.push((name, s.failures));
     }
-    if args.verbose {
-        for (name, f) in failures {
-            if f.is_empty() {
-                continue;
-            }
-            println!("\n## failures in {name} (bib prose)");
-            for line in f {
-                println!("  {line}");
-            }
+    failures
+}
+
+/// Every failing case of our prose mode, per set (`--verbose`).
+fn print_prose_failures(failures: Vec<(&str, Vec<String>)>) {
+    for (name, f) in failures {
+        if f.is_empty() {
+            continue;
+        }
+        println!("\n## failures in {name} (bib prose)");
+        for line in f {
+            println!("  {line}");
         }
     }
-    Ok(())
 }

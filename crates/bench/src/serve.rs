@@ -11,9 +11,10 @@
 //! bib bench serve --store /tmp/nuget-en.sqlite --questions /work/shared/bench/data/wiki/golden_en.jsonl
 //! ```
 
+use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -195,40 +196,44 @@ fn open_service(store: &std::path::Path, tokens: TokenCheck) -> anyhow::Result<A
     )?))
 }
 
+/// What the asking clients and the writers share: the stop flag and what they measured.
+#[derive(Clone, Default)]
+struct LoadCounters {
+    stop: Arc<AtomicBool>,
+    /// Milliseconds of every successful ask.
+    latencies: Arc<Mutex<Vec<f64>>>,
+    /// Failed asks by `<status> <error code>` or `io <kind>`.
+    errors: Arc<Mutex<BTreeMap<String, u64>>>,
+    /// Milliseconds of every acknowledged registration.
+    write_lat: Arc<Mutex<Vec<f64>>>,
+    /// Paths of the acknowledged registrations.
+    acked: Arc<Mutex<Vec<String>>>,
+    write_errors: Arc<AtomicU64>,
+}
+
+/// What one load test measured, for the report.
+struct LoadOutcome {
+    /// Seconds from the first client's start to the last thread's end.
+    wall: f64,
+    docs_before: usize,
+    questions: usize,
+    latencies: Vec<f64>,
+    write_lat: Vec<f64>,
+    errors: BTreeMap<String, u64>,
+    acked: usize,
+    write_errors: u64,
+    lost: usize,
+    store_coherent: bool,
+}
+
 pub fn run(a: Args) -> anyhow::Result<()> {
-    if a.clients == 0 || a.clients > 1000 {
-        bail!("--clients must be in 1..=1000");
-    }
-    if a.secs == 0 || a.secs > 600 {
-        bail!("--secs must be in 1..=600");
-    }
-    if a.writers > 64 {
-        bail!("--writers must be at most 64");
-    }
-    if !a.store.is_file() {
-        bail!(
-            "no knowledge base at {} (run `bib ingest <dir> --store {}` first)",
-            a.store.display(),
-            a.store.display()
-        );
-    }
+    check_bounds_and_store(&a)?;
     // Work on a copy (with its WAL) in a private temporary directory, removed at the end.
     let tmp = std::env::temp_dir().join(format!("bib-bench-serve-{}", std::process::id()));
     std::fs::create_dir_all(&tmp)?;
     let _cleanup = RemoveOnDrop(tmp.clone());
     let copy = tmp.join("kb.sqlite");
-    {
-        let src = SqliteStore::open(&a.store)
-            .with_context(|| format!("opening {}", a.store.display()))?;
-        drop(src);
-        std::fs::copy(&a.store, &copy)?;
-        for ext in ["-wal", "-shm"] {
-            let side = PathBuf::from(format!("{}{ext}", a.store.display()));
-            if side.is_file() {
-                std::fs::copy(&side, PathBuf::from(format!("{}{ext}", copy.display())))?;
-            }
-        }
-    }
+    copy_store_with_its_wal(&a.store, &copy)?;
     let service = open_service(&copy, TokenCheck::new(Some(TOKEN), false)?)?;
     let questions = Arc::new(load_questions(&a, service.store())?);
     let docs_before = service.store().documents()?.len();
@@ -246,95 +251,11 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         "bench serve: {} clients + {} writers for {} s against {} ({} documents, {} questions) on {addr}",
         a.clients, a.writers, a.secs, a.store.display(), docs_before, questions.len()
     );
-    let stop = Arc::new(AtomicBool::new(false));
-    let latencies: Arc<Mutex<Vec<f64>>> = Arc::new(Mutex::new(Vec::new()));
-    let errors: Arc<Mutex<std::collections::BTreeMap<String, u64>>> = Arc::default();
-    let write_lat: Arc<Mutex<Vec<f64>>> = Arc::default();
-    let acked: Arc<Mutex<Vec<String>>> = Arc::default();
-    let write_errors = Arc::new(AtomicU64::new(0));
+    let counters = LoadCounters::default();
     let t0 = Instant::now();
-    let mut handles = Vec::new();
-    for c in 0..a.clients {
-        let (stop, latencies, errors, questions) = (
-            stop.clone(),
-            latencies.clone(),
-            errors.clone(),
-            questions.clone(),
-        );
-        let trim = a.trim;
-        handles.push(
-            std::thread::Builder::new()
-                .stack_size(256 * 1024)
-                .spawn(move || {
-                    let mut conn = Conn::new(addr);
-                    let mut local = Vec::new();
-                    let mut i = c;
-                    while !stop.load(Ordering::Relaxed) {
-                        let q = &questions[i % questions.len()];
-                        i += 7;
-                        let body = json!({"query": q, "top_k": 5, "trim": trim}).to_string();
-                        let t = Instant::now();
-                        match conn.post("/ask", &body, false) {
-                            Ok((200, _)) => local.push(t.elapsed().as_secs_f64() * 1000.0),
-                            Ok((st, b)) => {
-                                let code = serde_json::from_slice::<Value>(&b)
-                                    .ok()
-                                    .and_then(|v| v["error"]["code"].as_str().map(str::to_string))
-                                    .unwrap_or_default();
-                                *errors
-                                    .lock()
-                                    .unwrap()
-                                    .entry(format!("{st} {code}"))
-                                    .or_default() += 1;
-                            }
-                            Err(e) => {
-                                *errors
-                                    .lock()
-                                    .unwrap()
-                                    .entry(format!("io {}", e.kind()))
-                                    .or_default() += 1
-                            }
-                        }
-                    }
-                    latencies.lock().unwrap().extend(local);
-                })?,
-        );
-    }
-    for w in 0..a.writers {
-        let (stop, acked, write_lat, write_errors) = (
-            stop.clone(),
-            acked.clone(),
-            write_lat.clone(),
-            write_errors.clone(),
-        );
-        let index = a.index_writes;
-        handles.push(std::thread::spawn(move || {
-            let mut conn = Conn::new(addr);
-            let mut n = 0u64;
-            while !stop.load(Ordering::Relaxed) {
-                let path = format!("bench-writes/w{w}/doc-{n}.md");
-                let body = json!({
-                    "path": path,
-                    "content": format!("---\ntitle: Bench {w}-{n}\n---\n# Bench {w}-{n}\n\nWriter {w} wrote document {n} while clients asked questions.\n"),
-                    "index": index,
-                })
-                .to_string();
-                let t = Instant::now();
-                match conn.post("/docs", &body, true) {
-                    Ok((200 | 201, _)) => {
-                        write_lat.lock().unwrap().push(t.elapsed().as_secs_f64() * 1000.0);
-                        acked.lock().unwrap().push(path);
-                    }
-                    _ => {
-                        write_errors.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-                n += 1;
-            }
-        }));
-    }
+    let handles = spawn_clients_and_writers(&a, addr, &counters, &questions)?;
     std::thread::sleep(Duration::from_secs(a.secs));
-    stop.store(true, Ordering::Relaxed);
+    counters.stop.store(true, Ordering::Relaxed);
     for h in handles {
         let _ = h.join();
     }
@@ -346,16 +267,178 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let after = SqliteStore::open(&copy)?;
     let present: std::collections::HashSet<String> =
         after.documents()?.into_iter().map(|d| d.path).collect();
-    let acked = acked.lock().unwrap();
+    let acked = counters.acked.lock().unwrap();
     let lost = acked.iter().filter(|p| !present.contains(*p)).count();
     let audit = after.audit()?;
 
-    let lat = latencies.lock().unwrap().clone();
-    let (ask_p50, ask_p99) = (percentile(&lat, 50.0), percentile(&lat, 99.0));
-    let ask_max = percentile(&lat, 100.0);
-    let wl = write_lat.lock().unwrap().clone();
-    let (write_p50, write_p99) = (percentile(&wl, 50.0), percentile(&wl, 99.0));
-    let errors = errors.lock().unwrap().clone();
+    let outcome = LoadOutcome {
+        wall,
+        docs_before,
+        questions: questions.len(),
+        latencies: counters.latencies.lock().unwrap().clone(),
+        write_lat: counters.write_lat.lock().unwrap().clone(),
+        errors: counters.errors.lock().unwrap().clone(),
+        acked: acked.len(),
+        write_errors: counters.write_errors.load(Ordering::Relaxed),
+        lost,
+        store_coherent: audit.coherent,
+    };
+    print_report(&a, &outcome)?;
+    if lost > 0 {
+        bail!("{lost} acknowledged writes are missing from the store");
+    }
+    Ok(())
+}
+
+/// The bounds of `--clients`, `--secs` and `--writers`, and a knowledge base at `--store`.
+fn check_bounds_and_store(a: &Args) -> anyhow::Result<()> {
+    if a.clients == 0 || a.clients > 1000 {
+        bail!("--clients must be in 1..=1000");
+    }
+    if a.secs == 0 || a.secs > 600 {
+        bail!("--secs must be in 1..=600");
+    }
+    if a.writers > 64 {
+        bail!("--writers must be at most 64");
+    }
+    if !a.store.is_file() {
+        bail!(
+            "no knowledge base at {} (run `bib ingest <dir> --store {}` first)",
+            a.store.display(),
+            a.store.display()
+        );
+    }
+    Ok(())
+}
+
+/// Copy the store at `store` (opened once first) and its `-wal` / `-shm` files to `copy`.
+fn copy_store_with_its_wal(store: &Path, copy: &Path) -> anyhow::Result<()> {
+    let src = SqliteStore::open(store).with_context(|| format!("opening {}", store.display()))?;
+    drop(src);
+    std::fs::copy(store, copy)?;
+    for ext in ["-wal", "-shm"] {
+        let side = PathBuf::from(format!("{}{ext}", store.display()));
+        if side.is_file() {
+            std::fs::copy(&side, PathBuf::from(format!("{}{ext}", copy.display())))?;
+        }
+    }
+    Ok(())
+}
+
+/// Start `--clients` asking clients and `--writers` writers against `addr`, sharing
+/// `counters`.
+fn spawn_clients_and_writers(
+    a: &Args,
+    addr: SocketAddr,
+    counters: &LoadCounters,
+    questions: &Arc<Vec<String>>,
+) -> anyhow::Result<Vec<std::thread::JoinHandle<()>>> {
+    let mut handles = Vec::new();
+    for c in 0..a.clients {
+        let (shared, questions) = (counters.clone(), questions.clone());
+        let trim = a.trim;
+        handles.push(
+            std::thread::Builder::new()
+                .stack_size(256 * 1024)
+                .spawn(move || ask_until_stopped(c, addr, trim, &shared, &questions))?,
+        );
+    }
+    for w in 0..a.writers {
+        let shared = counters.clone();
+        let index = a.index_writes;
+        handles.push(std::thread::spawn(move || {
+            register_until_stopped(w, addr, index, &shared)
+        }));
+    }
+    Ok(handles)
+}
+
+/// One asking client: ask question `first`, then every 7th one on, over one keep-alive
+/// connection until stopped; record latencies and errors in `shared`.
+fn ask_until_stopped(
+    first: usize,
+    addr: SocketAddr,
+    trim: bool,
+    shared: &LoadCounters,
+    questions: &[String],
+) {
+    let (stop, latencies, errors) = (&shared.stop, &shared.latencies, &shared.errors);
+    let mut conn = Conn::new(addr);
+    let mut local = Vec::new();
+    let mut i = first;
+    while !stop.load(Ordering::Relaxed) {
+        let q = &questions[i % questions.len()];
+        i += 7;
+        let body = json!({"query": q, "top_k": 5, "trim": trim}).to_string();
+        let t = Instant::now();
+        match conn.post("/ask", &body, false) {
+            Ok((200, _)) => local.push(t.elapsed().as_secs_f64() * 1000.0),
+            Ok((st, b)) => {
+                let code = serde_json::from_slice::<Value>(&b)
+                    .ok()
+                    .and_then(|v| v["error"]["code"].as_str().map(str::to_string))
+                    .unwrap_or_default();
+                *errors
+                    .lock()
+                    .unwrap()
+                    .entry(format!("{st} {code}"))
+                    .or_default() += 1;
+            }
+            Err(e) => {
+                *errors
+                    .lock()
+                    .unwrap()
+                    .entry(format!("io {}", e.kind()))
+                    .or_default() += 1
+            }
+        }
+    }
+    latencies.lock().unwrap().extend(local);
+}
+
+/// One writer `w`: register documents `bench-writes/w<w>/doc-<n>.md` (`index` as given) until
+/// stopped; record the acknowledged ones and the failures in `shared`.
+fn register_until_stopped(w: usize, addr: SocketAddr, index: bool, shared: &LoadCounters) {
+    let (stop, acked, write_lat, write_errors) = (
+        &shared.stop,
+        &shared.acked,
+        &shared.write_lat,
+        &shared.write_errors,
+    );
+    let mut conn = Conn::new(addr);
+    let mut n = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        let path = format!("bench-writes/w{w}/doc-{n}.md");
+        let body = json!({
+            "path": path,
+            "content": format!("---\ntitle: Bench {w}-{n}\n---\n# Bench {w}-{n}\n\nWriter {w} wrote document {n} while clients asked questions.\n"),
+            "index": index,
+        })
+        .to_string();
+        let t = Instant::now();
+        match conn.post("/docs", &body, true) {
+            Ok((200 | 201, _)) => {
+                write_lat
+                    .lock()
+                    .unwrap()
+                    .push(t.elapsed().as_secs_f64() * 1000.0);
+                acked.lock().unwrap().push(path);
+            }
+            _ => {
+                write_errors.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        n += 1;
+    }
+}
+
+/// Print the report: as JSON with `--json`, else two summary lines (and the errors by kind).
+fn print_report(a: &Args, o: &LoadOutcome) -> anyhow::Result<()> {
+    let (lat, wall, errors) = (&o.latencies, o.wall, &o.errors);
+    let (ask_p50, ask_p99) = (percentile(lat, 50.0), percentile(lat, 99.0));
+    let ask_max = percentile(lat, 100.0);
+    let wl = &o.write_lat;
+    let (write_p50, write_p99) = (percentile(wl, 50.0), percentile(wl, 99.0));
     let n_err: u64 = errors.values().sum();
     let report = json!({
         "clients": a.clients,
@@ -363,8 +446,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         "index_writes": a.index_writes,
         "trim": a.trim,
         "secs": wall,
-        "documents_before": docs_before,
-        "questions": questions.len(),
+        "documents_before": o.docs_before,
+        "questions": o.questions,
         "asks_ok": lat.len(),
         "asks_per_sec": lat.len() as f64 / wall,
         "ask_p50_ms": ask_p50,
@@ -372,13 +455,13 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         "ask_max_ms": ask_max,
         "ask_errors": n_err,
         "ask_errors_by_kind": errors,
-        "writes_acked": acked.len(),
-        "writes_per_sec": acked.len() as f64 / wall,
+        "writes_acked": o.acked,
+        "writes_per_sec": o.acked as f64 / wall,
         "write_p50_ms": write_p50,
         "write_p99_ms": write_p99,
-        "write_errors": write_errors.load(Ordering::Relaxed),
-        "lost_writes": lost,
-        "store_coherent": audit.coherent,
+        "write_errors": o.write_errors,
+        "lost_writes": o.lost,
+        "store_coherent": o.store_coherent,
         "max_in_flight": a.max_in_flight,
     });
     if a.json {
@@ -394,12 +477,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         }
         println!(
             "writes: {} acknowledged ({:.1}/s, p50 {:.1} ms, p99 {:.1} ms), {} failed, {} lost · store coherent: {}",
-            acked.len(), acked.len() as f64 / wall, write_p50, write_p99,
-            write_errors.load(Ordering::Relaxed), lost, audit.coherent
+            o.acked, o.acked as f64 / wall, write_p50, write_p99,
+            o.write_errors, o.lost, o.store_coherent
         );
-    }
-    if lost > 0 {
-        bail!("{lost} acknowledged writes are missing from the store");
     }
     Ok(())
 }

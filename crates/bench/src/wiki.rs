@@ -24,6 +24,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
+use bib_embed::Embedder;
 use bib_eval::{load_golden, GoldenItem, Haystack};
 use bib_retrieve::trim::{TrimOptions, ASK_PROFILE, USE_M3_THRESHOLD};
 use bib_retrieve::{
@@ -184,27 +185,47 @@ fn pct(n: usize, d: usize) -> String {
     }
 }
 
+/// What every set's run reads: the flags and what was derived from them, and the model.
+struct WikiRun<'a> {
+    a: &'a Args,
+    /// `<data>/wiki`.
+    data: PathBuf,
+    mode: Mode,
+    fusion: Fusion,
+    /// `--ks`, sorted, without repeats.
+    ks: Vec<usize>,
+    embedder: Box<dyn Embedder>,
+    /// BM25 weight of convex fusion.
+    alpha: f64,
+    /// The trimming of the "after trimming" columns.
+    trim: TrimOptions,
+    /// Trim thresholds of the per-setting table.
+    thresholds: Vec<f32>,
+    terms: TermConfig,
+    /// Each `--signals` setting, as given and parsed.
+    signals: Vec<(String, Signals)>,
+}
+
+/// One retrieval setting of the per-setting table: (label, mode, fusion, trimming).
+type RetrievalSetting = (String, Mode, Fusion, Option<TrimOptions>);
+
+/// What one setting of the per-setting table found over a question set.
+#[derive(Default)]
+struct SettingCounts {
+    file_hit: usize,
+    ev_found: usize,
+    ev_total: usize,
+    all_found: usize,
+    tokens: usize,
+    /// Ids (or `#n`) of the questions with some evidence missing.
+    misses: Vec<String>,
+}
+
 pub fn run(a: Args) -> anyhow::Result<()> {
     let data = data_dir(a.data.clone()).join("wiki");
     let (mode, fusion) = (a.mode, a.fusion);
-    anyhow::ensure!(
-        !a.ks.is_empty() && a.ks.iter().all(|&k| k > 0),
-        "--ks: every cut-off must be at least 1"
-    );
-    let mut ks = a.ks.clone();
-    ks.sort_unstable();
-    ks.dedup();
-    let wanted: Vec<&str> = if a.sets.is_empty() {
-        SETS.iter().map(|s| s.0).collect()
-    } else {
-        a.sets.iter().map(String::as_str).collect()
-    };
-    for w in &wanted {
-        anyhow::ensure!(
-            SETS.iter().any(|s| s.0 == *w),
-            "--sets: `{w}` is not one of golden_en, golden_es_dev, dev_en, dev_es"
-        );
-    }
+    let ks = sorted_distinct_cutoffs(&a)?;
+    let wanted = wanted_set_names(&a)?;
     let embedder = bib_app::model::load_embedder(&a.model)?;
     let d = RetrieveOptions::default();
     let alpha = a.fusion_alpha.unwrap_or(d.convex_alpha);
@@ -218,18 +239,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         ..ASK_PROFILE
     };
     let cmd = command_line();
-    println!("command: {cmd}");
-    println!(
-        "model {} · mode {} · fusion {} (α {alpha:.2}) · trim: threshold {:.2}, lexical top {}, window {}, min {}, structure {}",
-        a.model,
-        mode,
-        fusion.as_str(),
-        trim.threshold,
-        trim.lexical_top,
-        trim.window,
-        trim.min_sentences,
-        if trim.structure { "kept" } else { "off" }
-    );
+    print_run_header(&cmd, &a, alpha, &trim);
     let thresholds = if a.thresholds.is_empty() {
         vec![0.2, 0.3, USE_M3_THRESHOLD]
     } else {
@@ -242,23 +252,102 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         .map(|sp| Ok((sp.clone(), sp.parse::<Signals>()?)))
         .collect::<anyhow::Result<_>>()?;
     println!("terms {}", terms.id());
+    let run = WikiRun {
+        a: &a,
+        data,
+        mode,
+        fusion,
+        ks,
+        embedder,
+        alpha,
+        trim,
+        thresholds,
+        terms,
+        signals,
+    };
     let mut settings_rows = Vec::new();
     let mut topk_rows = Vec::new();
     let mut stores: BTreeMap<&str, std::sync::Arc<SqliteStore>> = BTreeMap::new();
-    for &(name, file, wiki, in_repo) in SETS.iter().filter(|s| wanted.contains(&s.0)) {
+    for set in SETS.iter().filter(|s| wanted.contains(&s.0)) {
+        let (topk, settings) = run.run_set(set, &mut stores)?;
+        topk_rows.extend(topk);
+        settings_rows.extend(settings);
+    }
+    if let Some(p) = &a.json {
+        run.write_json_report(p, &cmd, topk_rows, settings_rows)?;
+    }
+    Ok(())
+}
+
+/// `--ks` sorted and without repeats; every cut-off must be at least 1.
+fn sorted_distinct_cutoffs(a: &Args) -> anyhow::Result<Vec<usize>> {
+    anyhow::ensure!(
+        !a.ks.is_empty() && a.ks.iter().all(|&k| k > 0),
+        "--ks: every cut-off must be at least 1"
+    );
+    let mut ks = a.ks.clone();
+    ks.sort_unstable();
+    ks.dedup();
+    Ok(ks)
+}
+
+/// The names of the sets to run (`--sets`, else all), each checked against [`SETS`].
+fn wanted_set_names(a: &Args) -> anyhow::Result<Vec<&str>> {
+    let wanted: Vec<&str> = if a.sets.is_empty() {
+        SETS.iter().map(|s| s.0).collect()
+    } else {
+        a.sets.iter().map(String::as_str).collect()
+    };
+    for w in &wanted {
+        anyhow::ensure!(
+            SETS.iter().any(|s| s.0 == *w),
+            "--sets: `{w}` is not one of golden_en, golden_es_dev, dev_en, dev_es"
+        );
+    }
+    Ok(wanted)
+}
+
+/// The command line and the model, retrieval and trimming settings of the run.
+fn print_run_header(cmd: &str, a: &Args, alpha: f64, trim: &TrimOptions) {
+    println!("command: {cmd}");
+    println!(
+        "model {} · mode {} · fusion {} (α {alpha:.2}) · trim: threshold {:.2}, lexical top {}, window {}, min {}, structure {}",
+        a.model,
+        a.mode,
+        a.fusion.as_str(),
+        trim.threshold,
+        trim.lexical_top,
+        trim.window,
+        trim.min_sentences,
+        if trim.structure { "kept" } else { "off" }
+    );
+}
+
+impl WikiRun<'_> {
+    /// Run one set: its top-k table per signals setting and, unless `--no-settings`, its
+    /// per-setting table. Opens (and ingests) the set's wiki store on first use. Returns the
+    /// JSON rows of both tables.
+    fn run_set(
+        &self,
+        &(name, file, wiki, in_repo): &(&str, &str, &'static str, bool),
+        stores: &mut BTreeMap<&str, std::sync::Arc<SqliteStore>>,
+    ) -> anyhow::Result<(Vec<serde_json::Value>, Vec<serde_json::Value>)> {
+        let a = self.a;
+        let mut topk_rows = Vec::new();
+        let mut settings_rows = Vec::new();
         let path = if in_repo {
             a.dev_dir.join(file)
         } else {
-            data.join(file)
+            self.data.join(file)
         };
         let qs = load_golden(&path)?;
         if !stores.contains_key(wiki) {
             let store = open_ingested(
                 &a.cache_dir,
-                &data.join(wiki),
+                &self.data.join(wiki),
                 wiki,
-                embedder.as_ref(),
-                &terms,
+                self.embedder.as_ref(),
+                &self.terms,
             )?;
             stores.insert(wiki, std::sync::Arc::new(store));
         }
@@ -268,47 +357,49 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         let cache = EmbeddingCache::default().with_backing(std::sync::Arc::new(StoreVectors(
             store.clone() as std::sync::Arc<dyn bib_store::Store>,
         )));
-        let retriever = Retriever::new(&index, Some(embedder.as_ref()), &cache);
-        for (spec, sig) in &signals {
+        let retriever = Retriever::new(&index, Some(self.embedder.as_ref()), &cache);
+        for (spec, sig) in &self.signals {
             let base = RetrieveOptions {
-                mode,
-                fusion,
-                convex_alpha: alpha,
+                mode: self.mode,
+                fusion: self.fusion,
+                convex_alpha: self.alpha,
                 signals: *sig,
                 ..RetrieveOptions::default()
             };
-            let trimmed = (!a.no_trimmed).then_some(trim);
-            let hits = question_hits(&retriever, &qs, &base, &ks, trimmed)?;
+            let trimmed = (!a.no_trimmed).then_some(self.trim);
+            let hits = question_hits(&retriever, &qs, &base, &self.ks, trimmed)?;
             println!("\nsignals {}", sig.spec());
-            print_topk(name, wiki, &qs, &hits, &ks);
-            topk_rows.extend(topk_json(name, wiki, spec, &qs, &hits, &ks));
+            print_topk(name, wiki, &qs, &hits, &self.ks);
+            topk_rows.extend(topk_json(name, wiki, spec, &qs, &hits, &self.ks));
         }
         if !a.no_settings {
-            settings_rows.extend(settings_table(
-                &retriever,
-                name,
-                wiki,
-                &qs,
-                &a,
-                &thresholds,
-                mode,
-                fusion,
-            )?);
+            settings_rows.extend(self.settings_table(&retriever, name, wiki, &qs)?);
         }
+        Ok((topk_rows, settings_rows))
     }
-    if let Some(p) = &a.json {
+
+    /// Write the JSON report (settings, top-k rows, per-setting rows) to `p`.
+    fn write_json_report(
+        &self,
+        p: &Path,
+        cmd: &str,
+        topk_rows: Vec<serde_json::Value>,
+        settings_rows: Vec<serde_json::Value>,
+    ) -> anyhow::Result<()> {
+        let (a, trim, mode, fusion, alpha) =
+            (self.a, &self.trim, self.mode, self.fusion, self.alpha);
         std::fs::write(
             p,
             serde_json::to_string_pretty(&json!({
-                "bench": "wiki", "command": cmd, "model": a.model, "terms": terms.id(),
+                "bench": "wiki", "command": cmd, "model": a.model, "terms": self.terms.id(),
                 "mode": mode.as_str(), "fusion": fusion.as_str(), "fusion_alpha": alpha,
                 "trim": {"threshold": trim.threshold, "lexical_top": trim.lexical_top,
                          "window": trim.window, "min_sentences": trim.min_sentences},
                 "topk": topk_rows, "rows": settings_rows}))?,
         )
         .with_context(|| format!("writing {}", p.display()))?;
+        Ok(())
     }
-    Ok(())
 }
 
 /// Answered-at-k of every question: one untrimmed retrieval at the largest k (the candidate
@@ -482,130 +573,154 @@ fn print_topk(name: &str, wiki: &str, qs: &[GoldenItem], hits: &[QuestionHits], 
     }
 }
 
-/// The per-setting table at `--top-k`: retrieval modes and fusions untrimmed, then trim
-/// settings over the chosen retrieval.
-#[allow(clippy::too_many_arguments)]
-fn settings_table(
-    retriever: &Retriever<'_>,
-    name: &str,
-    wiki: &str,
-    qs: &[GoldenItem],
-    a: &Args,
-    thresholds: &[f32],
-    mode: Mode,
-    fusion: Fusion,
-) -> anyhow::Result<Vec<serde_json::Value>> {
-    let mut settings: Vec<(String, Mode, Fusion, Option<TrimOptions>)> = vec![
-        ("no trim".into(), mode, fusion, None),
-        ("bm25".into(), Mode::Bm25, fusion, None),
-        ("vector".into(), Mode::Vector, fusion, None),
-        ("hybrid rrf".into(), Mode::Hybrid, Fusion::Rrf, None),
-        ("hybrid convex".into(), Mode::Hybrid, Fusion::Convex, None),
-    ];
-    for spec in &a.trims {
-        let p: Vec<&str> = spec.split(':').collect();
-        anyhow::ensure!(
-            p.len() == 4,
-            "--trims: `{spec}` is not threshold:window:lexical_top:min_sentences"
+impl WikiRun<'_> {
+    /// The per-setting table at `--top-k`: retrieval modes and fusions untrimmed, then trim
+    /// settings over the chosen retrieval.
+    fn settings_table(
+        &self,
+        retriever: &Retriever<'_>,
+        name: &str,
+        wiki: &str,
+        qs: &[GoldenItem],
+    ) -> anyhow::Result<Vec<serde_json::Value>> {
+        let (a, fusion) = (self.a, self.fusion);
+        let settings = self.settings_of_the_table()?;
+        println!(
+            "{name} over {wiki}: per setting, top-{} (trim rows: mode {}, fusion {})",
+            a.top_k,
+            self.mode,
+            fusion.as_str()
         );
-        let bad = || anyhow::anyhow!("--trims: `{spec}` has a value that is not a number");
-        let t = TrimOptions {
-            threshold: p[0].parse().map_err(|_| bad())?,
-            window: p[1].parse().map_err(|_| bad())?,
-            lexical_top: p[2].parse().map_err(|_| bad())?,
-            min_sentences: p[3].parse().map_err(|_| bad())?,
-            ..TrimOptions::default()
-        };
-        settings.push((
-            format!(
-                "trim {:.2} w{} lx{} m{}",
-                t.threshold, t.window, t.lexical_top, t.min_sentences
-            ),
-            mode,
-            fusion,
-            Some(t),
-        ));
+        println!(
+            "{:<22} {:>10} {:>12} {:>14} {:>10}",
+            "setting", "file hit", "evidence", "all evidence", "tokens"
+        );
+        let mut rows = Vec::new();
+        let mut base_tokens = 0usize;
+        for (setting, mode, fusion, trim) in &settings {
+            let opts = RetrieveOptions {
+                top_k: a.top_k,
+                mode: *mode,
+                fusion: *fusion,
+                convex_alpha: a
+                    .fusion_alpha
+                    .unwrap_or(RetrieveOptions::default().convex_alpha),
+                trim: *trim,
+                ..RetrieveOptions::default()
+            };
+            let c = measure_setting(retriever, qs, &opts)?;
+            if setting == "no trim" {
+                base_tokens = c.tokens;
+            }
+            let red = if base_tokens == 0 {
+                0.0
+            } else {
+                1.0 - c.tokens as f64 / base_tokens as f64
+            };
+            println!(
+                "{setting:<22} {:>4}/{:<5} {:>5}/{:<6} {:>6}/{:<7} {:>6} ({:+.0}%)",
+                c.file_hit,
+                qs.len(),
+                c.ev_found,
+                c.ev_total,
+                c.all_found,
+                qs.len(),
+                c.tokens,
+                -100.0 * red
+            );
+            rows.push(
+                json!({"set": name, "setting": setting, "file_hit": c.file_hit, "questions": qs.len(),
+                "evidence_found": c.ev_found, "evidence_total": c.ev_total, "all_evidence": c.all_found,
+                "tokens": c.tokens, "reduction": red, "missed": c.misses}),
+            );
+        }
+        Ok(rows)
     }
-    for &t in thresholds {
-        for w in [0usize, 1] {
+
+    /// The rows of the per-setting table, in order: modes and fusions untrimmed, then
+    /// `--trims`, then every `--thresholds` value at window 0 and 1.
+    fn settings_of_the_table(&self) -> anyhow::Result<Vec<RetrievalSetting>> {
+        let (mode, fusion) = (self.mode, self.fusion);
+        let mut settings: Vec<RetrievalSetting> = vec![
+            ("no trim".into(), mode, fusion, None),
+            ("bm25".into(), Mode::Bm25, fusion, None),
+            ("vector".into(), Mode::Vector, fusion, None),
+            ("hybrid rrf".into(), Mode::Hybrid, Fusion::Rrf, None),
+            ("hybrid convex".into(), Mode::Hybrid, Fusion::Convex, None),
+        ];
+        for spec in &self.a.trims {
+            let t = parse_trim_setting(spec)?;
             settings.push((
-                format!("trim {t:.2} w{w}"),
+                format!(
+                    "trim {:.2} w{} lx{} m{}",
+                    t.threshold, t.window, t.lexical_top, t.min_sentences
+                ),
                 mode,
                 fusion,
-                Some(TrimOptions {
-                    threshold: t,
-                    window: w,
-                    ..TrimOptions::default()
-                }),
+                Some(t),
             ));
         }
+        for &t in &self.thresholds {
+            for w in [0usize, 1] {
+                settings.push((
+                    format!("trim {t:.2} w{w}"),
+                    mode,
+                    fusion,
+                    Some(TrimOptions {
+                        threshold: t,
+                        window: w,
+                        ..TrimOptions::default()
+                    }),
+                ));
+            }
+        }
+        Ok(settings)
     }
-    println!(
-        "{name} over {wiki}: per setting, top-{} (trim rows: mode {mode}, fusion {})",
-        a.top_k,
-        fusion.as_str()
+}
+
+/// One `--trims` value, `threshold:window:lexical_top:min_sentences`.
+fn parse_trim_setting(spec: &str) -> anyhow::Result<TrimOptions> {
+    let p: Vec<&str> = spec.split(':').collect();
+    anyhow::ensure!(
+        p.len() == 4,
+        "--trims: `{spec}` is not threshold:window:lexical_top:min_sentences"
     );
-    println!(
-        "{:<22} {:>10} {:>12} {:>14} {:>10}",
-        "setting", "file hit", "evidence", "all evidence", "tokens"
-    );
-    let mut rows = Vec::new();
-    let mut base_tokens = 0usize;
-    for (setting, mode, fusion, trim) in &settings {
-        let opts = RetrieveOptions {
-            top_k: a.top_k,
-            mode: *mode,
-            fusion: *fusion,
-            convex_alpha: a
-                .fusion_alpha
-                .unwrap_or(RetrieveOptions::default().convex_alpha),
-            trim: *trim,
-            ..RetrieveOptions::default()
-        };
-        let (mut file_hit, mut ev_found, mut ev_total, mut all_found, mut tokens) = (0, 0, 0, 0, 0);
-        let mut misses = Vec::new();
-        for (i, q) in qs.iter().enumerate() {
-            let r = retriever.retrieve(&q.question, &opts, &Filter::default())?;
-            tokens += r.tokens_in_context;
-            if r.chunks.iter().any(|c| q.files.contains(&c.chunk.path)) {
-                file_hit += 1;
-            }
-            let h = Haystack::new(contents(&r.chunks));
-            let found = q.evidence.iter().filter(|e| h.contains(e)).count();
-            ev_found += found;
-            ev_total += q.evidence.len();
-            if found == q.evidence.len() {
-                all_found += 1;
-            } else {
-                misses.push(q.id.clone().unwrap_or_else(|| format!("#{}", i + 1)));
-            }
+    let bad = || anyhow::anyhow!("--trims: `{spec}` has a value that is not a number");
+    Ok(TrimOptions {
+        threshold: p[0].parse().map_err(|_| bad())?,
+        window: p[1].parse().map_err(|_| bad())?,
+        lexical_top: p[2].parse().map_err(|_| bad())?,
+        min_sentences: p[3].parse().map_err(|_| bad())?,
+        ..TrimOptions::default()
+    })
+}
+
+/// Retrieve every question with `opts` and count file hits, evidence found and tokens.
+fn measure_setting(
+    retriever: &Retriever<'_>,
+    qs: &[GoldenItem],
+    opts: &RetrieveOptions,
+) -> anyhow::Result<SettingCounts> {
+    let mut counts = SettingCounts::default();
+    for (i, q) in qs.iter().enumerate() {
+        let r = retriever.retrieve(&q.question, opts, &Filter::default())?;
+        counts.tokens += r.tokens_in_context;
+        if r.chunks.iter().any(|c| q.files.contains(&c.chunk.path)) {
+            counts.file_hit += 1;
         }
-        if setting == "no trim" {
-            base_tokens = tokens;
-        }
-        let red = if base_tokens == 0 {
-            0.0
+        let h = Haystack::new(contents(&r.chunks));
+        let found = q.evidence.iter().filter(|e| h.contains(e)).count();
+        counts.ev_found += found;
+        counts.ev_total += q.evidence.len();
+        if found == q.evidence.len() {
+            counts.all_found += 1;
         } else {
-            1.0 - tokens as f64 / base_tokens as f64
-        };
-        println!(
-            "{setting:<22} {:>4}/{:<5} {:>5}/{:<6} {:>6}/{:<7} {:>6} ({:+.0}%)",
-            file_hit,
-            qs.len(),
-            ev_found,
-            ev_total,
-            all_found,
-            qs.len(),
-            tokens,
-            -100.0 * red
-        );
-        rows.push(
-            json!({"set": name, "setting": setting, "file_hit": file_hit, "questions": qs.len(),
-            "evidence_found": ev_found, "evidence_total": ev_total, "all_evidence": all_found,
-            "tokens": tokens, "reduction": red, "missed": misses}),
-        );
+            counts
+                .misses
+                .push(q.id.clone().unwrap_or_else(|| format!("#{}", i + 1)));
+        }
     }
-    Ok(rows)
+    Ok(counts)
 }
 
 #[cfg(test)]
