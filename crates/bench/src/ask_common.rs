@@ -261,7 +261,7 @@ pub fn add_one_chunk_per_document(
                 heading_path: vec![],
                 content: d.content,
                 metadata: serde_json::Value::Null,
-                citation: Default::default(),
+                ..Default::default()
             },
             Some(d.embedding),
         )?;

@@ -129,7 +129,7 @@ fn answered(contents: &[&str], evidence: &[String], k: usize) -> bool {
 }
 
 fn contents(chunks: &[ScoredChunk]) -> Vec<&str> {
-    chunks.iter().map(|c| c.chunk.content.as_str()).collect()
+    chunks.iter().map(|c| c.text.as_str()).collect()
 }
 
 /// The style a question is reported under.

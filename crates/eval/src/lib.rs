@@ -542,7 +542,7 @@ impl QuestionEvaluation<'_, '_> {
             .retriever
             .retrieve(&item.question, &opts, self.filter)?;
         let ids: Vec<i64> = r.chunks.iter().map(|c| c.chunk.id).collect();
-        let cut: Vec<&str> = r.chunks.iter().map(|c| c.chunk.content.as_str()).collect();
+        let cut: Vec<&str> = r.chunks.iter().map(|c| c.text.as_str()).collect();
         let after = measure(&cut, item, kb.embedder);
         let (before, passages) = self.measure_before_trimming(&opts, &r, &ids, &cut, item)?;
         let paths: Vec<&str> = r.chunks.iter().map(|c| c.chunk.path.as_str()).collect();
@@ -622,7 +622,11 @@ impl QuestionEvaluation<'_, '_> {
         let kb = self.kb;
         Ok(if opts.trim.is_some() {
             let originals = kb.index.chunks(ids)?;
-            let whole: Vec<&str> = originals.iter().map(|c| c.content.as_str()).collect();
+            let texts: Vec<String> = originals
+                .iter()
+                .map(bib_retrieve::ChunkRecord::text)
+                .collect();
+            let whole: Vec<&str> = texts.iter().map(String::as_str).collect();
             (
                 measure(&whole, item, kb.embedder),
                 passage::passages(r, &originals),
@@ -714,11 +718,7 @@ fn sweep_question(
         return Err(invalid("sweep", "the sweep needs an embedding model"));
     };
     let qv = retriever.embed_query(&item.question)?;
-    let prepared: Vec<Prepared<'_>> = base
-        .chunks
-        .iter()
-        .map(|c| Prepared::new(&c.chunk.content))
-        .collect();
+    let prepared: Vec<Prepared<'_>> = base.chunks.iter().map(|c| Prepared::new(&c.text)).collect();
     let scores = score_texts(
         e,
         kb.cache,
@@ -734,7 +734,7 @@ fn sweep_question(
             .iter()
             .zip(scores)
             .map(|(c, s)| sweep::SweepChunk {
-                content: c.chunk.content.clone(),
+                content: c.text.clone(),
                 cosine: s.cosine,
                 fused: s.fused,
                 bm25_rank: s.bm25_rank,

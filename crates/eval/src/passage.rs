@@ -50,7 +50,8 @@ pub fn passages(r: &RetrievalResult, originals: &[ChunkRecord]) -> Vec<Passage> 
 /// `chunk` cut into its sentences, each marked kept when its index is in `kept` (all kept
 /// when `kept` is `None`: the chunk was not trimmed).
 pub fn split(chunk: &ChunkRecord, kept: Option<&[usize]>) -> Passage {
-    let p = Prepared::new(&chunk.content);
+    let text = chunk.text();
+    let p = Prepared::new(&text);
     let body = p.body();
     let mut pieces = Vec::with_capacity(p.sentences.len());
     let mut from = 0;
@@ -66,11 +67,9 @@ pub fn split(chunk: &ChunkRecord, kept: Option<&[usize]>) -> Passage {
     }
     Passage {
         path: chunk.path.clone(),
-        line_start: chunk.citation.line_start,
-        line_end: chunk.citation.line_end,
-        prefix: chunk.content[..p.body_offset.min(chunk.content.len())]
-            .trim()
-            .to_string(),
+        line_start: chunk.line_start,
+        line_end: chunk.line_end,
+        prefix: text[..p.body_offset.min(text.len())].trim().to_string(),
         pieces,
     }
 }
@@ -91,7 +90,7 @@ mod tests {
                       300 seconds. Large packages may need more time."
                 .into(),
             metadata: serde_json::Value::Null,
-            citation: Default::default(),
+            ..Default::default()
         };
         let p = split(&chunk, Some(&[1]));
         assert_eq!(p.prefix, "[Doc: Push]");

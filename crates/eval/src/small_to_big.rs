@@ -116,7 +116,8 @@ impl SentenceIndex {
     ) -> Result<Self, EvalError> {
         let mut texts: Vec<(ChunkRecord, String, usize)> = Vec::new();
         for c in &chunks {
-            let p = Prepared::new(&c.content);
+            let text = c.text();
+            let p = Prepared::new(&text);
             for i in 0..p.sentences.len() {
                 let s = p.sentence(i).trim();
                 if !s.is_empty() {
@@ -142,7 +143,7 @@ impl SentenceIndex {
                         heading_path: parent.heading_path.clone(),
                         content: s.clone(),
                         metadata: parent.metadata.clone(),
-                        citation: Default::default(),
+                        ..Default::default()
                     },
                     Some(v.to_vec()),
                 )?;
@@ -204,7 +205,8 @@ impl SentenceIndex {
             else {
                 continue;
             };
-            let p = Prepared::new(&parent.content);
+            let text = parent.text();
+            let p = Prepared::new(&text);
             let n = p.sentences.len();
             let mut keep = vec![false; n];
             for &c in centres.iter().filter(|&&c| c < n) {

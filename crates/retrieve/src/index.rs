@@ -9,8 +9,6 @@ use std::collections::HashMap;
 
 use bib_text::bm25::{idf, tf_factor, Bm25Params};
 use bib_text::terms::{terms_with, TermConfig};
-use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 use crate::error::RetrieveError;
 use crate::filter::Filter;
@@ -19,51 +17,9 @@ use crate::filter::Filter;
 /// through fusion to the answer.
 pub use bib_store::{ChunkId, Hit};
 
-/// A chunk as retrieval sees it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ChunkRecord {
-    pub id: ChunkId,
-    /// Document path relative to the wiki root, `/`-separated.
-    pub path: String,
-    /// Position of the chunk within its document (0, 1, 2, …).
-    pub chunk_index: usize,
-    /// Document title.
-    pub title: String,
-    /// Headings enclosing the chunk, outermost first.
-    pub heading_path: Vec<String>,
-    /// The indexed text: the `[Doc: …]` prefix, a newline, then the chunk's Markdown.
-    pub content: String,
-    /// The document's front-matter as JSON (an object, or `null`).
-    pub metadata: Value,
-    /// Where the chunk comes from: document node, collection and cited lines.
-    #[serde(flatten, default)]
-    pub citation: Citation,
-}
-
-/// What a result cites: the document's node id and collection, and the 1-based lines of the
-/// source file the chunk spans (0 when unknown, e.g. chunks not built from a file).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Citation {
-    #[serde(default)]
-    pub node_id: i64,
-    #[serde(default)]
-    pub collection: String,
-    #[serde(default)]
-    pub line_start: u32,
-    #[serde(default)]
-    pub line_end: u32,
-}
-
-impl Citation {
-    /// `path:12-30` (or `path:12` for one line, `path` when lines are unknown).
-    pub fn cite(&self, path: &str) -> String {
-        match (self.line_start, self.line_end) {
-            (0, _) => path.to_string(),
-            (a, b) if b <= a => format!("{path}:{a}"),
-            (a, b) => format!("{path}:{a}-{b}"),
-        }
-    }
-}
+/// The chunk record is the store's: one type from the store (or a benchmark's corpus) through
+/// ranking, trimming and citing to the answer.
+pub use bib_store::ChunkRecord;
 
 /// Everything hybrid retrieval needs from an index.
 pub trait ChunkIndex: Send + Sync {
@@ -157,7 +113,7 @@ impl MemoryIndex {
         }
         let pos = self.chunks.len() as u32;
         let mut tf: HashMap<String, u32> = HashMap::new();
-        let seq = term_sequence_with(&chunk.content, &self.terms);
+        let seq = term_sequence_with(&chunk.text(), &self.terms);
         for t in &seq {
             *tf.entry(t.clone()).or_default() += 1;
         }
@@ -185,8 +141,7 @@ impl MemoryIndex {
             self.chunks
                 .iter()
                 .map(|c| {
-                    filter.matches(&c.path, &c.metadata)
-                        && filter.matches_collection(&c.citation.collection)
+                    filter.matches(&c.path, &c.metadata) && filter.matches_collection(&c.collection)
                 })
                 .collect(),
         )
@@ -304,7 +259,7 @@ impl ChunkIndex for MemoryIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{json, Value};
 
     pub(crate) fn rec(id: ChunkId, path: &str, content: &str, meta: Value) -> ChunkRecord {
         ChunkRecord {
@@ -315,7 +270,7 @@ mod tests {
             heading_path: vec![],
             content: content.into(),
             metadata: meta,
-            citation: Citation::default(),
+            ..ChunkRecord::default()
         }
     }
 

@@ -82,7 +82,7 @@ impl Retriever<'_> {
                 h.explain.field = Some(SignalPart::new(v, sig.field, m, None));
             }
             if sig.phrase > 0.0 && !items.is_empty() {
-                let (v, m) = phrase_score(items, &normalize_exact(&rec.content));
+                let (v, m) = phrase_score(items, &normalize_exact(&rec.text()));
                 h.explain.phrase = Some(SignalPart::new(v, sig.phrase, m, None));
             }
         }
@@ -149,9 +149,10 @@ impl Retriever<'_> {
         lexical: Option<&TermConfig>,
         recs: &[Option<&ChunkRecord>],
     ) -> Result<Vec<SentenceEvidence>, RetrieveError> {
-        let prepared: Vec<Option<Prepared<'_>>> = recs
+        let texts: Vec<Option<String>> = recs.iter().map(|r| r.map(ChunkRecord::text)).collect();
+        let prepared: Vec<Option<Prepared<'_>>> = texts
             .iter()
-            .map(|r| r.map(|r| Prepared::new(&r.content)))
+            .map(|t| t.as_deref().map(Prepared::new))
             .collect();
         let all: Vec<&str> = prepared
             .iter()
@@ -290,7 +291,7 @@ mod tests {
                     heading_path: vec![],
                     content,
                     metadata: json!({}),
-                    citation: Default::default(),
+                    ..Default::default()
                 },
                 Some(v),
             )

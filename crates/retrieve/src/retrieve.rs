@@ -174,7 +174,11 @@ pub struct TrimInfo {
 /// One retrieved chunk with its scores.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ScoredChunk {
+    /// The chunk as stored.
     pub chunk: ChunkRecord,
+    /// What the answer shows of it: its indexed text ([`ChunkRecord::text`]: the `[Doc: …]`
+    /// prefix, a newline, the Markdown), or the sentences trimming kept of it.
+    pub text: String,
     /// The ranking score: the fused score plus the ranking signals (convex hybrid, and BM25
     /// with signals on, where BM25 is divided by the list's best), the RRF score with
     /// `--fusion rrf`, the list's raw score otherwise.
@@ -389,6 +393,7 @@ impl<'a> Retriever<'a> {
             .filter_map(|h| {
                 let rec = records.iter().find(|r| r.id == h.id)?.clone();
                 Some(ScoredChunk {
+                    text: rec.text(),
                     chunk: rec,
                     score: h.score,
                     bm25: h.bm25,
@@ -422,13 +427,13 @@ impl<'a> Retriever<'a> {
             let end = (next + top_k - answer.len()).min(hits.len());
             let batch = self.fetch(&hits[next..end])?;
             if next == 0 {
-                baseline = batch.iter().map(|c| c.chunk.content.clone()).collect();
+                baseline = batch.iter().map(|c| c.text.clone()).collect();
             }
             next = end;
             let texts: Vec<&str> = originals
                 .iter()
                 .map(String::as_str)
-                .chain(batch.iter().map(|c| c.chunk.content.as_str()))
+                .chain(batch.iter().map(|c| c.text.as_str()))
                 .collect();
             let trimmed = trim_texts(embedder, self.cache, query, query_vec, &texts, topts, &cfg)?;
             let skip = answer.len();
@@ -437,7 +442,7 @@ impl<'a> Retriever<'a> {
                     dropped += 1;
                     continue;
                 }
-                originals.push(std::mem::replace(&mut c.chunk.content, tr.content));
+                originals.push(std::mem::replace(&mut c.text, tr.content));
                 c.trim = Some(TrimInfo {
                     sentences_total: tr.total,
                     sentences_kept: tr.kept,
@@ -520,8 +525,7 @@ impl<'a> Retriever<'a> {
         let filled = match trimming {
             None => {
                 let answer = self.fetch(&hits)?;
-                let originals: Vec<String> =
-                    answer.iter().map(|c| c.chunk.content.clone()).collect();
+                let originals: Vec<String> = answer.iter().map(|c| c.text.clone()).collect();
                 timings.search_ms = ms(t);
                 Filled {
                     answer,
@@ -553,18 +557,10 @@ impl<'a> Retriever<'a> {
         let texts: Vec<&str> = originals.iter().map(String::as_str).collect();
         let coverage = term_coverage(query, &texts, &self.index.term_config()?);
         let relevance = Relevance::judge(best_cosine, floor, coverage, chunks.len());
-        let tokens_in_context = chunks
-            .iter()
-            .map(|c| estimate_tokens(&c.chunk.content))
-            .sum();
+        let tokens_in_context = chunks.iter().map(|c| estimate_tokens(&c.text)).sum();
         // Untrimmed, the context is the baseline: its tokens are counted once.
         let exact_tokens_in_context = if trimmed {
-            tokenizer.map(|tk| {
-                chunks
-                    .iter()
-                    .map(|c| tk.count_tokens(&c.chunk.content))
-                    .sum()
-            })
+            tokenizer.map(|tk| chunks.iter().map(|c| tk.count_tokens(&c.text)).sum())
         } else {
             exact_tokens_before
         };
@@ -811,7 +807,7 @@ mod tests {
                     heading_path: vec![],
                     content: c.into(),
                     metadata: m,
-                    citation: Default::default(),
+                    ..Default::default()
                 },
                 Some(v),
             )
@@ -975,7 +971,7 @@ mod tests {
             heading_path: vec![],
             content: c.into(),
             metadata: json!({}),
-            citation: Default::default(),
+            ..Default::default()
         };
         ix.add(rec, Some(v)).unwrap();
         let cache = EmbeddingCache::default();
@@ -1016,10 +1012,7 @@ mod tests {
             .trim
             .as_ref()
             .is_some_and(|t| !t.sentences_kept.is_empty())));
-        assert!(
-            res.chunks[1].chunk.content.ends_with("My cat."),
-            "trimmed in"
-        );
+        assert!(res.chunks[1].text.ends_with("My cat."), "trimmed in");
         // Tokens before count the untrimmed top-k (c.md and a.md), what trimming is
         // measured against.
         let plain = r

@@ -609,7 +609,7 @@ mod tests {
             heading_path: vec!["Metadata".into()],
             content: String::new(),
             metadata: serde_json::Value::Null,
-            citation: Default::default(),
+            ..Default::default()
         };
         // No stems, so the query's terms are its three words.
         let cfg = TermConfig {

@@ -33,7 +33,9 @@ impl ChunkIndex for StoreIndex<'_> {
         limit: usize,
         filter: &Filter,
     ) -> Result<Vec<Hit>, RetrieveError> {
-        self.store.bm25_search(query, limit, filter).map_err(RetrieveError::from)
+        self.store
+            .bm25_search(query, limit, filter)
+            .map_err(RetrieveError::from)
     }
 
     fn vector_top(
@@ -48,27 +50,7 @@ impl ChunkIndex for StoreIndex<'_> {
     }
 
     fn chunks(&self, ids: &[ChunkId]) -> Result<Vec<ChunkRecord>, RetrieveError> {
-        Ok(self
-            .store
-            .get_chunks(ids)
-            .map_err(RetrieveError::from)?
-            .into_iter()
-            .map(|c| ChunkRecord {
-                id: c.id,
-                content: c.text(),
-                path: c.path,
-                chunk_index: c.chunk_index as usize,
-                title: c.title,
-                heading_path: c.heading_path,
-                metadata: c.metadata,
-                citation: crate::index::Citation {
-                    node_id: c.node_id,
-                    collection: c.collection,
-                    line_start: c.line_start,
-                    line_end: c.line_end,
-                },
-            })
-            .collect())
+        Ok(self.store.get_chunks(ids)?)
     }
 
     fn vectors(&self, ids: &[ChunkId]) -> Result<Vec<(ChunkId, Vec<f32>)>, RetrieveError> {
@@ -162,7 +144,7 @@ mod tests {
         // Mirror the stored chunks into memory with the same ids.
         let all_ids: Vec<i64> = (1..100).collect();
         for c in six.chunks(&all_ids).unwrap() {
-            let v = FakeEmbedder::vector(&c.content);
+            let v = FakeEmbedder::vector(&c.text());
             mem.add(c, Some(v)).unwrap();
         }
         assert_eq!(mem.len(), 5);
@@ -191,7 +173,11 @@ mod tests {
                 "{q}"
             );
         }
+        // The store's record comes through whole: prefix and body apart, indexed text joined.
         let c = six.chunks(&[1]).unwrap();
-        assert!(c[0].content.starts_with("[Doc: "));
+        assert_eq!(c[0].prefix, "[Doc: guides/push.md]");
+        assert!(c[0]
+            .text()
+            .starts_with("[Doc: guides/push.md]\nPush a package"));
     }
 }

@@ -72,7 +72,7 @@ impl SynthConfig {
 
 /// The source label of a chunk: `path › heading › subheading`.
 pub fn source_label(c: &ScoredChunk) -> String {
-    let mut s = c.chunk.citation.cite(&c.chunk.path);
+    let mut s = c.chunk.cite();
     for h in &c.chunk.heading_path {
         s.push_str(" › ");
         s.push_str(h);
@@ -88,7 +88,7 @@ pub fn build_messages(question: &str, chunks: &[ScoredChunk]) -> Value {
             "[{}] {}\n{}\n\n",
             i + 1,
             source_label(c),
-            c.chunk.content.trim()
+            c.text.trim()
         ));
     }
     json!([
@@ -201,8 +201,9 @@ mod tests {
                 heading_path: vec!["Uso".into()],
                 content: content.into(),
                 metadata: Value::Null,
-                citation: Default::default(),
+                ..Default::default()
             },
+            text: content.into(),
             score: 0.5,
             bm25: None,
             vector: None,

@@ -505,15 +505,15 @@ fn ask_hits_of_retrieval(
         .map(|(i, c)| AskHit {
             rank: i + 1,
             chunk_id: c.chunk.id,
-            node_id: c.chunk.citation.node_id,
+            node_id: c.chunk.node_id,
             path: c.chunk.path.clone(),
-            collection: c.chunk.citation.collection.clone(),
-            line_start: c.chunk.citation.line_start,
-            line_end: c.chunk.citation.line_end,
-            chunk_index: c.chunk.chunk_index as u32,
+            collection: c.chunk.collection.clone(),
+            line_start: c.chunk.line_start,
+            line_end: c.chunk.line_end,
+            chunk_index: c.chunk.chunk_index,
             title: c.chunk.title.clone(),
             heading_path: c.chunk.heading_path.clone(),
-            content: c.chunk.content.clone(),
+            content: c.text.clone(),
             score: c.score,
             bm25_rank: c.bm25.map(|h| h.rank),
             bm25_score: c.bm25.map(|h| h.score),
@@ -696,7 +696,7 @@ impl Service {
         let index = StoreIndex::new(self.store.as_ref());
         let r = self.retrieve_and_log_query(&index, &a.query, opts, &filter, work)?;
         let mut passages = if a.passages.unwrap_or(false) {
-            self.passages(&index, &r)?
+            Self::passages(&r)
         } else {
             HashMap::new()
         };
@@ -771,31 +771,13 @@ impl Service {
         Ok(r)
     }
 
-    /// Each result's whole text cut into sentences, marked kept or removed, by chunk id. The
-    /// results of a trimmed ask hold the trimmed text, so the whole chunks are read again.
-    fn passages(
-        &self,
-        index: &StoreIndex<'_>,
-        r: &bib_retrieve::RetrievalResult,
-    ) -> Result<HashMap<i64, PassageOut>, ServiceError> {
-        use bib_retrieve::ChunkIndex;
-        let trimmed: Vec<i64> = r
-            .chunks
-            .iter()
-            .filter(|c| c.trim.is_some())
-            .map(|c| c.chunk.id)
-            .collect();
-        let originals = if trimmed.is_empty() {
-            Vec::new()
-        } else {
-            index.chunks(&trimmed)?
-        };
+    /// Each result's whole text cut into sentences, marked kept or removed, by chunk id.
+    /// Trimming changes only what a result shows ([`bib_retrieve::ScoredChunk::text`]); its
+    /// record is the whole chunk as stored.
+    fn passages(r: &bib_retrieve::RetrievalResult) -> HashMap<i64, PassageOut> {
         let mut out = HashMap::new();
         for c in &r.chunks {
-            let whole = originals
-                .iter()
-                .find(|o| o.id == c.chunk.id)
-                .unwrap_or(&c.chunk);
+            let whole = &c.chunk;
             let kept = c.trim.as_ref().map(|t| t.sentences_kept.as_slice());
             let p = bib_eval::passage::split(whole, kept);
             out.insert(
@@ -810,12 +792,12 @@ impl Service {
                             kept: piece.kept,
                         })
                         .collect(),
-                    tokens_whole: estimate_tokens(&whole.content),
-                    tokens_kept: estimate_tokens(&c.chunk.content),
+                    tokens_whole: estimate_tokens(&whole.text()),
+                    tokens_kept: estimate_tokens(&c.text),
                 },
             );
         }
-        Ok(out)
+        out
     }
 
     // ── eval ─────────────────────────────────────────────────────────────────────────

@@ -226,8 +226,11 @@ pub struct ApplyOutcome {
     pub pruned: u32,
 }
 
-/// A stored chunk with its document's identity.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// A chunk with its document's identity: what a store returns, what the in-memory index holds,
+/// and what retrieval ranks, trims and cites — one type from the store to the answer. A
+/// record built outside a store (a benchmark corpus) leaves the fields it has no value for
+/// at their defaults (`..Default::default()`): no prefix, no lines, no hash.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ChunkRecord {
     pub id: ChunkId,
     pub node_id: NodeId,
@@ -255,9 +258,25 @@ pub struct ChunkRecord {
 }
 
 impl ChunkRecord {
-    /// The indexed and embedded text: [`indexed_text`].
+    /// The indexed and embedded text: [`indexed_text`]; a record without a prefix is its
+    /// content alone (the corpus of a benchmark, a test).
     pub fn text(&self) -> String {
-        indexed_text(&self.prefix, &self.content)
+        if self.prefix.is_empty() {
+            self.content.clone()
+        } else {
+            indexed_text(&self.prefix, &self.content)
+        }
+    }
+
+    /// Where a user opens this chunk: `path:12-30`, `path:12` for one line, `path` alone when
+    /// the lines are unknown.
+    pub fn cite(&self) -> String {
+        let path = &self.path;
+        match (self.line_start, self.line_end) {
+            (0, _) => path.to_string(),
+            (a, b) if b <= a => format!("{path}:{a}"),
+            (a, b) => format!("{path}:{a}-{b}"),
+        }
     }
 }
 

@@ -401,15 +401,15 @@ fn result_json(r: &RetrievalResult, s: &Settings, o: &RetrieveOptions) -> serde_
             json!({
                 "rank": i + 1,
                 "chunk_id": c.chunk.id,
-                "node_id": c.chunk.citation.node_id,
+                "node_id": c.chunk.node_id,
                 "path": c.chunk.path,
-                "collection": c.chunk.citation.collection,
-                "line_start": c.chunk.citation.line_start,
-                "line_end": c.chunk.citation.line_end,
+                "collection": c.chunk.collection,
+                "line_start": c.chunk.line_start,
+                "line_end": c.chunk.line_end,
                 "chunk_index": c.chunk.chunk_index,
                 "title": c.chunk.title,
                 "heading_path": c.chunk.heading_path,
-                "content": c.chunk.content,
+                "content": c.text,
                 "score": c.score,
                 "bm25": c.bm25,
                 "vector": c.vector,
@@ -547,7 +547,7 @@ fn print_human(
             }
         }
         if full {
-            writeln!(out, "{}\n", c.chunk.content.trim_end())?;
+            writeln!(out, "{}\n", c.text.trim_end())?;
         }
     }
     let pct = |a: usize, b: usize| {

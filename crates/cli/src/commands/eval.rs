@@ -365,7 +365,7 @@ fn xquad(
                 heading_path: Vec::new(),
                 content: c.clone(),
                 metadata: serde_json::Value::Null,
-                citation: Default::default(),
+                ..Default::default()
             },
             Some(v.to_vec()),
         )?;
