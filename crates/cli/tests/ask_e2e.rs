@@ -3,6 +3,7 @@
 //! filters, modes, the query log, error messages, and `--synthesize` against a fake
 //! OpenAI-compatible server. Set `BIB_SKIP_MODEL_TESTS=1` where the model cannot be installed.
 
+use bib_store::RunLog;
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -284,7 +285,6 @@ fn ask_json_trim_filters_modes_config_and_log() {
 
     // Every successful ask above was logged, newest first.
     let s = bib_store::SqliteStore::open(&store).unwrap();
-    use bib_store::Store;
     let log = s.recent_queries(100).unwrap();
     assert_eq!(log.len(), 15, "{log:#?}");
     assert_eq!(log[0].query, q);

@@ -6,10 +6,11 @@
 //! The missing model is simulated with an empty `XDG_CACHE_HOME` (and no `BIB_MODEL_DIR`).
 //! Set `BIB_SKIP_MODEL_TESTS=1` where the default model cannot be installed.
 
+use bib_store::RunLog;
 use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
 
-use bib_store::{SqliteStore, Store};
+use bib_store::SqliteStore;
 use serde_json::Value;
 
 mod ask_support;

@@ -6,6 +6,7 @@
 
 mod ingest_support;
 
+use bib_store::RunLog;
 use std::collections::HashMap;
 use std::path::Path;
 use std::process::Stdio;

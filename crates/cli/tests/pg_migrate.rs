@@ -4,6 +4,7 @@
 //!
 //! Needs `BIB_TEST_PG_URL`; fails without it unless `BIB_SKIP_PG_TESTS=1`.
 
+use bib_store::RunLog;
 use std::process::Command;
 
 use bib_store::conformance::sample_change_meta;

@@ -9,7 +9,7 @@
 
 use std::path::Path;
 
-use bib_store::Store;
+use bib_store::RunLog;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -120,7 +120,7 @@ pub fn load_golden(path: &Path) -> Result<Vec<GoldenItem>, EvalError> {
 /// question asked several times counts once (its latest occurrence), so repeats never crowd
 /// out older questions: the log is read further back until `n` distinct ones are found or it
 /// ends.
-pub fn from_query_log(store: &dyn Store, n: usize) -> Result<Vec<GoldenItem>, EvalError> {
+pub fn from_query_log(store: &dyn RunLog, n: usize) -> Result<Vec<GoldenItem>, EvalError> {
     let mut limit = n.max(1);
     loop {
         let entries = store.recent_queries(limit)?;

@@ -1,5 +1,6 @@
 //! Ingest pipeline tests with a deterministic fake embedder (no model needed).
 
+use bib_store::RunLog;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;

@@ -787,6 +787,7 @@ mod tests {
     use super::*;
     use crate::testing::{service, FakeEmbedder, TOKEN};
     use axum::body::Body;
+    use bib_store::RunLog;
     use bib_store::Store;
     use tower::ServiceExt;
 

@@ -14,7 +14,7 @@ use std::time::Duration;
 use bib_store::{
     could_be_chunk_hash, qualified_name, ApplyOutcome, AuditReport, ChunkId, ChunkRecord,
     ChunkState, DocRecord, DocumentChange, Filter, Hit, LexicalStats, NodeId, QueryLogEntry,
-    QueryLogRetention, RunRow, RunStatus, Store, StoreError, VectorsByHash,
+    QueryLogRetention, RunLog, RunRow, RunStatus, Store, StoreError, VectorsByHash,
 };
 use bib_text::bm25::Bm25Params;
 use bib_text::terms::{term_counts_with, terms_with, TermConfig};
@@ -1469,7 +1469,9 @@ impl Store for PgStore {
             })
         })
     }
+}
 
+impl RunLog for PgStore {
     fn begin_run(&self, record: &Value) -> Result<i64, StoreError> {
         self.block(async {
             let mut tx = self.pool.begin().await.map_err(pg("begin"))?;

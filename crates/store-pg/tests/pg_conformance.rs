@@ -6,6 +6,7 @@
 //! `BIB_SKIP_PG_TESTS=1`.
 
 use bib_store::conformance::{self, sample_chunk};
+use bib_store::RunLog;
 use bib_store::{DocumentChange, Filter, Hit, SqliteStore, Store};
 use bib_store_pg::testing::{admin_exec, fresh_store, test_url, with_param};
 use bib_store_pg::{PgStore, VectorSearch, DEFAULT_EF_SEARCH};

@@ -50,10 +50,41 @@ pub trait VectorsByHash: Send + Sync {
         -> Result<(), StoreError>;
 }
 
+/// The history a store keeps beside the knowledge base: ingest runs and the query log. What
+/// `bib runs`, the A/B harness's replay of logged questions and a migration's copy need of a
+/// store, and all they need.
+pub trait RunLog: Send + Sync {
+    /// Record the start of an ingest run; returns its id. Earlier runs still `running` are
+    /// marked `interrupted`.
+    fn begin_run(&self, record: &serde_json::Value) -> Result<i64, StoreError>;
+    /// Store the final record and status of a run.
+    fn finish_run(
+        &self,
+        id: i64,
+        status: RunStatus,
+        record: &serde_json::Value,
+    ) -> Result<(), StoreError>;
+    /// The last `limit` runs, newest first.
+    fn runs(&self, limit: usize) -> Result<Vec<RunRow>, StoreError>;
+    /// Append one query to the query log and apply the store's [`QueryLogRetention`] in the
+    /// same transaction (oldest entries dropped); returns its id.
+    fn log_query(&self, entry: &QueryLogEntry) -> Result<i64, StoreError>;
+    /// Change how much of the query log this store keeps (applied from the next insert).
+    fn set_query_log_retention(&self, retention: QueryLogRetention);
+    /// The query-log retention in force (default [`QueryLogRetention::default`]).
+    fn query_log_retention(&self) -> QueryLogRetention;
+    /// The last `limit` logged queries, newest first.
+    fn recent_queries(&self, limit: usize) -> Result<Vec<QueryLogEntry>, StoreError>;
+}
+
 /// The storage seam of bibliotecario. Object safe; every method takes `&self` so one store can
-/// be shared between threads (implementations serialise internally). The embedding cache is
-/// its own trait, [`VectorsByHash`], which every store implements.
-pub trait Store: VectorsByHash + Send + Sync {
+/// be shared between threads (implementations serialise internally). Two concerns are traits
+/// of their own, which every store implements: the embedding cache ([`VectorsByHash`]) and
+/// the run and query history ([`RunLog`]), so a caller that needs only one of them asks for
+/// only that. Documents and the search indexes stay here: every caller of one needs the
+/// other (retrieval searches and reads chunks; ingest writes documents and reads the term
+/// function), so splitting them would only move declarations.
+pub trait Store: VectorsByHash + RunLog + Send + Sync {
     /// Short backend name (`sqlite`, `postgres`).
     fn backend(&self) -> &'static str;
     /// Where the store lives (file path or connection URL without secrets).
@@ -162,30 +193,9 @@ pub trait Store: VectorsByHash + Send + Sync {
     /// uses `terms`).
     fn set_term_config(&self, terms: &TermConfig) -> Result<u64, StoreError>;
 
-    // ── audit, runs, query log ─────────────────────────────────────────────────────────
+    // ── audit ──────────────────────────────────────────────────────────────────────────
     /// Check the store's internal coherence.
     fn audit(&self) -> Result<AuditReport, StoreError>;
-    /// Record the start of an ingest run; returns its id. Earlier runs still `running` are
-    /// marked `interrupted`.
-    fn begin_run(&self, record: &serde_json::Value) -> Result<i64, StoreError>;
-    /// Store the final record and status of a run.
-    fn finish_run(
-        &self,
-        id: i64,
-        status: RunStatus,
-        record: &serde_json::Value,
-    ) -> Result<(), StoreError>;
-    /// The last `limit` runs, newest first.
-    fn runs(&self, limit: usize) -> Result<Vec<RunRow>, StoreError>;
-    /// Append one query to the query log and apply the store's [`QueryLogRetention`] in the
-    /// same transaction (oldest entries dropped); returns its id.
-    fn log_query(&self, entry: &QueryLogEntry) -> Result<i64, StoreError>;
-    /// Change how much of the query log this store keeps (applied from the next insert).
-    fn set_query_log_retention(&self, retention: QueryLogRetention);
-    /// The query-log retention in force (default [`QueryLogRetention::default`]).
-    fn query_log_retention(&self) -> QueryLogRetention;
-    /// The last `limit` logged queries, newest first.
-    fn recent_queries(&self, limit: usize) -> Result<Vec<QueryLogEntry>, StoreError>;
 }
 
 /// Whether `key` could be a stored chunk's `content_hash` (bare hex SHA-256 of its text). The

@@ -422,7 +422,7 @@ pub fn iso_utc(ms: i64) -> String {
 mod tests {
     use super::*;
     use crate::conformance::sample_change;
-    use crate::SqliteStore;
+    use crate::{RunLog, SqliteStore};
 
     #[test]
     fn specs_split_into_path_and_range() {

@@ -25,8 +25,8 @@ use serde_json::Value;
 
 use crate::{
     qualified_name, ApplyOutcome, AuditReport, ChunkId, ChunkRecord, ChunkState, DocRecord,
-    DocumentChange, Filter, Hit, LexicalStats, NodeId, QueryLogEntry, QueryLogRetention, RunRow,
-    RunStatus, Store, StoreError, VectorsByHash,
+    DocumentChange, Filter, Hit, LexicalStats, NodeId, QueryLogEntry, QueryLogRetention, RunLog,
+    RunRow, RunStatus, Store, StoreError, VectorsByHash,
 };
 
 /// Default location of a knowledge base, relative to the working directory.
@@ -1395,7 +1395,9 @@ impl Store for SqliteStore {
             coherent,
         })
     }
+}
 
+impl RunLog for SqliteStore {
     fn begin_run(&self, record: &Value) -> Result<i64, StoreError> {
         let conn = self.conn();
         let e = StoreError::sqlite;
