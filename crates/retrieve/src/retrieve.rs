@@ -474,27 +474,7 @@ impl<'a> Retriever<'a> {
         filter: &Filter,
     ) -> Result<RetrievalResult, RetrieveError> {
         let t0 = Instant::now();
-        if opts.top_k == 0 {
-            return Err(RetrieveError::InvalidOption {
-                name: "top_k".into(),
-                reason: "must be at least 1".into(),
-            });
-        }
-        if !opts.rrf_k.is_finite() || opts.rrf_k < 0.0 {
-            return Err(RetrieveError::InvalidOption {
-                name: "rrf_k".into(),
-                reason: format!("{} must be a non-negative number", opts.rrf_k),
-            });
-        }
-        if !opts.convex_alpha.is_finite() || !(0.0..=1.0).contains(&opts.convex_alpha) {
-            return Err(RetrieveError::InvalidOption {
-                name: "fusion_alpha".into(),
-                reason: format!("{} is not a weight in [0, 1]", opts.convex_alpha),
-            });
-        }
-        if let Some(t) = &opts.trim {
-            t.validate()?;
-        }
+        validate_retrieve_options(opts)?;
         let mode = self.effective_mode(opts.mode);
         let mut timings = Timings::default();
         let needs_vec = mode != Mode::Bm25 || opts.trim.is_some();
@@ -506,12 +486,42 @@ impl<'a> Retriever<'a> {
         } else {
             None
         };
+        let (filled, best_cosine) =
+            self.rank_and_fill(query, opts, filter, qv.as_deref(), &mut timings)?;
+        let trimmed = opts.trim.is_some() && qv.is_some() && self.embedder.is_some();
+        let accounting = self.account_tokens(query, &filled, best_cosine, trimmed)?;
+        timings.total_ms = ms(t0);
+        Ok(RetrievalResult {
+            query: query.to_string(),
+            mode,
+            chunks: filled.answer,
+            tokens_before: accounting.tokens_before,
+            tokens_in_context: accounting.tokens_in_context,
+            exact_tokens_before: accounting.exact_tokens_before,
+            exact_tokens_in_context: accounting.exact_tokens_in_context,
+            timings,
+            relevance: accounting.relevance,
+            trim_dropped: filled.dropped,
+        })
+    }
+
+    /// Rank the lists and fill the answer: the top-k as they are, or — when trimming runs —
+    /// trimmed, ranking some more results in case trimming drops some (their chunks are
+    /// fetched only if needed). Also the best cosine of the vector list (the relevance
+    /// floor's input). Records the search and trimming times.
+    fn rank_and_fill(
+        &self,
+        query: &str,
+        opts: &RetrieveOptions,
+        filter: &Filter,
+        qv: Option<&[f32]>,
+        timings: &mut Timings,
+    ) -> Result<(Filled, Option<f64>), RetrieveError> {
         let t = Instant::now();
-        let trimming = match (&opts.trim, &qv, self.embedder) {
+        let trimming = match (&opts.trim, qv, self.embedder) {
             (Some(topts), Some(qv), Some(e)) => Some((topts, qv, e)),
             _ => None,
         };
-        // Trimming may drop results: rank some more, whose chunks are fetched only if needed.
         let ranked = RetrieveOptions {
             top_k: if trimming.is_some() {
                 (opts.top_k * 3).min(opts.candidates.max(opts.top_k))
@@ -520,8 +530,7 @@ impl<'a> Retriever<'a> {
             },
             ..opts.clone()
         };
-        let (hits, best_cosine) = self.search_lists(query, &ranked, filter, qv.as_deref())?;
-        let trimmed = trimming.is_some();
+        let (hits, best_cosine) = self.search_lists(query, &ranked, filter, qv)?;
         let filled = match trimming {
             None => {
                 let answer = self.fetch(&hits)?;
@@ -542,11 +551,23 @@ impl<'a> Retriever<'a> {
                 filled
             }
         };
+        Ok((filled, best_cosine))
+    }
+
+    /// The answer's token counts (estimated, and exact with the model's tokenizer) before and
+    /// after trimming, and whether it is relevant at all.
+    fn account_tokens(
+        &self,
+        query: &str,
+        filled: &Filled,
+        best_cosine: Option<f64>,
+        trimmed: bool,
+    ) -> Result<TokenAccounting, RetrieveError> {
         let Filled {
             answer: chunks,
             originals,
             baseline,
-            dropped: trim_dropped,
+            ..
         } = filled;
         let tokenizer = self.embedder.map(|e| e.tokenizer());
         // Before = the untrimmed top-k, what the answer would be without trimming.
@@ -564,20 +585,49 @@ impl<'a> Retriever<'a> {
         } else {
             exact_tokens_before
         };
-        timings.total_ms = ms(t0);
-        Ok(RetrievalResult {
-            query: query.to_string(),
-            mode,
-            chunks,
+        Ok(TokenAccounting {
             tokens_before,
             tokens_in_context,
             exact_tokens_before,
             exact_tokens_in_context,
-            timings,
             relevance,
-            trim_dropped,
         })
     }
+}
+
+/// The options [`Retriever::retrieve`] refuses, each error naming its option.
+fn validate_retrieve_options(opts: &RetrieveOptions) -> Result<(), RetrieveError> {
+    if opts.top_k == 0 {
+        return Err(RetrieveError::InvalidOption {
+            name: "top_k".into(),
+            reason: "must be at least 1".into(),
+        });
+    }
+    if !opts.rrf_k.is_finite() || opts.rrf_k < 0.0 {
+        return Err(RetrieveError::InvalidOption {
+            name: "rrf_k".into(),
+            reason: format!("{} must be a non-negative number", opts.rrf_k),
+        });
+    }
+    if !opts.convex_alpha.is_finite() || !(0.0..=1.0).contains(&opts.convex_alpha) {
+        return Err(RetrieveError::InvalidOption {
+            name: "fusion_alpha".into(),
+            reason: format!("{} is not a weight in [0, 1]", opts.convex_alpha),
+        });
+    }
+    if let Some(t) = &opts.trim {
+        t.validate()?;
+    }
+    Ok(())
+}
+
+/// What [`Retriever::account_tokens`] counts of an answer.
+struct TokenAccounting {
+    tokens_before: usize,
+    tokens_in_context: usize,
+    exact_tokens_before: Option<usize>,
+    exact_tokens_in_context: Option<usize>,
+    relevance: Relevance,
 }
 
 /// What [`Retriever::retrieve`] answers before token accounting.
