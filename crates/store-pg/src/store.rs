@@ -668,6 +668,8 @@ impl PgStore {
         Ok(rows.len() as u64)
     }
 
+    /// Write `change` in one transaction: the document row, its source, the upserted chunks
+    /// with their postings, then the pruning of chunks at `chunk_count` and above.
     async fn apply_async(&self, change: &DocumentChange) -> Result<ApplyOutcome, StoreError> {
         let meta = serde_json::to_string(&change.metadata)
             .map_err(|err| StoreError::Invalid(format!("metadata of {}: {err}", change.path)))?;
@@ -679,6 +681,32 @@ impl PgStore {
                 .await
                 .map_err(pg("term function"))?;
         let terms = self.parse_terms(recorded)?;
+        let (node_id, document_created) = Self::upsert_document_row(&mut tx, change, &meta).await?;
+        let mut out = ApplyOutcome {
+            node_id,
+            document_created,
+            ..ApplyOutcome::default()
+        };
+        Self::store_document_source_if_given(&mut tx, node_id, change).await?;
+
+        if !change.upserts.is_empty() {
+            let columns = ChunkColumns::of_upserts(change, &terms)?;
+            Self::upsert_chunks_with_their_postings(&mut tx, node_id, columns, &mut out).await?;
+        }
+
+        out.pruned =
+            Self::prune_chunks_past_chunk_count(&mut tx, node_id, change.chunk_count).await?;
+        tx.commit().await.map_err(pg("commit"))?;
+        Ok(out)
+    }
+
+    /// Insert the document row at `change.path`, or update the one there. Returns its node id
+    /// and whether it was inserted.
+    async fn upsert_document_row(
+        tx: &mut PgConnection,
+        change: &DocumentChange,
+        meta: &str,
+    ) -> Result<(NodeId, bool), StoreError> {
         let row = sqlx::query(
             "INSERT INTO documents (qualified_name, path, title, metadata, content_hash, \
              chunk_count, updated_at_ms, collection) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
@@ -691,7 +719,7 @@ impl PgStore {
         .bind(qualified_name(&change.path))
         .bind(&change.path)
         .bind(&change.title)
-        .bind(&meta)
+        .bind(meta)
         .bind(&change.content_hash)
         .bind(i64::from(change.chunk_count))
         .bind(now_ms())
@@ -700,11 +728,15 @@ impl PgStore {
         .await
         .map_err(pg("upsert document"))?;
         let node_id: i64 = get(&row, 0, "upsert document")?;
-        let mut out = ApplyOutcome {
-            node_id,
-            document_created: get(&row, 1, "upsert document")?,
-            ..ApplyOutcome::default()
-        };
+        Ok((node_id, get(&row, 1, "upsert document")?))
+    }
+
+    /// Store `change.source` under `change.content_hash` when the change carries a source.
+    async fn store_document_source_if_given(
+        tx: &mut PgConnection,
+        node_id: NodeId,
+        change: &DocumentChange,
+    ) -> Result<(), StoreError> {
         if let Some(source) = &change.source {
             sqlx::query(
                 "INSERT INTO doc_sources (node_id, content_hash, source) VALUES ($1, $2, $3) \
@@ -718,144 +750,110 @@ impl PgStore {
             .await
             .map_err(pg("store document source"))?;
         }
+        Ok(())
+    }
 
-        if !change.upserts.is_empty() {
-            let n = change.upserts.len();
-            let mut idx = Vec::with_capacity(n);
-            let mut prefix = Vec::with_capacity(n);
-            let mut heading = Vec::with_capacity(n);
-            let mut content = Vec::with_capacity(n);
-            let mut hash = Vec::with_capacity(n);
-            let mut tok_est = Vec::with_capacity(n);
-            let mut tok_model = Vec::with_capacity(n);
-            let mut span_s = Vec::with_capacity(n);
-            let mut span_e = Vec::with_capacity(n);
-            let mut model = Vec::with_capacity(n);
-            let mut dims = Vec::with_capacity(n);
-            let mut emb = Vec::with_capacity(n);
-            let mut lex_len = Vec::with_capacity(n);
-            let mut line_s = Vec::with_capacity(n);
-            let mut line_e = Vec::with_capacity(n);
-            let mut counts = Vec::with_capacity(n);
-            for c in &change.upserts {
-                let tc = term_counts_with(&c.text(), &terms);
-                let len: u64 = tc.iter().map(|(_, k)| u64::from(*k)).sum();
-                idx.push(i64::from(c.chunk_index));
-                prefix.push(c.prefix.clone());
-                heading
-                    .push(serde_json::to_string(&c.heading_path).unwrap_or_else(|_| "[]".into()));
-                content.push(c.content.clone());
-                hash.push(c.content_hash.clone());
-                tok_est.push(i64::from(c.tokens_estimate));
-                tok_model.push(i64::from(c.tokens_model));
-                span_s.push(c.span_start as i64);
-                span_e.push(c.span_end as i64);
-                line_s.push(i64::from(c.line_start));
-                line_e.push(i64::from(c.line_end));
-                model.push(c.model_id.clone());
-                dims.push(c.embedding.len() as i32);
-                emb.push(Vector::from(c.embedding.clone()));
-                lex_len.push(i32::try_from(len).map_err(|_| {
-                    StoreError::Invalid(format!(
-                        "{}: chunk {} has too many terms",
-                        change.path, c.chunk_index
-                    ))
-                })?);
-                counts.push(tc);
+    /// Upsert the chunks of `columns` in one statement, drop the old postings of the updated
+    /// ones and insert the postings of all, counting created and updated chunks in `out`.
+    async fn upsert_chunks_with_their_postings(
+        tx: &mut PgConnection,
+        node_id: NodeId,
+        columns: ChunkColumns,
+        out: &mut ApplyOutcome,
+    ) -> Result<(), StoreError> {
+        let rows = Self::upsert_chunk_rows(tx, node_id, &columns).await?;
+        let mut id_of: HashMap<i64, i64> = HashMap::with_capacity(columns.chunk_index.len());
+        let mut updated_ids = Vec::new();
+        for r in &rows {
+            let id: i64 = get(r, 0, "upsert chunks")?;
+            let ci: i64 = get(r, 1, "upsert chunks")?;
+            if get::<bool>(r, 2, "upsert chunks")? {
+                out.created += 1;
+            } else {
+                out.updated += 1;
+                updated_ids.push(id);
             }
-            let rows = sqlx::query(
-                "INSERT INTO chunks (node_id, chunk_index, prefix, heading_path, content, \
-                 content_hash, tokens_estimate, tokens_model, span_start, span_end, model_id, \
-                 dims, embedding, lex_len, line_start, line_end) \
-                 SELECT $1, * FROM UNNEST($2::bigint[], $3::text[], $4::text[], $5::text[], \
-                 $6::text[], $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[], \
-                 $11::text[], $12::integer[], $13::vector[], $14::integer[], $15::bigint[], \
-                 $16::bigint[]) \
-                 ON CONFLICT (node_id, chunk_index) DO UPDATE SET prefix = EXCLUDED.prefix, \
-                 heading_path = EXCLUDED.heading_path, content = EXCLUDED.content, \
-                 content_hash = EXCLUDED.content_hash, \
-                 tokens_estimate = EXCLUDED.tokens_estimate, \
-                 tokens_model = EXCLUDED.tokens_model, span_start = EXCLUDED.span_start, \
-                 span_end = EXCLUDED.span_end, model_id = EXCLUDED.model_id, \
-                 dims = EXCLUDED.dims, embedding = EXCLUDED.embedding, \
-                 lex_len = EXCLUDED.lex_len, line_start = EXCLUDED.line_start, \
-                 line_end = EXCLUDED.line_end \
-                 RETURNING id, chunk_index, (xmax = 0) AS inserted",
-            )
-            .bind(node_id)
-            .bind(&idx)
-            .bind(&prefix)
-            .bind(&heading)
-            .bind(&content)
-            .bind(&hash)
-            .bind(&tok_est)
-            .bind(&tok_model)
-            .bind(&span_s)
-            .bind(&span_e)
-            .bind(&model)
-            .bind(&dims)
-            .bind(&emb)
-            .bind(&lex_len)
-            .bind(&line_s)
-            .bind(&line_e)
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(pg("upsert chunks"))?;
-            let mut id_of: HashMap<i64, i64> = HashMap::with_capacity(n);
-            let mut updated_ids = Vec::new();
-            for r in &rows {
-                let id: i64 = get(r, 0, "upsert chunks")?;
-                let ci: i64 = get(r, 1, "upsert chunks")?;
-                if get::<bool>(r, 2, "upsert chunks")? {
-                    out.created += 1;
-                } else {
-                    out.updated += 1;
-                    updated_ids.push(id);
-                }
-                id_of.insert(ci, id);
-            }
-            if !updated_ids.is_empty() {
-                sqlx::query("DELETE FROM postings WHERE chunk_id = ANY($1)")
-                    .bind(&updated_ids)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(pg("delete postings"))?;
-            }
-            let mut p_term = Vec::new();
-            let mut p_chunk = Vec::new();
-            let mut p_tf = Vec::new();
-            let mut p_dl = Vec::new();
-            for (i, tc) in counts.into_iter().enumerate() {
-                let Some(&cid) = id_of.get(&idx[i]) else {
-                    return Err(StoreError::Backend {
-                        backend: BACKEND,
-                        op: "upsert chunks",
-                        source: format!("no id returned for chunk {}", idx[i]).into(),
-                    });
-                };
-                for (t, k) in tc {
-                    p_term.push(t);
-                    p_chunk.push(cid);
-                    p_tf.push(k as i32);
-                    p_dl.push(lex_len[i]);
-                }
-            }
-            sqlx::query(
-                "INSERT INTO postings (term, chunk_id, node_id, tf, dl) \
-                 SELECT t, c, $1, f, l FROM UNNEST($2::text[], $3::bigint[], $4::integer[], \
-                 $5::integer[]) AS u(t, c, f, l)",
-            )
-            .bind(node_id)
-            .bind(&p_term)
-            .bind(&p_chunk)
-            .bind(&p_tf)
-            .bind(&p_dl)
-            .execute(&mut *tx)
-            .await
-            .map_err(pg("insert postings"))?;
+            id_of.insert(ci, id);
         }
+        if !updated_ids.is_empty() {
+            sqlx::query("DELETE FROM postings WHERE chunk_id = ANY($1)")
+                .bind(&updated_ids)
+                .execute(&mut *tx)
+                .await
+                .map_err(pg("delete postings"))?;
+        }
+        let postings = PostingColumns::of_upserted_chunks(columns, &id_of)?;
+        sqlx::query(
+            "INSERT INTO postings (term, chunk_id, node_id, tf, dl) \
+             SELECT t, c, $1, f, l FROM UNNEST($2::text[], $3::bigint[], $4::integer[], \
+             $5::integer[]) AS u(t, c, f, l)",
+        )
+        .bind(node_id)
+        .bind(&postings.term)
+        .bind(&postings.chunk_id)
+        .bind(&postings.tf)
+        .bind(&postings.dl)
+        .execute(&mut *tx)
+        .await
+        .map_err(pg("insert postings"))?;
+        Ok(())
+    }
 
-        let limit = i64::from(change.chunk_count);
+    /// Insert or overwrite every chunk of `columns` at its (document, chunk index) in one
+    /// statement. Returns one row per chunk: id, chunk index, whether it was inserted.
+    async fn upsert_chunk_rows(
+        tx: &mut PgConnection,
+        node_id: NodeId,
+        columns: &ChunkColumns,
+    ) -> Result<Vec<PgRow>, StoreError> {
+        sqlx::query(
+            "INSERT INTO chunks (node_id, chunk_index, prefix, heading_path, content, \
+             content_hash, tokens_estimate, tokens_model, span_start, span_end, model_id, \
+             dims, embedding, lex_len, line_start, line_end) \
+             SELECT $1, * FROM UNNEST($2::bigint[], $3::text[], $4::text[], $5::text[], \
+             $6::text[], $7::bigint[], $8::bigint[], $9::bigint[], $10::bigint[], \
+             $11::text[], $12::integer[], $13::vector[], $14::integer[], $15::bigint[], \
+             $16::bigint[]) \
+             ON CONFLICT (node_id, chunk_index) DO UPDATE SET prefix = EXCLUDED.prefix, \
+             heading_path = EXCLUDED.heading_path, content = EXCLUDED.content, \
+             content_hash = EXCLUDED.content_hash, \
+             tokens_estimate = EXCLUDED.tokens_estimate, \
+             tokens_model = EXCLUDED.tokens_model, span_start = EXCLUDED.span_start, \
+             span_end = EXCLUDED.span_end, model_id = EXCLUDED.model_id, \
+             dims = EXCLUDED.dims, embedding = EXCLUDED.embedding, \
+             lex_len = EXCLUDED.lex_len, line_start = EXCLUDED.line_start, \
+             line_end = EXCLUDED.line_end \
+             RETURNING id, chunk_index, (xmax = 0) AS inserted",
+        )
+        .bind(node_id)
+        .bind(&columns.chunk_index)
+        .bind(&columns.prefix)
+        .bind(&columns.heading_path_json)
+        .bind(&columns.content)
+        .bind(&columns.content_hash)
+        .bind(&columns.tokens_estimate)
+        .bind(&columns.tokens_model)
+        .bind(&columns.span_start)
+        .bind(&columns.span_end)
+        .bind(&columns.model_id)
+        .bind(&columns.dims)
+        .bind(&columns.embedding)
+        .bind(&columns.lex_len)
+        .bind(&columns.line_start)
+        .bind(&columns.line_end)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(pg("upsert chunks"))
+    }
+
+    /// Delete the chunks of document `node_id` at `chunk_count` and above, postings first.
+    /// Returns how many chunks were deleted.
+    async fn prune_chunks_past_chunk_count(
+        tx: &mut PgConnection,
+        node_id: NodeId,
+        chunk_count: u32,
+    ) -> Result<u32, StoreError> {
+        let limit = i64::from(chunk_count);
         sqlx::query(
             "DELETE FROM postings WHERE chunk_id IN \
              (SELECT id FROM chunks WHERE node_id = $1 AND chunk_index >= $2)",
@@ -872,9 +870,7 @@ impl PgStore {
             .await
             .map_err(pg("prune chunks"))?
             .rows_affected();
-        out.pruned = pruned as u32;
-        tx.commit().await.map_err(pg("commit"))?;
-        Ok(out)
+        Ok(pruned as u32)
     }
 
     async fn exact_search(
@@ -920,6 +916,129 @@ impl PgStore {
             .fetch_all(&self.pool)
             .await
             .map_err(pg("vector search"))
+    }
+}
+
+/// The upserted chunks of one change as parallel columns, bound as arrays to one
+/// `INSERT … SELECT * FROM UNNEST(…)`, with each chunk's term counts for its postings.
+struct ChunkColumns {
+    chunk_index: Vec<i64>,
+    prefix: Vec<String>,
+    /// The heading paths as JSON arrays (`[]` where one cannot be written).
+    heading_path_json: Vec<String>,
+    content: Vec<String>,
+    content_hash: Vec<String>,
+    tokens_estimate: Vec<i64>,
+    tokens_model: Vec<i64>,
+    span_start: Vec<i64>,
+    span_end: Vec<i64>,
+    model_id: Vec<String>,
+    dims: Vec<i32>,
+    embedding: Vec<Vector>,
+    /// BM25 lengths: the number of term occurrences of each indexed text.
+    lex_len: Vec<i32>,
+    line_start: Vec<i64>,
+    line_end: Vec<i64>,
+    term_counts: Vec<Vec<(String, u32)>>,
+}
+
+impl ChunkColumns {
+    /// The columns of `change.upserts`, terms counted with `terms`. Fails on a chunk with
+    /// more term occurrences than an `integer` holds.
+    fn of_upserts(change: &DocumentChange, terms: &TermConfig) -> Result<Self, StoreError> {
+        let n = change.upserts.len();
+        let mut columns = ChunkColumns {
+            chunk_index: Vec::with_capacity(n),
+            prefix: Vec::with_capacity(n),
+            heading_path_json: Vec::with_capacity(n),
+            content: Vec::with_capacity(n),
+            content_hash: Vec::with_capacity(n),
+            tokens_estimate: Vec::with_capacity(n),
+            tokens_model: Vec::with_capacity(n),
+            span_start: Vec::with_capacity(n),
+            span_end: Vec::with_capacity(n),
+            model_id: Vec::with_capacity(n),
+            dims: Vec::with_capacity(n),
+            embedding: Vec::with_capacity(n),
+            lex_len: Vec::with_capacity(n),
+            line_start: Vec::with_capacity(n),
+            line_end: Vec::with_capacity(n),
+            term_counts: Vec::with_capacity(n),
+        };
+        for c in &change.upserts {
+            let tc = term_counts_with(&c.text(), terms);
+            let len: u64 = tc.iter().map(|(_, k)| u64::from(*k)).sum();
+            columns.chunk_index.push(i64::from(c.chunk_index));
+            columns.prefix.push(c.prefix.clone());
+            columns
+                .heading_path_json
+                .push(serde_json::to_string(&c.heading_path).unwrap_or_else(|_| "[]".into()));
+            columns.content.push(c.content.clone());
+            columns.content_hash.push(c.content_hash.clone());
+            columns.tokens_estimate.push(i64::from(c.tokens_estimate));
+            columns.tokens_model.push(i64::from(c.tokens_model));
+            columns.span_start.push(c.span_start as i64);
+            columns.span_end.push(c.span_end as i64);
+            columns.line_start.push(i64::from(c.line_start));
+            columns.line_end.push(i64::from(c.line_end));
+            columns.model_id.push(c.model_id.clone());
+            columns.dims.push(c.embedding.len() as i32);
+            columns.embedding.push(Vector::from(c.embedding.clone()));
+            columns.lex_len.push(i32::try_from(len).map_err(|_| {
+                StoreError::Invalid(format!(
+                    "{}: chunk {} has too many terms",
+                    change.path, c.chunk_index
+                ))
+            })?);
+            columns.term_counts.push(tc);
+        }
+        Ok(columns)
+    }
+}
+
+/// The postings of the upserted chunks as parallel columns (the node id is one parameter).
+struct PostingColumns {
+    term: Vec<String>,
+    chunk_id: Vec<i64>,
+    tf: Vec<i32>,
+    dl: Vec<i32>,
+}
+
+impl PostingColumns {
+    /// One posting per term of each chunk of `columns`, under the chunk id the upsert
+    /// returned for its chunk index (`id_of`). Fails when the upsert returned none for one.
+    fn of_upserted_chunks(
+        columns: ChunkColumns,
+        id_of: &HashMap<i64, i64>,
+    ) -> Result<Self, StoreError> {
+        let mut postings = PostingColumns {
+            term: Vec::new(),
+            chunk_id: Vec::new(),
+            tf: Vec::new(),
+            dl: Vec::new(),
+        };
+        let ChunkColumns {
+            chunk_index: idx,
+            lex_len,
+            term_counts,
+            ..
+        } = columns;
+        for (i, tc) in term_counts.into_iter().enumerate() {
+            let Some(&cid) = id_of.get(&idx[i]) else {
+                return Err(StoreError::Backend {
+                    backend: BACKEND,
+                    op: "upsert chunks",
+                    source: format!("no id returned for chunk {}", idx[i]).into(),
+                });
+            };
+            for (t, k) in tc {
+                postings.term.push(t);
+                postings.chunk_id.push(cid);
+                postings.tf.push(k as i32);
+                postings.dl.push(lex_len[i]);
+            }
+        }
+        Ok(postings)
     }
 }
 

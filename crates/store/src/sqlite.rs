@@ -24,9 +24,9 @@ use rusqlite::{params, Connection, OptionalExtension, Transaction};
 use serde_json::Value;
 
 use crate::{
-    qualified_name, ApplyOutcome, AuditReport, ChunkId, ChunkRecord, ChunkState, DocRecord,
-    DocumentChange, Filter, Hit, LexicalStats, NodeId, QueryLogEntry, QueryLogRetention, RunLog,
-    RunRow, RunStatus, Store, StoreError, VectorsByHash,
+    qualified_name, ApplyOutcome, AuditReport, ChunkId, ChunkRecord, ChunkState, ChunkWrite,
+    DocRecord, DocumentChange, Filter, Hit, LexicalStats, NodeId, QueryLogEntry, QueryLogRetention,
+    RunLog, RunRow, RunStatus, Store, StoreError, VectorsByHash,
 };
 
 /// Default location of a knowledge base, relative to the working directory.
@@ -244,6 +244,11 @@ fn sqlite_uri(path: &Path, immutable: bool) -> String {
     uri
 }
 
+/// The error of a failed SQLite call while opening the store at `location`.
+fn sqlite_open_failed(location: &str) -> impl Fn(rusqlite::Error) -> StoreError + Copy + '_ {
+    move |e| StoreError::open_failed(location, "SQLite failed", e)
+}
+
 fn vec_to_blob(v: &[f32]) -> Vec<u8> {
     let mut out = Vec::with_capacity(v.len() * 4);
     for x in v {
@@ -340,8 +345,31 @@ impl SqliteStore {
         wal: bool,
         writable: bool,
     ) -> Result<Self, StoreError> {
-        let open_err =
-            |e: rusqlite::Error| StoreError::open_failed(location.clone(), "SQLite failed", e);
+        Self::configure_connection(&conn, &location, wal)?;
+        if writable {
+            conn.execute_batch(&format!("BEGIN IMMEDIATE; {SCHEMA} COMMIT;"))
+                .map_err(sqlite_open_failed(&location))?;
+        }
+        let sources = Self::check_or_upgrade_schema_version(&conn, &location, writable)?;
+        Self::finish_schema_after_version_check(&conn, &location, writable)?;
+        Ok(Self {
+            conn: Mutex::new(conn),
+            location,
+            own_writes: AtomicU64::new(0),
+            vectors: Mutex::new(None),
+            retention: Mutex::new(QueryLogRetention::default()),
+            sources,
+        })
+    }
+
+    /// Set the busy timeout, switch to WAL mode when `wal` (failing when SQLite will not),
+    /// and set the cache, memory-map and checkpoint pragmas.
+    fn configure_connection(
+        conn: &Connection,
+        location: &str,
+        wal: bool,
+    ) -> Result<(), StoreError> {
+        let open_err = sqlite_open_failed(location);
         conn.busy_timeout(std::time::Duration::from_secs(30))
             .map_err(open_err)?;
         if wal {
@@ -364,10 +392,19 @@ impl SqliteStore {
              PRAGMA wal_autocheckpoint=10000;",
         )
         .map_err(open_err)?;
-        if writable {
-            conn.execute_batch(&format!("BEGIN IMMEDIATE; {SCHEMA} COMMIT;"))
-                .map_err(open_err)?;
-        }
+        Ok(())
+    }
+
+    /// Read the recorded schema version and act on it: record the current one in a new
+    /// writable file (with the default term function), upgrade an older file when
+    /// `writable`, or fail on a file that is not a knowledge base or has a version this
+    /// build cannot read. Returns whether the file has `doc_sources`.
+    fn check_or_upgrade_schema_version(
+        conn: &Connection,
+        location: &str,
+        writable: bool,
+    ) -> Result<bool, StoreError> {
+        let open_err = sqlite_open_failed(location);
         let found: Option<String> = conn
             .query_row(
                 "SELECT value FROM meta WHERE key = 'schema_version'",
@@ -376,68 +413,85 @@ impl SqliteStore {
             )
             .optional()
             .map_err(open_err)?;
-        let mut sources = true;
         match found {
-            None if !writable => {
-                return Err(StoreError::open(
-                    location,
-                    "not a bib knowledge base (no schema version)",
-                ))
-            }
+            None if !writable => Err(StoreError::open(
+                location,
+                "not a bib knowledge base (no schema version)",
+            )),
             None => {
                 conn.execute(
                     "INSERT INTO meta (key, value) VALUES ('schema_version', ?1), ('terms', ?2)",
                     params![SCHEMA_VERSION.to_string(), TermConfig::default().id()],
                 )
                 .map_err(open_err)?;
+                Ok(true)
             }
             Some(v) => {
                 let found = v.parse::<i64>().unwrap_or(-1);
-                if found == 1 && !writable {
-                    // The upgrade writes; a read-only open can only say it is needed.
-                    return Err(StoreError::Schema {
-                        path: location,
-                        found,
-                        expected: SCHEMA_VERSION,
-                    });
-                } else if found == 1 {
-                    migrate_v1(&conn).map_err(|e| {
-                        let reason = "migrating the schema from version 1";
-                        StoreError::open_failed(location.clone(), reason, e)
-                    })?;
-                } else if found == 2 && writable {
-                    // `SCHEMA` above created `doc_sources`; nothing else changed.
-                    conn.execute(
-                        "UPDATE meta SET value = ?1 WHERE key = 'schema_version'",
-                        params![SCHEMA_VERSION.to_string()],
-                    )
-                    .map_err(open_err)?;
-                } else if found == 2 {
-                    sources = false;
-                } else if found != SCHEMA_VERSION {
-                    return Err(StoreError::Schema {
-                        path: location,
-                        found,
-                        expected: SCHEMA_VERSION,
-                    });
-                }
+                Self::upgrade_or_check_recorded_schema_version(conn, location, found, writable)
             }
         }
-        conn.execute_batch(SCHEMA_V2_INDEXES).map_err(open_err)?;
+    }
+
+    /// Act on the recorded schema version `found` of an existing file: migrate a version-1
+    /// file and bump a version-2 file when `writable`, read a version-2 file without sources
+    /// otherwise, and fail on a version-1 file opened read-only or any unknown version.
+    /// Returns whether the file has `doc_sources`.
+    fn upgrade_or_check_recorded_schema_version(
+        conn: &Connection,
+        location: &str,
+        found: i64,
+        writable: bool,
+    ) -> Result<bool, StoreError> {
+        let mut sources = true;
+        if found == 1 && !writable {
+            // The upgrade writes; a read-only open can only say it is needed.
+            return Err(StoreError::Schema {
+                path: location.to_string(),
+                found,
+                expected: SCHEMA_VERSION,
+            });
+        } else if found == 1 {
+            migrate_v1(conn).map_err(|e| {
+                let reason = "migrating the schema from version 1";
+                StoreError::open_failed(location, reason, e)
+            })?;
+        } else if found == 2 && writable {
+            // `SCHEMA` (run by `init_with` before this) created `doc_sources`; nothing else
+            // changed.
+            conn.execute(
+                "UPDATE meta SET value = ?1 WHERE key = 'schema_version'",
+                params![SCHEMA_VERSION.to_string()],
+            )
+            .map_err(sqlite_open_failed(location))?;
+        } else if found == 2 {
+            sources = false;
+        } else if found != SCHEMA_VERSION {
+            return Err(StoreError::Schema {
+                path: location.to_string(),
+                found,
+                expected: SCHEMA_VERSION,
+            });
+        }
+        Ok(sources)
+    }
+
+    /// Create the indexes on columns only version 2 has, and (when `writable`) rebuild an
+    /// old-layout vector cache table.
+    fn finish_schema_after_version_check(
+        conn: &Connection,
+        location: &str,
+        writable: bool,
+    ) -> Result<(), StoreError> {
+        conn.execute_batch(SCHEMA_V2_INDEXES)
+            .map_err(sqlite_open_failed(location))?;
         if writable {
-            migrate_embed_cache(&conn).map_err(|e| {
+            migrate_embed_cache(conn).map_err(|e| {
                 let reason = "rebuilding the vector cache table";
-                StoreError::open_failed(location.clone(), reason, e)
+                StoreError::open_failed(location, reason, e)
             })?;
         }
-        Ok(Self {
-            conn: Mutex::new(conn),
-            location,
-            own_writes: AtomicU64::new(0),
-            vectors: Mutex::new(None),
-            retention: Mutex::new(QueryLogRetention::default()),
-            sources,
-        })
+        Ok(())
     }
 
     /// The file (or `:memory:`) this store lives in.
@@ -557,14 +611,35 @@ impl SqliteStore {
         }
     }
 
+    /// Write `change` inside `tx`: the document row, its source, the upserted chunks with
+    /// their postings, then the pruning of chunks at `chunk_count` and above.
     fn apply_in(
         tx: &Transaction<'_>,
         change: &DocumentChange,
         terms: &TermConfig,
     ) -> Result<ApplyOutcome, StoreError> {
-        let e = StoreError::sqlite;
         let meta = serde_json::to_string(&change.metadata)
             .map_err(|err| StoreError::Invalid(format!("metadata of {}: {err}", change.path)))?;
+        let (node_id, document_created) = Self::update_or_insert_document_row(tx, change, &meta)?;
+        let mut out = ApplyOutcome {
+            node_id,
+            document_created,
+            ..ApplyOutcome::default()
+        };
+        Self::store_document_source_if_given(tx, node_id, change)?;
+        Self::upsert_chunks_with_their_postings(tx, node_id, change, terms, &mut out)?;
+        out.pruned = Self::prune_chunks_past_chunk_count(tx, node_id, change.chunk_count)?;
+        Ok(out)
+    }
+
+    /// Update the document row at `change.path`, or insert it when there is none. Returns
+    /// its node id and whether it was inserted.
+    fn update_or_insert_document_row(
+        tx: &Transaction<'_>,
+        change: &DocumentChange,
+        meta: &str,
+    ) -> Result<(NodeId, bool), StoreError> {
+        let e = StoreError::sqlite;
         let existing: Option<i64> = tx
             .query_row(
                 "SELECT node_id FROM documents WHERE path = ?1",
@@ -573,8 +648,7 @@ impl SqliteStore {
             )
             .optional()
             .map_err(e("find document"))?;
-        let mut out = ApplyOutcome::default();
-        let node_id = match existing {
+        match existing {
             Some(id) => {
                 tx.execute(
                     "UPDATE documents SET title = ?2, metadata = ?3, content_hash = ?4, \
@@ -590,7 +664,7 @@ impl SqliteStore {
                     ],
                 )
                 .map_err(e("update document"))?;
-                id
+                Ok((id, false))
             }
             None => {
                 tx.execute(
@@ -608,11 +682,17 @@ impl SqliteStore {
                     ],
                 )
                 .map_err(e("insert document"))?;
-                out.document_created = true;
-                tx.last_insert_rowid()
+                Ok((tx.last_insert_rowid(), true))
             }
-        };
-        out.node_id = node_id;
+        }
+    }
+
+    /// Store `change.source` under `change.content_hash` when the change carries a source.
+    fn store_document_source_if_given(
+        tx: &Transaction<'_>,
+        node_id: NodeId,
+        change: &DocumentChange,
+    ) -> Result<(), StoreError> {
         if let Some(source) = &change.source {
             tx.execute(
                 "INSERT INTO doc_sources (node_id, content_hash, source) VALUES (?1, ?2, ?3) \
@@ -620,112 +700,205 @@ impl SqliteStore {
                  source = excluded.source",
                 params![node_id, change.content_hash, source],
             )
-            .map_err(e("store document source"))?;
+            .map_err(StoreError::sqlite("store document source"))?;
         }
-        let mut find = tx
-            .prepare_cached("SELECT id FROM chunks WHERE node_id = ?1 AND chunk_index = ?2")
-            .map_err(e("find chunk"))?;
-        let mut del_post = tx
-            .prepare_cached("DELETE FROM postings WHERE chunk_id = ?1")
-            .map_err(e("delete postings"))?;
-        let mut ins_post = tx
-            .prepare_cached(
-                "INSERT INTO postings (term, chunk_id, node_id, tf, dl) VALUES (?1, ?2, ?3, ?4, ?5)",
-            )
-            .map_err(e("insert postings"))?;
+        Ok(())
+    }
+
+    /// Overwrite or create each chunk of `change.upserts` at its (document, chunk index) and
+    /// replace its postings, counting created and updated chunks in `out`.
+    fn upsert_chunks_with_their_postings(
+        tx: &Transaction<'_>,
+        node_id: NodeId,
+        change: &DocumentChange,
+        terms: &TermConfig,
+        out: &mut ApplyOutcome,
+    ) -> Result<(), StoreError> {
+        let e = StoreError::sqlite;
+        let mut statements = ChunkUpsertStatements::prepare(tx)?;
         for c in &change.upserts {
             let counts = term_counts_with(&c.text(), terms);
-            let lex_len: u64 = counts.iter().map(|(_, n)| u64::from(*n)).sum();
-            let heading = serde_json::to_string(&c.heading_path).unwrap_or_else(|_| "[]".into());
-            let blob = vec_to_blob(&c.embedding);
-            let old: Option<i64> = find
+            let row = ChunkRowValues::of_chunk(c, &counts);
+            let old: Option<i64> = statements
+                .find_chunk
                 .query_row(params![node_id, c.chunk_index], |r| r.get(0))
                 .optional()
                 .map_err(e("find chunk"))?;
             let id = match old {
                 Some(id) => {
-                    tx.execute(
-                        "UPDATE chunks SET prefix = ?2, heading_path = ?3, content = ?4, \
-                         content_hash = ?5, tokens_estimate = ?6, tokens_model = ?7, \
-                         span_start = ?8, span_end = ?9, model_id = ?10, dims = ?11, \
-                         embedding = ?12, lex_len = ?13, line_start = ?14, line_end = ?15 \
-                         WHERE id = ?1",
-                        params![
-                            id,
-                            c.prefix,
-                            heading,
-                            c.content,
-                            c.content_hash,
-                            c.tokens_estimate,
-                            c.tokens_model,
-                            c.span_start as i64,
-                            c.span_end as i64,
-                            c.model_id,
-                            c.embedding.len() as i64,
-                            blob,
-                            lex_len as i64,
-                            c.line_start,
-                            c.line_end
-                        ],
-                    )
-                    .map_err(e("update chunk"))?;
-                    del_post
+                    Self::update_chunk_row(tx, id, &row)?;
+                    statements
+                        .delete_postings_of_chunk
                         .execute(params![id])
                         .map_err(e("delete postings"))?;
                     out.updated += 1;
                     id
                 }
                 None => {
-                    tx.execute(
-                        "INSERT INTO chunks (node_id, chunk_index, prefix, heading_path, content, \
-                         content_hash, tokens_estimate, tokens_model, span_start, span_end, \
-                         model_id, dims, embedding, lex_len, line_start, line_end) \
-                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, \
-                         ?15, ?16)",
-                        params![
-                            node_id,
-                            c.chunk_index,
-                            c.prefix,
-                            heading,
-                            c.content,
-                            c.content_hash,
-                            c.tokens_estimate,
-                            c.tokens_model,
-                            c.span_start as i64,
-                            c.span_end as i64,
-                            c.model_id,
-                            c.embedding.len() as i64,
-                            blob,
-                            lex_len as i64,
-                            c.line_start,
-                            c.line_end
-                        ],
-                    )
-                    .map_err(e("insert chunk"))?;
+                    let id = Self::insert_chunk_row(tx, node_id, &row)?;
                     out.created += 1;
-                    tx.last_insert_rowid()
+                    id
                 }
             };
             for (term, tf) in &counts {
-                ins_post
-                    .execute(params![term, id, node_id, tf, lex_len as i64])
+                statements
+                    .insert_posting
+                    .execute(params![term, id, node_id, tf, row.lex_len as i64])
                     .map_err(e("insert postings"))?;
             }
         }
+        Ok(())
+    }
+
+    /// Overwrite the chunk row `id` with `row`.
+    fn update_chunk_row(
+        tx: &Transaction<'_>,
+        id: ChunkId,
+        row: &ChunkRowValues<'_>,
+    ) -> Result<(), StoreError> {
+        let c = row.chunk;
+        tx.execute(
+            "UPDATE chunks SET prefix = ?2, heading_path = ?3, content = ?4, \
+             content_hash = ?5, tokens_estimate = ?6, tokens_model = ?7, \
+             span_start = ?8, span_end = ?9, model_id = ?10, dims = ?11, \
+             embedding = ?12, lex_len = ?13, line_start = ?14, line_end = ?15 \
+             WHERE id = ?1",
+            params![
+                id,
+                c.prefix,
+                row.heading_path_json,
+                c.content,
+                c.content_hash,
+                c.tokens_estimate,
+                c.tokens_model,
+                c.span_start as i64,
+                c.span_end as i64,
+                c.model_id,
+                c.embedding.len() as i64,
+                row.embedding_blob,
+                row.lex_len as i64,
+                c.line_start,
+                c.line_end
+            ],
+        )
+        .map_err(StoreError::sqlite("update chunk"))?;
+        Ok(())
+    }
+
+    /// Insert `row` as a new chunk of document `node_id`. Returns its id.
+    fn insert_chunk_row(
+        tx: &Transaction<'_>,
+        node_id: NodeId,
+        row: &ChunkRowValues<'_>,
+    ) -> Result<ChunkId, StoreError> {
+        let c = row.chunk;
+        tx.execute(
+            "INSERT INTO chunks (node_id, chunk_index, prefix, heading_path, content, \
+             content_hash, tokens_estimate, tokens_model, span_start, span_end, \
+             model_id, dims, embedding, lex_len, line_start, line_end) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, \
+             ?15, ?16)",
+            params![
+                node_id,
+                c.chunk_index,
+                c.prefix,
+                row.heading_path_json,
+                c.content,
+                c.content_hash,
+                c.tokens_estimate,
+                c.tokens_model,
+                c.span_start as i64,
+                c.span_end as i64,
+                c.model_id,
+                c.embedding.len() as i64,
+                row.embedding_blob,
+                row.lex_len as i64,
+                c.line_start,
+                c.line_end
+            ],
+        )
+        .map_err(StoreError::sqlite("insert chunk"))?;
+        Ok(tx.last_insert_rowid())
+    }
+
+    /// Delete the chunks of document `node_id` at `chunk_count` and above, postings first.
+    /// Returns how many chunks were deleted.
+    fn prune_chunks_past_chunk_count(
+        tx: &Transaction<'_>,
+        node_id: NodeId,
+        chunk_count: u32,
+    ) -> Result<u32, StoreError> {
+        let e = StoreError::sqlite;
         tx.execute(
             "DELETE FROM postings WHERE chunk_id IN \
              (SELECT id FROM chunks WHERE node_id = ?1 AND chunk_index >= ?2)",
-            params![node_id, change.chunk_count],
+            params![node_id, chunk_count],
         )
         .map_err(e("prune postings"))?;
         let pruned = tx
             .execute(
                 "DELETE FROM chunks WHERE node_id = ?1 AND chunk_index >= ?2",
-                params![node_id, change.chunk_count],
+                params![node_id, chunk_count],
             )
             .map_err(e("prune chunks"))?;
-        out.pruned = pruned as u32;
-        Ok(out)
+        Ok(pruned as u32)
+    }
+}
+
+/// The statements [`SqliteStore::apply_in`] runs once per upserted chunk, prepared (from the
+/// connection's statement cache) once per change.
+struct ChunkUpsertStatements<'tx> {
+    find_chunk: rusqlite::CachedStatement<'tx>,
+    delete_postings_of_chunk: rusqlite::CachedStatement<'tx>,
+    insert_posting: rusqlite::CachedStatement<'tx>,
+}
+
+impl<'tx> ChunkUpsertStatements<'tx> {
+    fn prepare(tx: &'tx Transaction<'_>) -> Result<Self, StoreError> {
+        let e = StoreError::sqlite;
+        let find_chunk = tx
+            .prepare_cached("SELECT id FROM chunks WHERE node_id = ?1 AND chunk_index = ?2")
+            .map_err(e("find chunk"))?;
+        let delete_postings_of_chunk = tx
+            .prepare_cached("DELETE FROM postings WHERE chunk_id = ?1")
+            .map_err(e("delete postings"))?;
+        let insert_posting = tx
+            .prepare_cached(
+                "INSERT INTO postings (term, chunk_id, node_id, tf, dl) VALUES (?1, ?2, ?3, ?4, ?5)",
+            )
+            .map_err(e("insert postings"))?;
+        Ok(Self {
+            find_chunk,
+            delete_postings_of_chunk,
+            insert_posting,
+        })
+    }
+}
+
+/// One upserted chunk with the values its `chunks` row stores beyond the chunk's own fields.
+struct ChunkRowValues<'c> {
+    chunk: &'c ChunkWrite,
+    /// BM25 length: the number of term occurrences of the indexed text.
+    lex_len: u64,
+    /// The heading path as a JSON array (`[]` if it cannot be written).
+    heading_path_json: String,
+    /// The embedding as little-endian `f32`s.
+    embedding_blob: Vec<u8>,
+}
+
+impl<'c> ChunkRowValues<'c> {
+    /// The row values of `chunk`, whose indexed text has the term `counts`.
+    fn of_chunk(chunk: &'c ChunkWrite, counts: &[(String, u32)]) -> Self {
+        let lex_len: u64 = counts.iter().map(|(_, n)| u64::from(*n)).sum();
+        let heading_path_json =
+            serde_json::to_string(&chunk.heading_path).unwrap_or_else(|_| "[]".into());
+        let embedding_blob = vec_to_blob(&chunk.embedding);
+        Self {
+            chunk,
+            lex_len,
+            heading_path_json,
+            embedding_blob,
+        }
     }
 }
 
