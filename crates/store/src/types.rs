@@ -329,8 +329,23 @@ pub struct AuditReport {
     pub orphan_postings: u64,
     /// Whether the lexical corpus statistics agree with the chunks.
     pub stats_consistent: bool,
-    /// Everything above agrees.
+    /// Everything above agrees ([`AuditReport::judged`]).
     pub coherent: bool,
+}
+
+impl AuditReport {
+    /// The report with its verdict: coherent when no chunk or posting is an orphan, every
+    /// document holds exactly its chunks, every chunk has its vector and its postings, and the
+    /// corpus statistics agree. Every store judges its counts by this one rule.
+    pub fn judged(mut self) -> Self {
+        self.coherent = self.orphan_chunks == 0
+            && self.orphan_postings == 0
+            && self.incomplete_documents.is_empty()
+            && self.vectors == self.chunks
+            && self.lexical_entries == self.chunks
+            && self.stats_consistent;
+        self
+    }
 }
 
 /// Where an ingest run is: stored in the `runs` table and shown by `bib runs` / `bib status`
