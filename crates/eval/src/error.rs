@@ -6,8 +6,12 @@ use bib_retrieve::RetrieveError;
 #[derive(Debug, thiserror::Error)]
 pub enum EvalError {
     /// A golden file could not be read.
-    #[error("cannot read golden file {path}: {reason}")]
-    GoldenRead { path: String, reason: String },
+    #[error("cannot read golden file {path}")]
+    GoldenRead {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
     /// A golden line is not valid.
     #[error("{path}:{line}: {reason}")]
     GoldenLine {

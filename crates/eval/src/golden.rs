@@ -109,9 +109,9 @@ pub fn parse_golden(text: &str, origin: &str) -> Result<Vec<GoldenItem>, EvalErr
 
 /// Read and parse a golden JSONL file.
 pub fn load_golden(path: &Path) -> Result<Vec<GoldenItem>, EvalError> {
-    let text = std::fs::read_to_string(path).map_err(|e| EvalError::GoldenRead {
+    let text = std::fs::read_to_string(path).map_err(|source| EvalError::GoldenRead {
         path: path.display().to_string(),
-        reason: e.to_string(),
+        source,
     })?;
     parse_golden(&text, &path.display().to_string())
 }
@@ -146,6 +146,20 @@ pub fn from_query_log(store: &dyn RunLog, n: usize) -> Result<Vec<GoldenItem>, E
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_unreadable_golden_file_names_it_and_keeps_the_system_error() {
+        let e = load_golden(Path::new("/nonexistent/golden.jsonl")).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "cannot read golden file /nonexistent/golden.jsonl"
+        );
+        let source = std::error::Error::source(&e).expect("the I/O error");
+        let io = source
+            .downcast_ref::<std::io::Error>()
+            .expect("an io::Error");
+        assert_eq!(io.kind(), std::io::ErrorKind::NotFound);
+    }
 
     #[test]
     fn parses_the_wiki_golden_format() {

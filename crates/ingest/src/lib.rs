@@ -231,7 +231,13 @@ pub struct RunReport {
 #[derive(Debug, thiserror::Error)]
 pub enum IngestError {
     #[error("cannot ingest {path}: {reason}")]
-    Root { path: String, reason: String },
+    Root {
+        path: String,
+        reason: String,
+        /// The file system's error, where one caused it.
+        #[source]
+        source: Option<std::io::Error>,
+    },
     #[error(transparent)]
     Store(#[from] bib_store::StoreError),
     /// The file watcher failed (its error kept as the source).

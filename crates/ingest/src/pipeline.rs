@@ -366,6 +366,7 @@ pub fn ingest(
         return Err(IngestError::Root {
             path: root_shown,
             reason: "not a directory".into(),
+            source: None,
         });
     }
     let collection = opts
@@ -470,7 +471,8 @@ fn phase_a(run: &Run<'_>, report: &mut RunReport) -> Result<Registered, IngestEr
     let ta = Instant::now();
     let scanned = scan_with(root, &opts.scan).map_err(|e| IngestError::Root {
         path: root_shown.to_string(),
-        reason: e.to_string(),
+        reason: "cannot scan it".into(),
+        source: Some(e),
     })?;
     let mut issues = scanned.issues;
     let scan_issues = issues.len();

@@ -80,7 +80,8 @@ pub fn watch(
     let WatchOptions { debounce, stop } = wait;
     let canon = std::fs::canonicalize(root).map_err(|e| IngestError::Root {
         path: root.display().to_string(),
-        reason: e.to_string(),
+        reason: "cannot resolve it".into(),
+        source: Some(e),
     })?;
     let (tx, rx) = mpsc::channel();
     let mut debouncer = new_debouncer(debounce, tx).map_err(IngestError::Watch)?;

@@ -168,7 +168,7 @@ impl From<bib_app::ConfigError> for ServiceError {
                 let field = key.rsplit('.').next().unwrap_or(&key).to_string();
                 ServiceError::invalid(field, reason)
             }
-            other => ServiceError::internal(other.to_string()),
+            other => ServiceError::internal(bib_store::error_chain(&other)),
         }
     }
 }

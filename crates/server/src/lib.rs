@@ -51,6 +51,13 @@ pub enum ServerError {
     Io(#[from] std::io::Error),
     #[error("MCP: {0}")]
     Mcp(String),
+    /// The MCP session failed (`context` says where); the protocol library's error is kept.
+    #[error("MCP: {context}")]
+    McpFailed {
+        context: &'static str,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync + 'static>,
+    },
     #[error(transparent)]
     Service(#[from] ServiceError),
 }

@@ -463,11 +463,17 @@ where
         let running = BibMcp::new(service)
             .serve((mcp_read, mcp_write))
             .await
-            .map_err(|e| ServerError::Mcp(e.to_string()))?;
+            .map_err(|e| ServerError::McpFailed {
+                context: "starting the session",
+                source: Box::new(e),
+            })?;
         running
             .waiting()
             .await
-            .map_err(|e| ServerError::Mcp(e.to_string()))?;
+            .map_err(|e| ServerError::McpFailed {
+                context: "serving the session",
+                source: Box::new(e),
+            })?;
         Ok::<(), ServerError>(())
     };
     let r = served.await;

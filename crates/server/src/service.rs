@@ -334,7 +334,7 @@ struct Pending {
 fn ingest_error(e: bib_ingest::IngestError) -> ServiceError {
     match e {
         bib_ingest::IngestError::Store(s) => s.into(),
-        other => ServiceError::internal(other.to_string()),
+        other => ServiceError::internal(bib_store::error_chain(&other)),
     }
 }
 
@@ -864,7 +864,7 @@ impl Service {
                 format!("no questions to evaluate ({m}): pass `questions` or ask some first"),
             ),
             bib_eval::EvalError::Retrieve(r) => r.into(),
-            other => ServiceError::internal(other.to_string()),
+            other => ServiceError::internal(bib_store::error_chain(&other)),
         })?;
         serde_json::to_value(report).map_err(|e| ServiceError::internal(e.to_string()))
     }

@@ -1090,7 +1090,8 @@ fn chunk_from_row(r: &PgRow) -> Result<ChunkRecord, StoreError> {
         prefix: get(r, 6, op)?,
         heading_path: serde_json::from_str(&heading).map_err(|err| StoreError::Corrupt {
             what: "heading path".into(),
-            reason: err.to_string(),
+            reason: "not valid JSON".into(),
+            source: Some(Box::new(err)),
         })?,
         content: get(r, 8, op)?,
         content_hash: get(r, 9, op)?,
@@ -1721,7 +1722,8 @@ impl RunLog for PgStore {
                 let mut entry: QueryLogEntry =
                     serde_json::from_str(&rec).map_err(|err| StoreError::Corrupt {
                         what: format!("query log entry {id}"),
-                        reason: err.to_string(),
+                        reason: "not valid JSON".into(),
+                        source: Some(Box::new(err)),
                     })?;
                 entry.id = id;
                 out.push(entry);

@@ -33,7 +33,13 @@ pub enum StoreError {
     },
     /// A stored value could not be decoded.
     #[error("corrupt value in store ({what}): {reason}")]
-    Corrupt { what: String, reason: String },
+    Corrupt {
+        what: String,
+        reason: String,
+        /// The decoder's error, where one caused it.
+        #[source]
+        source: Option<BoxError>,
+    },
     /// The caller passed something the store cannot hold.
     #[error("invalid input: {0}")]
     Invalid(String),

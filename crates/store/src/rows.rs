@@ -19,7 +19,8 @@ pub fn now_ms() -> i64 {
 pub fn parse_json(what: &str, s: &str) -> Result<Value, StoreError> {
     serde_json::from_str(s).map_err(|e| StoreError::Corrupt {
         what: what.to_string(),
-        reason: e.to_string(),
+        reason: "not valid JSON".into(),
+        source: Some(Box::new(e)),
     })
 }
 

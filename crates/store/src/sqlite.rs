@@ -262,6 +262,7 @@ fn blob_to_vec(b: &[u8]) -> Result<Vec<f32>, StoreError> {
         return Err(StoreError::Corrupt {
             what: "embedding".into(),
             reason: format!("blob of {} bytes is not a multiple of 4", b.len()),
+            source: None,
         });
     }
     Ok(b.chunks_exact(4)
@@ -954,7 +955,8 @@ fn chunk_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawChunk> {
 fn chunk_record(r: RawChunk) -> Result<ChunkRecord, StoreError> {
     let heading: Vec<String> = serde_json::from_str(&r.7).map_err(|err| StoreError::Corrupt {
         what: "heading path".into(),
-        reason: err.to_string(),
+        reason: "not valid JSON".into(),
+        source: Some(Box::new(err)),
     })?;
     Ok(ChunkRecord {
         id: r.0,
@@ -1686,7 +1688,8 @@ impl RunLog for SqliteStore {
             let mut entry: QueryLogEntry =
                 serde_json::from_str(&rec).map_err(|err| StoreError::Corrupt {
                     what: format!("query log entry {id}"),
-                    reason: err.to_string(),
+                    reason: "not valid JSON".into(),
+                    source: Some(Box::new(err)),
                 })?;
             entry.id = id;
             out.push(entry);

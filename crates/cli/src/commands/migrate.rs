@@ -283,6 +283,7 @@ impl Migration<'_> {
             return Err(StoreError::Corrupt {
                 what: dst.location(),
                 reason: format!("the copy does not check out: {audit:?}"),
+                source: None,
             })
             .context("verifying the target");
         }
