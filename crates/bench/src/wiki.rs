@@ -793,7 +793,7 @@ mod tests {
     /// Every evidence quote occurs in one of its files, normalised as the benchmark matches.
     /// Reads the wiki from ../shared/bench/data/wiki (or `BIB_WIKI_DATA`), so it is run
     /// explicitly, as the corpus tests are (no test of the default suite reads ../shared):
-    /// `cargo test -p bib dev_set_quotes -- --ignored`.
+    /// `cargo test -p bib-bench dev_set_quotes -- --ignored`.
     #[test]
     #[ignore = "reads ../shared/bench/data (run explicitly)"]
     fn dev_set_quotes_occur_in_their_pages() {
