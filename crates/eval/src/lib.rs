@@ -544,7 +544,7 @@ impl QuestionEvaluation<'_, '_> {
         let ids: Vec<i64> = r.chunks.iter().map(|c| c.chunk.id).collect();
         let cut: Vec<&str> = r.chunks.iter().map(|c| c.text.as_str()).collect();
         let after = measure(&cut, item, kb.embedder);
-        let (before, passages) = self.measure_before_trimming(&opts, &r, &ids, &cut, item)?;
+        let (before, passages) = self.measure_before_trimming(&opts, &r, &cut, item);
         let paths: Vec<&str> = r.chunks.iter().map(|c| c.chunk.path.as_str()).collect();
         if v == Variant::Baseline {
             *base_ids = ids.clone();
@@ -609,31 +609,24 @@ impl QuestionEvaluation<'_, '_> {
     }
 
     /// The context before trimming and, for a trimming variant, its passages (kept and
-    /// removed sentences). A trimming variant re-reads its chunks whole from the index; any
-    /// other variant sent them whole, so "before" is the same context as "after".
+    /// removed sentences). A trimmed result still carries its whole chunk, so "before" is
+    /// measured on those; any other variant sent them whole, so "before" is the same context
+    /// as "after".
     fn measure_before_trimming(
         &self,
         opts: &RetrieveOptions,
         r: &RetrievalResult,
-        ids: &[i64],
         cut: &[&str],
         item: &GoldenItem,
-    ) -> Result<(Measured, Vec<passage::Passage>), EvalError> {
+    ) -> (Measured, Vec<passage::Passage>) {
         let kb = self.kb;
-        Ok(if opts.trim.is_some() {
-            let originals = kb.index.chunks(ids)?;
-            let texts: Vec<String> = originals
-                .iter()
-                .map(bib_retrieve::ChunkRecord::text)
-                .collect();
+        if opts.trim.is_some() {
+            let texts: Vec<String> = r.chunks.iter().map(|c| c.chunk.text()).collect();
             let whole: Vec<&str> = texts.iter().map(String::as_str).collect();
-            (
-                measure(&whole, item, kb.embedder),
-                passage::passages(r, &originals),
-            )
+            (measure(&whole, item, kb.embedder), passage::passages(r))
         } else {
             (measure(cut, item, kb.embedder), Vec::new())
-        })
+        }
     }
 
     /// With `synthesize` on, the chat endpoint's answer over the retrieved chunks (streamed

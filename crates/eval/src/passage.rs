@@ -35,14 +35,14 @@ impl Passage {
     }
 }
 
-/// The passages of a trimmed result: `originals` are the same chunks whole (any order).
-pub fn passages(r: &RetrievalResult, originals: &[ChunkRecord]) -> Vec<Passage> {
+/// The passages of a trimmed result: each result's whole chunk (its record; trimming changed
+/// only what it shows) cut into sentences.
+pub fn passages(r: &RetrievalResult) -> Vec<Passage> {
     r.chunks
         .iter()
-        .filter_map(|c| {
-            let whole = originals.iter().find(|o| o.id == c.chunk.id)?;
+        .map(|c| {
             let kept = c.trim.as_ref().map(|t| t.sentences_kept.as_slice());
-            Some(split(whole, kept))
+            split(&c.chunk, kept)
         })
         .collect()
 }
