@@ -455,6 +455,7 @@ impl<'a> Retriever<'a> {
             originals,
             baseline,
             dropped,
+            trimmed: true,
         })
     }
 
@@ -488,8 +489,7 @@ impl<'a> Retriever<'a> {
         };
         let (filled, best_cosine) =
             self.rank_and_fill(query, opts, filter, qv.as_deref(), &mut timings)?;
-        let trimmed = opts.trim.is_some() && qv.is_some() && self.embedder.is_some();
-        let accounting = self.account_tokens(query, &filled, best_cosine, trimmed)?;
+        let accounting = self.account_tokens(query, &filled, best_cosine)?;
         timings.total_ms = ms(t0);
         Ok(RetrievalResult {
             query: query.to_string(),
@@ -541,6 +541,7 @@ impl<'a> Retriever<'a> {
                     baseline: originals.clone(),
                     originals,
                     dropped: 0,
+                    trimmed: false,
                 }
             }
             Some((topts, qv, e)) => {
@@ -561,12 +562,12 @@ impl<'a> Retriever<'a> {
         query: &str,
         filled: &Filled,
         best_cosine: Option<f64>,
-        trimmed: bool,
     ) -> Result<TokenAccounting, RetrieveError> {
         let Filled {
             answer: chunks,
             originals,
             baseline,
+            trimmed,
             ..
         } = filled;
         let tokenizer = self.embedder.map(|e| e.tokenizer());
@@ -580,7 +581,7 @@ impl<'a> Retriever<'a> {
         let relevance = Relevance::judge(best_cosine, floor, coverage, chunks.len());
         let tokens_in_context = chunks.iter().map(|c| estimate_tokens(&c.text)).sum();
         // Untrimmed, the context is the baseline: its tokens are counted once.
-        let exact_tokens_in_context = if trimmed {
+        let exact_tokens_in_context = if *trimmed {
             tokenizer.map(|tk| chunks.iter().map(|c| tk.count_tokens(&c.text)).sum())
         } else {
             exact_tokens_before
@@ -641,6 +642,8 @@ struct Filled {
     baseline: Vec<String>,
     /// Results dropped because trimming kept nothing of them.
     dropped: usize,
+    /// Whether trimming ran (the results' texts are then what it kept).
+    trimmed: bool,
 }
 
 /// A ranked hit before fetching: id, ranking score, its place in each list, and every part
