@@ -383,11 +383,7 @@ pub fn ask_markdown(a: &AskOutput) -> String {
         out.push_str("No results.\n");
     }
     for (i, r) in a.results.iter().enumerate() {
-        let mut cite = match (r.line_start, r.line_end) {
-            (0, _) => r.path.clone(),
-            (s, e) if e <= s => format!("{}:{s}", r.path),
-            (s, e) => format!("{}:{s}-{e}", r.path),
-        };
+        let mut cite = bib_store::cite(&r.path, r.line_start, r.line_end);
         for h in &r.heading_path {
             cite.push_str(" › ");
             cite.push_str(h);

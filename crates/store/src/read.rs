@@ -78,11 +78,7 @@ pub struct Excerpt {
 impl Excerpt {
     /// `path:12-30` (`path:12` for one line), the form results cite.
     pub fn citation(&self) -> String {
-        match (self.line_start, self.line_end) {
-            (0, _) => self.path.clone(),
-            (a, b) if a == b => format!("{}:{a}", self.path),
-            (a, b) => format!("{}:{a}-{b}", self.path),
-        }
+        crate::cite(&self.path, self.line_start, self.line_end)
     }
 }
 

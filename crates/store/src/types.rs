@@ -135,6 +135,16 @@ pub struct ChunkWrite {
     pub embedding: Vec<f32>,
 }
 
+/// How every front end cites lines of a file: `path:12-30`, `path:12` for one line, `path`
+/// alone when the lines are unknown (0).
+pub fn cite(path: &str, line_start: u32, line_end: u32) -> String {
+    match (line_start, line_end) {
+        (0, _) => path.to_string(),
+        (a, b) if b <= a => format!("{path}:{a}"),
+        (a, b) => format!("{path}:{a}-{b}"),
+    }
+}
+
 /// The indexed and embedded text of a chunk: prefix, newline, content.
 pub fn indexed_text(prefix: &str, content: &str) -> String {
     format!("{prefix}\n{content}")
@@ -268,15 +278,9 @@ impl ChunkRecord {
         }
     }
 
-    /// Where a user opens this chunk: `path:12-30`, `path:12` for one line, `path` alone when
-    /// the lines are unknown.
+    /// Where a user opens this chunk: [`cite`].
     pub fn cite(&self) -> String {
-        let path = &self.path;
-        match (self.line_start, self.line_end) {
-            (0, _) => path.to_string(),
-            (a, b) if b <= a => format!("{path}:{a}"),
-            (a, b) => format!("{path}:{a}-{b}"),
-        }
+        cite(&self.path, self.line_start, self.line_end)
     }
 }
 
