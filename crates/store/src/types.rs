@@ -145,10 +145,8 @@ pub fn cite(path: &str, line_start: u32, line_end: u32) -> String {
     }
 }
 
-/// The indexed and embedded text of a chunk: prefix, newline, content.
-pub fn indexed_text(prefix: &str, content: &str) -> String {
-    format!("{prefix}\n{content}")
-}
+/// The indexed and embedded text of a chunk: the chunker's rule, one for every crate.
+pub use bib_text::chunk::indexed_text;
 
 impl ChunkWrite {
     /// The indexed and embedded text: [`indexed_text`].

@@ -68,10 +68,16 @@ pub struct Chunk {
 }
 
 impl Chunk {
-    /// The text that gets indexed and embedded: prefix, newline, content.
+    /// The text that gets indexed and embedded: [`indexed_text`].
     pub fn text(&self) -> String {
-        format!("{}\n{}", self.prefix, self.content)
+        indexed_text(&self.prefix, &self.content)
     }
+}
+
+/// The indexed and embedded text of a chunk: prefix, newline, content. [`chunk_hash`] hashes
+/// these same bytes.
+pub fn indexed_text(prefix: &str, content: &str) -> String {
+    format!("{prefix}\n{content}")
 }
 
 /// Hex SHA-256 of a chunk text, as stored in [`Chunk::hash`].
@@ -637,6 +643,14 @@ fn assemble(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_hash_is_of_the_indexed_text() {
+        for (prefix, content) in [("[Doc: A › B]", "Body.\n\nMore."), ("", "x"), ("p", "")] {
+            let whole = hex::encode(Sha256::digest(indexed_text(prefix, content).as_bytes()));
+            assert_eq!(chunk_hash(prefix, content), whole, "{prefix:?} {content:?}");
+        }
+    }
 
     /// Found by the `text_pipeline` fuzz target (issue 14, item 8): form feeds, NULs and a
     /// backtick run whose "info string" holds backticks (so not a fence). Cutting the one long
