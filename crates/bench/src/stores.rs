@@ -225,6 +225,10 @@ fn ingest(store: &dyn Store, data: &Dataset) -> anyhow::Result<f64> {
             );
         }
     }
+    // What `bib ingest` does at the end of a run (PostgreSQL: vacuum for index-only BM25).
+    store
+        .optimize()
+        .with_context(|| format!("{}: housekeeping after the ingest", store.backend()))?;
     eprintln!();
     Ok(t.elapsed().as_secs_f64())
 }

@@ -402,6 +402,18 @@ pub fn ingest(
         &mut report,
     )?;
     let failure = phase_c(store, &indexed, &mut report, indexed.failure.clone())?;
+    if indexed.wrote > 0 || !registered.vanished.is_empty() {
+        if let Err(e) = store.optimize() {
+            report.warnings.push(FileIssue {
+                path: String::new(),
+                phase: Phase::B,
+                reason: format!(
+                    "store housekeeping after the run failed (nothing is lost; searches may be slower): {}",
+                    bib_store::error_chain(&e)
+                ),
+            });
+        }
+    }
     report.errors = issues;
     let total_ms = t0.elapsed().as_secs_f64() * 1000.0;
     if total_ms > 0.0 {

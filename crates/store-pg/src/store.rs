@@ -1253,6 +1253,18 @@ impl Store for PgStore {
         Ok(out)
     }
 
+    fn optimize(&self) -> Result<(), StoreError> {
+        // VACUUM cannot run inside a transaction; on a pool connection it runs on its own.
+        // It skips pages already all-visible, so after a small ingest it reads little.
+        self.block(async {
+            sqlx::query("VACUUM (ANALYZE) postings")
+                .execute(&self.pool)
+                .await
+                .map_err(pg("vacuum postings"))
+        })?;
+        Ok(())
+    }
+
     fn remove_documents(&self, paths: &[String]) -> Result<u64, StoreError> {
         if paths.is_empty() {
             return Ok(0);

@@ -117,6 +117,14 @@ pub trait Store: VectorsByHash + RunLog + Send + Sync {
     /// `chunk_index >= change.chunk_count`. Chunks not in `upserts` but below `chunk_count`
     /// are left as they are (they were unchanged).
     fn apply_document(&self, change: &DocumentChange) -> Result<ApplyOutcome, StoreError>;
+    /// Housekeeping after a batch of writes (the end of an ingest run that changed
+    /// something), so that reads stay as fast as the backend can make them. PostgreSQL
+    /// vacuums the postings, which marks their pages all-visible so BM25 reads them from the
+    /// covering index alone. It never changes what is stored; a failure loses nothing and
+    /// may be reported as a warning. Backends with nothing to do keep this default.
+    fn optimize(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
     /// Atomically delete documents (by path) with all their chunks. Returns chunks deleted.
     fn remove_documents(&self, paths: &[String]) -> Result<u64, StoreError>;
     /// Atomically delete every document of `collection` with its chunks. Returns
