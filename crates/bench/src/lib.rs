@@ -12,6 +12,8 @@ mod embed;
 pub mod ingest;
 mod latency;
 mod locomo;
+mod pack_common;
+pub mod probes;
 mod relevance;
 mod sbd;
 mod scifact;
@@ -57,6 +59,12 @@ enum Bench {
         after_help = "Examples:\n  bib bench locomo\n\nData is read from ../shared/bench/data; see BENCHMARKS.md for the full commands."
     )]
     Locomo(locomo::Args),
+    /// History packer recall on the project's seeded multilingual paraphrase probe set: 14
+    /// sessions (7 languages × dialogue/agent), by language, kind, style and superseded facts.
+    #[command(
+        after_help = "Examples:\n  bib bench probes\n  bib bench probes --hybrid --budgets 1500\n  bib bench probes --seed 3 --write target/probes --failures\n\nThe set is generated from bench/probes/*.json; nothing is read from disk. See bench/probes/README.md."
+    )]
+    Probes(probes::Args),
     /// Calibrate the relevance floor: "no good match" on off-topic vs answerable NuGet wiki
     /// questions, over a sweep of floors.
     #[command(
@@ -108,6 +116,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Bench::Ingest(a) => ingest::run(a),
         Bench::Latency(a) => latency::run(a),
         Bench::Locomo(a) => locomo::run(a),
+        Bench::Probes(a) => probes::run(a),
         Bench::Relevance(a) => relevance::run(a),
         Bench::Sbd(a) => sbd::run(a),
         Bench::Scifact(a) => scifact::run(a),

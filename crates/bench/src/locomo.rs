@@ -14,8 +14,10 @@ use std::process::Command;
 use std::time::Instant;
 
 use anyhow::{bail, Context};
-use bib_pack::{estimate_tokens, Message, PackOptions, Packed, Session};
+use bib_pack::{Message, PackOptions, Session};
 use serde_json::Value;
+
+use crate::pack_common::{load_hybrid_embedder, pack_question, parse_budgets, utc_ms, PackFn};
 
 const PROBES: &str = include_str!(concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -151,18 +153,6 @@ fn parse_locomo_date(s: &str) -> Option<i64> {
     Some(utc_ms(year, month, day, h, m))
 }
 
-fn utc_ms(y: i32, mo: u32, d: u32, h: u32, mi: u32) -> i64 {
-    // days from civil (Howard Hinnant), to avoid a date dependency in the binary
-    let y = i64::from(if mo <= 2 { y - 1 } else { y });
-    let era = if y >= 0 { y } else { y - 399 } / 400;
-    let yoe = y - era * 400;
-    let mp = (i64::from(mo) + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + i64::from(d) - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    days * 86_400_000 + i64::from(h) * 3_600_000 + i64::from(mi) * 60_000
-}
-
 fn load(data: &std::path::Path, c0: usize, c1: usize) -> anyhow::Result<Vec<Conv>> {
     let conv_path = data.join("locomo10.json");
     let qa_path = data.join("locomo10_qa.jsonl");
@@ -256,8 +246,6 @@ fn load(data: &std::path::Path, c0: usize, c1: usize) -> anyhow::Result<Vec<Conv
     Ok(out)
 }
 
-type PackFn<'a> = dyn FnMut(&mut Session, usize) -> Packed + 'a;
-
 fn run_ours(
     name: &str,
     convs: &[Conv],
@@ -278,10 +266,13 @@ fn run_ours(
         }
         for qa in &conv.qas {
             let t0 = Instant::now();
-            session.push(Message::new("user", qa.question.clone()));
-            let r = pack(&mut session, budget);
+            let r = pack_question(
+                &mut session,
+                Message::new("user", qa.question.clone()),
+                budget,
+                pack,
+            );
             ns += t0.elapsed().as_nanos();
-            session.pop();
             let joined = r
                 .messages
                 .iter()
@@ -299,11 +290,7 @@ fn run_ours(
             sum += rec;
             ev_total += qa.evidence.len();
             ev_found += found;
-            let t: usize = r
-                .messages
-                .iter()
-                .map(|m| estimate_tokens(&m.content) + 4)
-                .sum();
+            let t = bib_pack::output_tokens(&r.messages);
             tok_sum += t;
             max_tok = max_tok.max(t);
             if t > budget {
@@ -394,7 +381,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         convs.len()
     );
 
-    let embedder = load_hybrid_embedder(&args)?;
+    let embedder = load_hybrid_embedder(args.hybrid)?;
     let variants = parse_hybrid_variants(&args)?;
 
     let mut rows =
@@ -412,42 +399,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `--budgets`: comma-separated token budgets.
-fn parse_budgets(budgets: &str) -> anyhow::Result<Vec<usize>> {
-    budgets
-        .split(',')
-        .map(|b| {
-            b.trim()
-                .parse::<usize>()
-                .with_context(|| format!("--budgets: `{b}` is not a number"))
-        })
-        .collect::<anyhow::Result<_>>()
-}
-
 /// `--convs`: `first-last`, both inclusive.
 fn parse_conversation_range(convs: &str) -> anyhow::Result<(usize, usize)> {
     convs
         .split_once('-')
         .and_then(|(a, b)| Some((a.parse::<usize>().ok()?, b.parse::<usize>().ok()?)))
         .context("--convs must look like 0-9")
-}
-
-/// With `--hybrid`, the default model behind one embedding cache; else none.
-fn load_hybrid_embedder(args: &Args) -> anyhow::Result<Option<Box<dyn bib_embed::Embedder>>> {
-    let embedder: Option<Box<dyn bib_embed::Embedder>> = if args.hybrid {
-        let e: Box<dyn bib_embed::Embedder> = Box::new(
-            bib_embed::UseM3::load_default()
-                .context("loading the default embedder for --hybrid")?,
-        );
-        // One cache across sessions and budgets: each turn and question is embedded once.
-        Some(Box::new(bib_embed::CachedEmbedder::new(
-            e,
-            bib_embed::EmbeddingCache::with_capacity(1_000_000),
-        )))
-    } else {
-        None
-    };
-    Ok(embedder)
 }
 
 /// `--hybrid-variants`: each `sem_budget:rrf_k`, named `bib hybrid sb=… k=…`.

@@ -1,0 +1,128 @@
+//! What the history-packer benchmarks (`bib bench locomo`, `bib bench probes`) share: their
+//! options, the embedder of `--hybrid`, packing one question against a session, and the UTC
+//! calendar arithmetic of their timestamps (no date dependency in the benchmarks).
+
+use anyhow::Context;
+use bib_pack::{Message, Packed, Session};
+
+/// A way to pack a session into a budget (lexical, hybrid, a variant).
+pub(crate) type PackFn<'a> = dyn FnMut(&mut Session, usize) -> Packed + 'a;
+
+/// `--budgets`: comma-separated token budgets.
+pub(crate) fn parse_budgets(budgets: &str) -> anyhow::Result<Vec<usize>> {
+    budgets
+        .split(',')
+        .map(|b| {
+            b.trim()
+                .parse::<usize>()
+                .with_context(|| format!("--budgets: `{b}` is not a number"))
+        })
+        .collect::<anyhow::Result<_>>()
+}
+
+/// With `--hybrid`, the default model behind one embedding cache; else none.
+pub(crate) fn load_hybrid_embedder(
+    hybrid: bool,
+) -> anyhow::Result<Option<Box<dyn bib_embed::Embedder>>> {
+    if !hybrid {
+        return Ok(None);
+    }
+    let e: Box<dyn bib_embed::Embedder> = Box::new(
+        bib_embed::UseM3::load_default().context("loading the default embedder for --hybrid")?,
+    );
+    // One cache across sessions and budgets: each turn and question is embedded once.
+    Ok(Some(Box::new(bib_embed::CachedEmbedder::new(
+        e,
+        bib_embed::EmbeddingCache::with_capacity(1_000_000),
+    ))))
+}
+
+/// Pack `session` + `question` into `budget`, leaving the session as it was: the question is
+/// pushed, packed and popped, as a live session would ask it.
+pub(crate) fn pack_question(
+    session: &mut Session,
+    question: Message,
+    budget: usize,
+    pack: &mut PackFn<'_>,
+) -> Packed {
+    session.push(question);
+    let packed = pack(session, budget);
+    session.pop();
+    packed
+}
+
+/// Epoch milliseconds of a UTC date and time.
+pub(crate) fn utc_ms(y: i32, mo: u32, d: u32, h: u32, mi: u32) -> i64 {
+    days_from_civil(y, mo, d) * 86_400_000 + i64::from(h) * 3_600_000 + i64::from(mi) * 60_000
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's `days_from_civil`).
+fn days_from_civil(y: i32, mo: u32, d: u32) -> i64 {
+    let y = i64::from(if mo <= 2 { y - 1 } else { y });
+    let era = if y >= 0 { y } else { y - 399 } / 400;
+    let yoe = y - era * 400;
+    let mp = (i64::from(mo) + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + i64::from(d) - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// The date of a day number since 1970-01-01 (Hinnant's `civil_from_days`).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = if z >= 0 { z } else { z - 146_096 } / 146_097;
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
+/// `YYYY-MM-DD` of an epoch-milliseconds instant, in UTC.
+pub(crate) fn utc_day(ms: i64) -> String {
+    let (y, m, d) = civil_from_days(ms.div_euclid(86_400_000));
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
+/// RFC 3339 (`YYYY-MM-DDTHH:MM:SSZ`) of an epoch-milliseconds instant, in UTC.
+pub(crate) fn rfc3339_utc(ms: i64) -> String {
+    let secs = ms.div_euclid(1000).rem_euclid(86_400);
+    format!(
+        "{}T{:02}:{:02}:{:02}Z",
+        utc_day(ms),
+        secs / 3600,
+        secs / 60 % 60,
+        secs % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn budgets_parse_and_name_the_bad_one() {
+        assert_eq!(
+            parse_budgets("1000, 1500,3000").unwrap(),
+            [1000, 1500, 3000]
+        );
+        let err = parse_budgets("1000,x").unwrap_err().to_string();
+        assert!(err.contains("`x`"), "{err}");
+    }
+
+    #[test]
+    fn calendar_round_trips() {
+        // 2023-05-08 13:56 UTC, as LoCoMo's dates are read
+        assert_eq!(utc_ms(2023, 5, 8, 13, 56), 1_683_554_160_000);
+        assert_eq!(rfc3339_utc(1_683_554_160_000), "2023-05-08T13:56:00Z");
+        assert_eq!(utc_day(utc_ms(2024, 2, 29, 23, 59)), "2024-02-29");
+        assert_eq!(utc_day(utc_ms(2026, 3, 1, 0, 0)), "2026-03-01");
+        assert_eq!(rfc3339_utc(0), "1970-01-01T00:00:00Z");
+        for days in [-800_000i64, -1, 0, 59, 365 * 56 + 14, 2_000_000] {
+            let (y, m, d) = civil_from_days(days);
+            assert_eq!(days_from_civil(y as i32, m, d), days);
+        }
+    }
+}
