@@ -67,35 +67,17 @@ fn days_from_civil(y: i32, mo: u32, d: u32) -> i64 {
     era * 146_097 + doe - 719_468
 }
 
-/// The date of a day number since 1970-01-01 (Hinnant's `civil_from_days`).
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = if z >= 0 { z } else { z - 146_096 } / 146_097;
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (yoe + era * 400 + i64::from(m <= 2), m, d)
-}
-
 /// `YYYY-MM-DD` of an epoch-milliseconds instant, in UTC.
 pub(crate) fn utc_day(ms: i64) -> String {
-    let (y, m, d) = civil_from_days(ms.div_euclid(86_400_000));
-    format!("{y:04}-{m:02}-{d:02}")
+    let mut day = rfc3339_utc(ms);
+    day.truncate("YYYY-MM-DD".len());
+    day
 }
 
-/// RFC 3339 (`YYYY-MM-DDTHH:MM:SSZ`) of an epoch-milliseconds instant, in UTC.
+/// RFC 3339 (`YYYY-MM-DDTHH:MM:SSZ`) of an epoch-milliseconds instant, in UTC: the format
+/// `bib runs` prints, from the same function.
 pub(crate) fn rfc3339_utc(ms: i64) -> String {
-    let secs = ms.div_euclid(1000).rem_euclid(86_400);
-    format!(
-        "{}T{:02}:{:02}:{:02}Z",
-        utc_day(ms),
-        secs / 3600,
-        secs / 60 % 60,
-        secs % 60
-    )
+    bib_store::read::iso_utc(ms)
 }
 
 #[cfg(test)]
@@ -120,9 +102,11 @@ mod tests {
         assert_eq!(utc_day(utc_ms(2024, 2, 29, 23, 59)), "2024-02-29");
         assert_eq!(utc_day(utc_ms(2026, 3, 1, 0, 0)), "2026-03-01");
         assert_eq!(rfc3339_utc(0), "1970-01-01T00:00:00Z");
-        for days in [-800_000i64, -1, 0, 59, 365 * 56 + 14, 2_000_000] {
-            let (y, m, d) = civil_from_days(days);
-            assert_eq!(days_from_civil(y as i32, m, d), days);
+        for days in [-1i64, 0, 59, 365 * 56 + 14, 2_000_000] {
+            let day = utc_day(days * 86_400_000);
+            let (y, m, d) = (&day[..4], &day[5..7], &day[8..10]);
+            let (y, m, d) = (y.parse().unwrap(), m.parse().unwrap(), d.parse().unwrap());
+            assert_eq!(days_from_civil(y, m, d), days, "{day}");
         }
     }
 }
