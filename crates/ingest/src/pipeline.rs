@@ -402,7 +402,8 @@ pub fn ingest(
         &mut report,
     )?;
     let failure = phase_c(store, &indexed, &mut report, indexed.failure.clone())?;
-    if indexed.wrote > 0 || !registered.vanished.is_empty() {
+    // Every path that rewrote postings: new or changed chunks, removed documents, a reindex.
+    if indexed.wrote > 0 || !registered.vanished.is_empty() || report.reindexed > 0 {
         if let Err(e) = store.optimize() {
             report.warnings.push(FileIssue {
                 path: String::new(),
