@@ -4,48 +4,12 @@
 
 use std::time::Instant;
 
+mod common;
+
 use bib_embed::e5::{E5Small, Products};
 use bib_embed::qgemm::Kernel;
 use bib_embed::{cosine, EmbedKind, Embedder};
-
-fn texts(words: usize, n: usize) -> Vec<String> {
-    let vocab = [
-        "package",
-        "restore",
-        "the",
-        "feed",
-        "credentials",
-        "paquete",
-        "versión",
-        "de",
-        "una",
-        "source",
-        "signing",
-        "certificate",
-        "build",
-        "project",
-        "dependency",
-        "el",
-        "servidor",
-        "symbols",
-        "push",
-        "local",
-        "cache",
-        "configuración",
-        "and",
-        "with",
-        "for",
-        "nuget",
-    ];
-    (0..n)
-        .map(|i| {
-            (0..words)
-                .map(|j| vocab[(i * 7 + j * 13 + j * j) % vocab.len()])
-                .collect::<Vec<_>>()
-                .join(" ")
-        })
-        .collect()
-}
+use common::texts;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let n: usize = std::env::args().nth(1).map_or(Ok(200), |a| a.parse())?;

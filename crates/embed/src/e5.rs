@@ -8,8 +8,10 @@
 //!
 //! Everything here is our own reading of that format:
 //! - the word-embedding table stays 4-bit in memory and single rows are expanded on lookup;
-//!   every other matrix is expanded to f32 once at load and multiplied with `ndarray`
-//!   (`matrixmultiply` sgemm), which measured faster on these CPUs than expanding rows per call;
+//!   every other matrix stays 4-bit and multiplies activations quantized to 8 bits
+//!   ([`crate::qgemm`]) where the CPU has AVX-512 VNNI, and is expanded to f32 once at load
+//!   for `matrixmultiply` sgemm elsewhere ([`Products`]); queries, keys and values are one
+//!   stacked matrix;
 //! - the tokenizer is the file's Unigram model (Viterbi, highest total score, single-character
 //!   unknown fallback), after the file's normalisation table, collapsing runs of spaces and the
 //!   `▁` metaspace convention — the same pipeline the package feeds its encoder;
@@ -19,16 +21,22 @@
 //! - texts longer than one window (510 content tokens) are split into consecutive windows whose
 //!   mean vectors are averaged, weighted by their token counts, as the package does.
 //!
-//! Texts are packed (no padding) into groups, one group per rayon task, each group running
-//! single-threaded matrix products so the cores are not oversubscribed.
+//! Texts are packed (no padding) into groups of at most 512 tokens (so a group's activations
+//! stay in cache), one group per rayon task, each group running single-threaded products so
+//! the cores are not oversubscribed; a lone group of 64 tokens or more (one long text) splits
+//! its products and attention heads over the threads instead. The buffers of a group are
+//! allocated once and reused by every layer; the element-wise steps and attention are the
+//! fused, run-time-dispatched kernels of [`crate::ops`] (residual + layer norm + quantization
+//! in one pass, GELU + quantization in one pass, attention per head over contiguous buffers).
 
 use std::path::{Path, PathBuf};
 
 use bib_text::tokens::TokenCounter;
-use ndarray::{s, Array1, Array2, Axis};
+use ndarray::{Array2, ArrayView2, ArrayViewMut2};
 use rayon::prelude::*;
 use rustc_hash::FxHashMap;
 
+use crate::ops::{self, Isa};
 use crate::qgemm::{self, Kernel, Q4Matrix, Q8Rows};
 use crate::{EmbedError, EmbedKind, Embedder};
 
@@ -44,9 +52,14 @@ pub const MODEL_FILE: &str = "e5-small-q4.bin";
 const QK: usize = 32;
 const Q4_BLOCK_BYTES: usize = 18;
 const META: char = '\u{2581}';
-/// Token budget of one group of texts run together (bounds activation memory).
-const MAX_GROUP_TOKENS: usize = 4096;
+/// Token budget of one group of texts run together: bounds activation memory and keeps a
+/// layer's activations in cache (512 measured as fast as 4096 or faster).
+const MAX_GROUP_TOKENS: usize = 512;
 const MIN_GROUP_TOKENS: usize = 256;
+/// A lone group shorter than this (a query) runs on one thread: on the measured 2-core VM,
+/// handing each product's half to the other thread cost more than it saved (p50 of a
+/// 16-token query 5.9 ms on two threads, 4.9 ms on one).
+const MIN_SPLIT_TOKENS: usize = 64;
 
 fn bad(path: &Path, reason: impl Into<String>) -> EmbedError {
     EmbedError::BadModelFile {
@@ -135,30 +148,6 @@ fn dequantize_row(blocks: &[u8], out: &mut [f32]) {
             o[j + 16] = ((q >> 4) as i32 - 8) as f32 * d;
         }
     }
-}
-
-/// Error function in f32: a rational approximation `x·P(x²)/Q(x²)` on `[−4, 4]` (erf is ±1 to
-/// f32 precision beyond), the form XLA and Eigen use for float erf; absolute error about 1e-7.
-/// Branch-free, so `mapv_inplace(gelu)` vectorizes (an f64 `exp` per element was a third of
-/// an e5-small pass).
-fn erf(x: f32) -> f32 {
-    let x = x.clamp(-4.0, 4.0);
-    let x2 = x * x;
-    let mut p = x2 * -2.726_142_3e-10 + 2.770_681_4e-8;
-    p = x2 * p + -2.101_024e-6;
-    p = x2 * p + -5.692_506_4e-5;
-    p = x2 * p + -7.349_906_3e-4;
-    p = x2 * p + -2.954_600_1e-3;
-    p = x2 * p + -1.609_603_3e-2;
-    let mut q = x2 * -1.456_607_2e-5 + -2.133_740_6e-4;
-    q = x2 * q + -1.682_827e-3;
-    q = x2 * q + -7.373_329_2e-3;
-    q = x2 * q + -1.426_474e-2;
-    x * p / q
-}
-
-fn gelu(x: f32) -> f32 {
-    0.5 * x * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2))
 }
 
 /// The Unigram tokenizer stored in the model file.
@@ -258,22 +247,19 @@ impl TokenCounter for E5Tokenizer {
 }
 
 struct Layer {
-    q_w: Linear,
-    q_b: Array1<f32>,
-    k_w: Linear,
-    k_b: Array1<f32>,
-    v_w: Linear,
-    v_b: Array1<f32>,
+    /// Queries, keys and values stacked in one matrix (`3·hidden` outputs).
+    qkv_w: Linear,
+    qkv_b: Vec<f32>,
     ao_w: Linear,
-    ao_b: Array1<f32>,
-    aln_w: Array1<f32>,
-    aln_b: Array1<f32>,
+    ao_b: Vec<f32>,
+    aln_w: Vec<f32>,
+    aln_b: Vec<f32>,
     fi_w: Linear,
-    fi_b: Array1<f32>,
+    fi_b: Vec<f32>,
     fo_w: Linear,
-    fo_b: Array1<f32>,
-    oln_w: Array1<f32>,
-    oln_b: Array1<f32>,
+    fo_b: Vec<f32>,
+    oln_w: Vec<f32>,
+    oln_b: Vec<f32>,
 }
 
 /// A weight matrix and how its products are computed.
@@ -304,49 +290,64 @@ impl Default for Products {
     }
 }
 
-/// Activations as a layer's products need them: f32, plus their 8-bit form once computed.
-struct Input<'a> {
-    x: &'a Array2<f32>,
-    q8: Option<Q8Rows>,
-}
-
-impl<'a> Input<'a> {
-    fn new(x: &'a Array2<f32>) -> Self {
-        Self { x, q8: None }
-    }
-
-    /// `x · W + b`.
-    fn times(&mut self, w: &Linear, b: &Array1<f32>) -> Array2<f32> {
-        match w {
-            Linear::F32(m) => self.x.dot(m) + b,
-            Linear::Q4(m, kernel) => {
-                let x = self.x;
-                let q8 = self.q8.get_or_insert_with(|| {
-                    let flat = x.as_slice().expect("activations are contiguous");
-                    Q8Rows::quantize(flat, x.ncols())
-                });
-                let mut y = Array2::<f32>::zeros((x.nrows(), m.rows()));
-                let out = y.as_slice_mut().expect("fresh arrays are contiguous");
-                let bias = b.as_slice().expect("biases are contiguous");
-                qgemm::matmul(*kernel, q8, m, bias, out);
-                y
+impl Linear {
+    /// `y = x · W + b` for the `rows` rows of `x` (f32) or of `q` (its 8-bit form, which
+    /// the integer products read); on two threads when `par`.
+    fn apply(&self, x: &[f32], q: &Q8Rows, b: &[f32], y: &mut [f32], par: bool) {
+        match self {
+            Linear::F32(m) => {
+                let (inp, out) = m.dim();
+                let rows = x.len() / inp;
+                if par && rows >= 2 {
+                    let half = rows / 2;
+                    let (y0, y1) = y.split_at_mut(half * out);
+                    rayon::join(
+                        || sgemm(&x[..half * inp], m, b, y0),
+                        || sgemm(&x[half * inp..], m, b, y1),
+                    );
+                } else {
+                    sgemm(x, m, b, y);
+                }
             }
+            Linear::Q4(m, kernel) if par => qgemm::matmul_par(*kernel, q, m, b, y),
+            Linear::Q4(m, kernel) => qgemm::matmul(*kernel, q, m, b, y),
         }
     }
+
+    /// Whether products read the 8-bit form of their input.
+    fn quantized(&self) -> bool {
+        matches!(self, Linear::Q4(..))
+    }
+}
+
+/// `y = x · m + b` with `matrixmultiply` (`m` is `[in, out]`).
+fn sgemm(x: &[f32], m: &Array2<f32>, b: &[f32], y: &mut [f32]) {
+    let (inp, out) = m.dim();
+    let rows = x.len() / inp;
+    for row in y.chunks_exact_mut(out) {
+        row.copy_from_slice(b);
+    }
+    let xv = ArrayView2::from_shape((rows, inp), x).expect("activation shape");
+    let mut yv = ArrayViewMut2::from_shape((rows, out), y).expect("output shape");
+    ndarray::linalg::general_mat_mul(1.0, &xv, m, 1.0, &mut yv);
 }
 
 struct Weights {
     hidden: usize,
     heads: usize,
+    ff: usize,
+    /// Which compiled version of the element-wise and attention kernels runs.
+    isa: Isa,
     max_pos: usize,
     eps: f32,
     /// Word embeddings, still Q4: `vocab` rows of `hidden / 32` blocks.
     word: Vec<u8>,
     vocab: usize,
-    pos: Array2<f32>,
-    token_type0: Array1<f32>,
-    eln_w: Array1<f32>,
-    eln_b: Array1<f32>,
+    /// Position embeddings, `max_pos` rows of `hidden`.
+    pos: Vec<f32>,
+    token_type0: Vec<f32>,
+    eln_w: Vec<f32>,
+    eln_b: Vec<f32>,
     layers: Vec<Layer>,
 }
 
@@ -596,7 +597,7 @@ impl<'a> TensorDirectory<'a> {
     }
 
     /// The f32 vector `name` of `n` elements.
-    fn vec(&self, name: &str, n: usize) -> Result<Array1<f32>, EmbedError> {
+    fn vec(&self, name: &str, n: usize) -> Result<Vec<f32>, EmbedError> {
         let t = self.get(name, n, false)?;
         Ok(t.data
             .chunks_exact(4)
@@ -604,13 +605,17 @@ impl<'a> TensorDirectory<'a> {
             .collect())
     }
 
-    /// A Q4 matrix [out, in]: packed for the integer kernels, or expanded to f32 and stored
-    /// transposed as [in, out] for `x.dot(w)`.
-    fn mat(&self, name: &str, out: usize, inp: usize) -> Result<Linear, EmbedError> {
-        let t = self.get(name, out * inp, true)?;
+    /// The Q4 matrices `names`, each [out, in], stacked into one of `names.len() · out`
+    /// outputs: packed for the integer kernels, or expanded to f32 and stored transposed as
+    /// [in, out] for sgemm.
+    fn mat(&self, names: &[&str], out: usize, inp: usize) -> Result<Linear, EmbedError> {
+        let parts = names
+            .iter()
+            .map(|n| self.get(n, out * inp, true))
+            .collect::<Result<Vec<_>, _>>()?;
         match self.products {
-            Products::Int8(kernel) => Ok(Linear::Q4(q4_matrix_packed(t, out, inp), kernel)),
-            Products::F32 => Ok(Linear::F32(q4_matrix_expanded_transposed(t, out, inp))),
+            Products::Int8(kernel) => Ok(Linear::Q4(q4_matrix_packed(&parts, out, inp), kernel)),
+            Products::F32 => Ok(Linear::F32(q4_matrix_expanded_transposed(&parts, out, inp))),
         }
     }
 
@@ -629,11 +634,7 @@ impl<'a> TensorDirectory<'a> {
             ..
         } = shape;
         let word = self.get("emb.word", vocab * hidden, true)?.data.to_vec();
-        let pos = Array2::from_shape_vec(
-            (max_pos, hidden),
-            self.vec("emb.pos", max_pos * hidden)?.to_vec(),
-        )
-        .map_err(|e| bad(path, e.to_string()))?;
+        let pos = self.vec("emb.pos", max_pos * hidden)?;
         let token_type0 = self.token_type0(hidden)?;
         let mut layers = Vec::with_capacity(layers_n);
         for l in 0..layers_n {
@@ -645,6 +646,11 @@ impl<'a> TensorDirectory<'a> {
         Ok(Weights {
             hidden,
             heads,
+            ff: shape.ff,
+            isa: match self.products {
+                Products::Int8(Kernel::Portable) => Isa::Base,
+                _ => Isa::detect(),
+            },
             max_pos,
             eps,
             word,
@@ -658,7 +664,7 @@ impl<'a> TensorDirectory<'a> {
     }
 
     /// The first row of the token-type embeddings (`emb.type`, f32, whole rows of `hidden`).
-    fn token_type0(&self, hidden: usize) -> Result<Array1<f32>, EmbedError> {
+    fn token_type0(&self, hidden: usize) -> Result<Vec<f32>, EmbedError> {
         // Only token type 0 is ever used.
         Ok(self
             .tensors
@@ -676,20 +682,19 @@ impl<'a> TensorDirectory<'a> {
     fn layer(&self, l: usize, shape: &ModelShape) -> Result<Layer, EmbedError> {
         let (hidden, ff) = (shape.hidden, shape.ff);
         let n = |s: &str| format!("l{l}.{s}");
+        let mut qkv_b = self.vec(&n("q.b"), hidden)?;
+        qkv_b.extend(self.vec(&n("k.b"), hidden)?);
+        qkv_b.extend(self.vec(&n("v.b"), hidden)?);
         Ok(Layer {
-            q_w: self.mat(&n("q.w"), hidden, hidden)?,
-            q_b: self.vec(&n("q.b"), hidden)?,
-            k_w: self.mat(&n("k.w"), hidden, hidden)?,
-            k_b: self.vec(&n("k.b"), hidden)?,
-            v_w: self.mat(&n("v.w"), hidden, hidden)?,
-            v_b: self.vec(&n("v.b"), hidden)?,
-            ao_w: self.mat(&n("ao.w"), hidden, hidden)?,
+            qkv_w: self.mat(&[&n("q.w"), &n("k.w"), &n("v.w")], hidden, hidden)?,
+            qkv_b,
+            ao_w: self.mat(&[&n("ao.w")], hidden, hidden)?,
             ao_b: self.vec(&n("ao.b"), hidden)?,
             aln_w: self.vec(&n("aln.w"), hidden)?,
             aln_b: self.vec(&n("aln.b"), hidden)?,
-            fi_w: self.mat(&n("fi.w"), ff, hidden)?,
+            fi_w: self.mat(&[&n("fi.w")], ff, hidden)?,
             fi_b: self.vec(&n("fi.b"), ff)?,
-            fo_w: self.mat(&n("fo.w"), hidden, ff)?,
+            fo_w: self.mat(&[&n("fo.w")], hidden, ff)?,
             fo_b: self.vec(&n("fo.b"), hidden)?,
             oln_w: self.vec(&n("oln.w"), hidden)?,
             oln_b: self.vec(&n("oln.b"), hidden)?,
@@ -697,13 +702,15 @@ impl<'a> TensorDirectory<'a> {
     }
 }
 
-/// A Q4 matrix `[out, in]` packed for the integer kernels: its nibbles (weight `j` of a
-/// block in the low nibble of byte `j`, weight `j + 16` in the high one) and block scales.
-fn q4_matrix_packed(t: &Tensor<'_>, out: usize, inp: usize) -> Q4Matrix {
+/// Q4 matrices `[out, in]` stacked by rows and packed for the integer kernels: their nibbles
+/// (weight `j` of a block in the low nibble of byte `j`, weight `j + 16` in the high one) and
+/// block scales.
+fn q4_matrix_packed(parts: &[&Tensor<'_>], out: usize, inp: usize) -> Q4Matrix {
     let row_bytes = inp / QK * Q4_BLOCK_BYTES;
-    let block = |o: usize, b: usize| &t.data[o * row_bytes + b * Q4_BLOCK_BYTES..];
+    let block =
+        |o: usize, b: usize| &parts[o / out].data[o % out * row_bytes + b * Q4_BLOCK_BYTES..];
     Q4Matrix::pack(
-        out,
+        out * parts.len(),
         inp,
         |o, k| {
             let j = k % QK;
@@ -721,36 +728,71 @@ fn q4_matrix_packed(t: &Tensor<'_>, out: usize, inp: usize) -> Q4Matrix {
     )
 }
 
-/// A Q4 matrix `[out, in]` expanded to f32 and stored transposed as `[in, out]`, for
-/// `x.dot(w)`.
-fn q4_matrix_expanded_transposed(t: &Tensor<'_>, out: usize, inp: usize) -> Array2<f32> {
+/// Q4 matrices `[out, in]` stacked by rows, expanded to f32 and stored transposed as
+/// `[in, out · parts]`, for sgemm.
+fn q4_matrix_expanded_transposed(parts: &[&Tensor<'_>], out: usize, inp: usize) -> Array2<f32> {
     let row_bytes = inp / QK * Q4_BLOCK_BYTES;
-    let mut m = Array2::<f32>::zeros((out, inp));
+    let mut m = Array2::<f32>::zeros((out * parts.len(), inp));
     for (r, mut row) in m.outer_iter_mut().enumerate() {
         let slice = row.as_slice_mut().expect("fresh arrays are contiguous");
+        let (t, r) = (parts[r / out], r % out);
         dequantize_row(&t.data[r * row_bytes..(r + 1) * row_bytes], slice);
     }
     m.reversed_axes().as_standard_layout().into_owned()
 }
 
-/// `x = LayerNorm(x)` row by row.
-fn layer_norm(mut x: ndarray::ArrayViewMut2<'_, f32>, w: &Array1<f32>, b: &Array1<f32>, eps: f32) {
-    for mut row in x.outer_iter_mut() {
-        let n = row.len() as f32;
-        let mean = row.sum() / n;
-        let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / n;
-        let inv = 1.0 / (var + eps).sqrt();
-        for ((v, g), bb) in row.iter_mut().zip(w).zip(b) {
-            *v = (*v - mean) * inv * g + bb;
-        }
-    }
+/// The activations of one group of segments, allocated once and reused by every layer.
+struct Activations {
+    /// Token rows of each segment.
+    bounds: Vec<(usize, usize)>,
+    /// Hidden states, `tokens × hidden`.
+    x: Vec<f32>,
+    /// Queries, keys and values, `tokens × 3·hidden`.
+    qkv: Vec<f32>,
+    /// Attention output head by head, `heads × tokens × head width`.
+    heads: Vec<f32>,
+    /// Attention output, `tokens × hidden`.
+    ctx: Vec<f32>,
+    /// Output of the attention-output and feed-forward-output products, `tokens × hidden`.
+    tmp: Vec<f32>,
+    /// Feed-forward middle, `tokens × ff`.
+    mid: Vec<f32>,
+    /// 8-bit form of the input of the next `hidden`-wide product.
+    qx: Q8Rows,
+    /// 8-bit form of the feed-forward middle.
+    qm: Q8Rows,
 }
 
 impl Weights {
     /// Run the encoder over `segments` (each a full id sequence with specials) packed into one
-    /// activation matrix; returns each segment's mean hidden state (not normalised).
-    fn forward(&self, segments: &[&[u32]]) -> Vec<Vec<f32>> {
+    /// activation matrix, on two threads when `par`; returns each segment's mean hidden state
+    /// (not normalised).
+    fn forward(&self, segments: &[&[u32]], par: bool) -> Vec<Vec<f32>> {
         let h = self.hidden;
+        let mut a = self.embed_tokens(segments);
+        for ly in &self.layers {
+            self.layer(ly, &mut a, par);
+        }
+        a.bounds
+            .iter()
+            .map(|&(lo, hi)| {
+                let mut mean = vec![0f32; h];
+                for row in a.x[lo * h..hi * h].chunks_exact(h) {
+                    for (m, v) in mean.iter_mut().zip(row) {
+                        *m += v;
+                    }
+                }
+                let n = (hi - lo).max(1) as f32;
+                mean.iter_mut().for_each(|m| *m /= n);
+                mean
+            })
+            .collect()
+    }
+
+    /// The embedding layer: word (expanded from Q4) + position + token type, then its layer
+    /// norm; the buffers of every later step are allocated here.
+    fn embed_tokens(&self, segments: &[&[u32]]) -> Activations {
+        let (h, ff) = (self.hidden, self.ff);
         let bounds: Vec<(usize, usize)> = segments
             .iter()
             .scan(0usize, |at, s| {
@@ -761,71 +803,110 @@ impl Weights {
             .collect();
         let total = bounds.last().map_or(0, |b| b.1);
         let row_bytes = h / QK * Q4_BLOCK_BYTES;
-        let mut x = Array2::<f32>::zeros((total, h));
+        let mut x = vec![0f32; total * h];
         for (seg, &(a, _)) in segments.iter().zip(&bounds) {
             for (p, &id) in seg.iter().enumerate() {
                 let id = (id as usize).min(self.vocab - 1);
-                let mut row = x.row_mut(a + p);
-                let slice = row.as_slice_mut().expect("contiguous row");
-                dequantize_row(&self.word[id * row_bytes..(id + 1) * row_bytes], slice);
-                let pos = self.pos.row(p.min(self.max_pos - 1));
-                for ((v, pp), tt) in slice.iter_mut().zip(pos).zip(&self.token_type0) {
+                let row = &mut x[(a + p) * h..(a + p + 1) * h];
+                dequantize_row(&self.word[id * row_bytes..(id + 1) * row_bytes], row);
+                let pos = p.min(self.max_pos - 1);
+                let pos = &self.pos[pos * h..(pos + 1) * h];
+                for ((v, pp), tt) in row.iter_mut().zip(pos).zip(&self.token_type0) {
                     *v += pp + tt;
                 }
             }
         }
-        layer_norm(x.view_mut(), &self.eln_w, &self.eln_b, self.eps);
-        let hd = h / self.heads;
-        let scale = 1.0 / (hd as f32).sqrt();
-        let mut ctx = Array2::<f32>::zeros((total, h));
-        let mut probs = Vec::new();
-        for ly in &self.layers {
-            let mut input = Input::new(&x);
-            let q = input.times(&ly.q_w, &ly.q_b);
-            let k = input.times(&ly.k_w, &ly.k_b);
-            let v = input.times(&ly.v_w, &ly.v_b);
-            for &(a, b) in &bounds {
-                for head in 0..self.heads {
-                    let cols = head * hd..(head + 1) * hd;
-                    let qh = q.slice(s![a..b, cols.clone()]);
-                    let kh = k.slice(s![a..b, cols.clone()]);
-                    let vh = v.slice(s![a..b, cols.clone()]);
-                    let mut scores = qh.dot(&kh.t());
-                    for mut row in scores.outer_iter_mut() {
-                        let mx = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-                        probs.clear();
-                        let mut sum = 0.0;
-                        for s in row.iter() {
-                            let e = ((s - mx) * scale).exp();
-                            probs.push(e);
-                            sum += e;
-                        }
-                        let inv = 1.0 / sum;
-                        for (r, p) in row.iter_mut().zip(&probs) {
-                            *r = p * inv;
-                        }
-                    }
-                    ctx.slice_mut(s![a..b, cols]).assign(&scores.dot(&vh));
-                }
-            }
-            let ao = Input::new(&ctx).times(&ly.ao_w, &ly.ao_b);
-            x += &ao;
-            layer_norm(x.view_mut(), &ly.aln_w, &ly.aln_b, self.eps);
-            let mut mid = Input::new(&x).times(&ly.fi_w, &ly.fi_b);
-            mid.mapv_inplace(gelu);
-            let fo = Input::new(&mid).times(&ly.fo_w, &ly.fo_b);
-            x += &fo;
-            layer_norm(x.view_mut(), &ly.oln_w, &ly.oln_b, self.eps);
+        let quantized = self.layers.first().is_some_and(|l| l.qkv_w.quantized());
+        let mut a = Activations {
+            bounds,
+            x,
+            qkv: vec![0.0; total * 3 * h],
+            heads: vec![0.0; total * h],
+            ctx: vec![0.0; total * h],
+            tmp: vec![0.0; total * h],
+            mid: vec![0.0; total * ff],
+            qx: Q8Rows::default(),
+            qm: Q8Rows::default(),
+        };
+        if quantized {
+            a.qx.reset(total, h);
+            a.qm.reset(total, ff);
         }
-        bounds
-            .iter()
-            .map(|&(a, b)| {
-                x.slice(s![a..b, ..])
-                    .mean_axis(Axis(0))
-                    .map(|m| m.to_vec())
-                    .unwrap_or_else(|| vec![0.0; h])
-            })
-            .collect()
+        let q = quantized.then_some(&mut a.qx);
+        ops::add_norm(
+            self.isa,
+            &mut a.x,
+            None,
+            h,
+            &self.eln_w,
+            &self.eln_b,
+            self.eps,
+            q,
+        );
+        a
+    }
+
+    /// One encoder layer over the activations, in place: attention and its output with the
+    /// residual layer norm, then the feed-forward pair with the output layer norm. Each layer
+    /// norm also writes the 8-bit form of its result for the next product.
+    fn layer(&self, ly: &Layer, a: &mut Activations, par: bool) {
+        let (h, ff, isa, eps) = (self.hidden, self.ff, self.isa, self.eps);
+        let quantized = ly.qkv_w.quantized();
+        ly.qkv_w.apply(&a.x, &a.qx, &ly.qkv_b, &mut a.qkv, par);
+        self.attention(a, par);
+        if quantized {
+            ops::quantize(isa, &a.ctx, h, &mut a.qx);
+        }
+        ly.ao_w.apply(&a.ctx, &a.qx, &ly.ao_b, &mut a.tmp, par);
+        let q = quantized.then_some(&mut a.qx);
+        ops::add_norm(isa, &mut a.x, Some(&a.tmp), h, &ly.aln_w, &ly.aln_b, eps, q);
+        ly.fi_w.apply(&a.x, &a.qx, &ly.fi_b, &mut a.mid, par);
+        ops::gelu_quantize(isa, &mut a.mid, ff, quantized.then_some(&mut a.qm));
+        ly.fo_w.apply(&a.mid, &a.qm, &ly.fo_b, &mut a.tmp, par);
+        let q = quantized.then_some(&mut a.qx);
+        ops::add_norm(isa, &mut a.x, Some(&a.tmp), h, &ly.oln_w, &ly.oln_b, eps, q);
+    }
+
+    /// Self-attention of every segment and head from `a.qkv` into `a.ctx`: head by head into
+    /// `a.heads` (the heads split over two threads when `par`), then interleaved.
+    fn attention(&self, a: &mut Activations, par: bool) {
+        let (h, heads) = (self.hidden, self.heads);
+        let hd = h / heads;
+        let total = a.x.len() / h;
+        let (isa, qkv, bounds) = (self.isa, &a.qkv, &a.bounds);
+        let one_head = |n: usize, out: &mut [f32], s: &mut ops::AttentionScratch| {
+            for &(lo, hi) in bounds {
+                let shape = ops::Head {
+                    len: hi - lo,
+                    ld: 3 * h,
+                    col: n * hd,
+                    hidden: h,
+                    dim: hd,
+                    scale: 1.0 / (hd as f32).sqrt(),
+                };
+                let rows = &qkv[lo * 3 * h..hi * 3 * h];
+                ops::attention(isa, rows, shape, s, &mut out[lo * hd..hi * hd]);
+            }
+        };
+        if par {
+            a.heads
+                .par_chunks_mut(total * hd)
+                .enumerate()
+                .for_each_init(ops::AttentionScratch::default, |s, (n, out)| {
+                    one_head(n, out, s)
+                });
+        } else {
+            let mut s = ops::AttentionScratch::default();
+            for (n, out) in a.heads.chunks_mut(total * hd).enumerate() {
+                one_head(n, out, &mut s);
+            }
+        }
+        for (i, row) in a.ctx.chunks_exact_mut(h).enumerate() {
+            for (n, dst) in row.chunks_exact_mut(hd).enumerate() {
+                let at = n * total * hd + i * hd;
+                dst.copy_from_slice(&a.heads[at..at + hd]);
+            }
+        }
     }
 }
 
@@ -947,11 +1028,14 @@ impl E5Small {
         if start < flat.len() {
             groups.push(start..flat.len());
         }
+        // One group (a query, a few short texts) runs its products on all threads; more
+        // groups run one per thread.
+        let par = groups.len() == 1 && threads > 1 && total >= MIN_SPLIT_TOKENS;
         let means: Vec<Vec<f32>> = groups
             .par_iter()
             .flat_map_iter(|g| {
                 let segs: Vec<&[u32]> = flat[g.clone()].iter().map(|(_, w)| *w).collect();
-                self.w.forward(&segs)
+                self.w.forward(&segs, par)
             })
             .collect();
         let mut out = vec![vec![0.0f32; self.w.hidden]; windows.len()];
@@ -1033,14 +1117,6 @@ mod tests {
         assert_eq!(out[15], 7.0);
         assert_eq!(out[16], 7.0);
         assert_eq!(out[31], -8.0);
-    }
-
-    #[test]
-    fn erf_and_gelu() {
-        assert!(erf(0.0).abs() < 1e-6);
-        assert!((erf(1.0) - 0.842_700_8).abs() < 1e-6);
-        assert!((erf(-2.0) + 0.995_322_3).abs() < 1e-6);
-        assert!((gelu(1.0) - 0.841_344_7).abs() < 1e-6);
     }
 
     fn tiny_tokenizer() -> E5Tokenizer {

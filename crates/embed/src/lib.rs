@@ -14,6 +14,7 @@ mod mapped;
 pub mod models;
 pub mod npy;
 pub mod openai;
+pub mod ops;
 pub mod qgemm;
 pub mod spm;
 pub mod use_m3;

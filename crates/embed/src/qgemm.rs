@@ -7,7 +7,7 @@
 //! per block), scaled by `d[o,b] · dx[i,b]` and accumulated in f32 with a fused multiply-add,
 //! block after block. Both code paths compute exactly that sequence of operations per output:
 //!
-//! - [`Kernel::Vnni`]: AVX-512 VNNI (`vpdpbusd`, 64 products per instruction), 4 rows × 32
+//! - [`Kernel::Vnni`]: AVX-512 VNNI (`vpdpbusd`, 64 products per instruction), 4 rows × 48
 //!   outputs per step, chosen at run time when the CPU has it;
 //! - [`Kernel::Portable`]: the same arithmetic in plain Rust, for every other CPU.
 //!
@@ -19,6 +19,8 @@
 //! loads read through raw pointers whose bounds are checked before each kernel call, and the
 //! VNNI function is only called after run-time detection of the features it is compiled for.
 #![allow(unsafe_code)]
+
+use std::ops::Range;
 
 /// Weights per block.
 pub const QK: usize = 32;
@@ -122,62 +124,181 @@ impl Q8Rows {
             cols.is_multiple_of(QK) && x.len().is_multiple_of(cols),
             "Q8Rows::quantize"
         );
-        let rows = x.len() / cols;
-        let blocks = x.len() / QK;
-        let mut q = vec![0i8; x.len()];
-        let mut d = vec![0f32; blocks];
-        let mut sum = vec![0i32; blocks];
-        for (b, (src, dst)) in x.chunks_exact(QK).zip(q.chunks_exact_mut(QK)).enumerate() {
-            let amax = src.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let mut q = Self::default();
+        q.reset(x.len() / cols, cols);
+        for (i, row) in x.chunks_exact(cols).enumerate() {
+            q.quantize_row(i, row);
+        }
+        q
+    }
+
+    /// Make room for `rows × cols` values (`cols` a multiple of 32), reusing the buffers; the
+    /// rows must then be set with [`Q8Rows::quantize_row`].
+    pub fn reset(&mut self, rows: usize, cols: usize) {
+        assert!(cols.is_multiple_of(QK), "Q8Rows::reset: {cols} columns");
+        self.rows = rows;
+        self.cols = cols;
+        self.q.resize(rows * cols, 0);
+        self.d.resize(rows * cols / QK, 0.0);
+        self.sum.resize(rows * cols / QK, 0);
+    }
+
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Quantize row `i` from `row` (`cols` values). Inlined into its callers, so it
+    /// vectorizes with whatever features they are compiled for; every version computes the
+    /// same integers and scales.
+    #[inline(always)]
+    pub fn quantize_row(&mut self, i: usize, row: &[f32]) {
+        let cols = self.cols;
+        let blocks = cols / QK;
+        let q = &mut self.q[i * cols..(i + 1) * cols];
+        let d = &mut self.d[i * blocks..(i + 1) * blocks];
+        let sum = &mut self.sum[i * blocks..(i + 1) * blocks];
+        for (((src, dst), d), sum) in row
+            .chunks_exact(QK)
+            .zip(q.chunks_exact_mut(QK))
+            .zip(d)
+            .zip(sum)
+        {
+            // The maximum over 16 lanes, then across them: a maximum is exact in any order.
+            let mut lanes = [0f32; QK / 2];
+            for half in src.chunks_exact(QK / 2) {
+                for (m, v) in lanes.iter_mut().zip(half) {
+                    *m = m.max(v.abs());
+                }
+            }
+            let amax = lanes.iter().fold(0f32, |m, v| m.max(*v));
             let scale = amax / 127.0;
             let inv = if scale > 0.0 { 1.0 / scale } else { 0.0 };
             let mut s = 0i32;
             for (o, v) in dst.iter_mut().zip(src) {
-                // Round half away from zero without a `roundf` call (the baseline target has
-                // no rounding instruction), so the loop vectorizes.
-                let r = (v * inv).clamp(-127.0, 127.0);
-                let r = (r + 0.5f32.copysign(r)) as i8;
-                *o = r;
-                s += i32::from(r);
+                let r = round_half_away(v * inv);
+                *o = r as i8;
+                s += r;
             }
-            d[b] = scale;
-            sum[b] = s;
+            *d = scale;
+            *sum = s;
         }
-        Self {
-            rows,
-            cols,
-            q,
-            d,
-            sum,
-        }
+    }
+}
+
+/// `x` clamped to ±127 and rounded half away from zero, in float and bit operations only: the
+/// baseline target has no rounding instruction, and a saturating float-to-int cast kept the
+/// loop scalar. `|x| + ½` is rounded to an integer in the mantissa by adding 2²³, read out of
+/// the bits, and lowered by one where that rounded up (so it is the floor); NaN gives −127.
+#[inline(always)]
+fn round_half_away(x: f32) -> i32 {
+    const TWO23: f32 = 8_388_608.0;
+    // Not `clamp`: that keeps NaN, which the bit arithmetic below must never see.
+    #[allow(clippy::manual_clamp)]
+    let x = x.max(-127.0).min(127.0);
+    let a = x.abs() + 0.5;
+    let k = ((a + TWO23).to_bits() - TWO23.to_bits()) as i32;
+    let k = k - i32::from(k as f32 > a);
+    if x < 0.0 {
+        -k
+    } else {
+        k
     }
 }
 
 /// `y[i, o] = bias[o] + Σ_b d[o,b]·dx[i,b]·(Σₖ q[o,k]·x̂[i,k] − 8·Σₖ x̂[i,k])` for every row of
 /// `x` and output of `w`, into `y` (`x.rows × w.out`, row-major).
 pub fn matmul(kernel: Kernel, x: &Q8Rows, w: &Q4Matrix, bias: &[f32], y: &mut [f32]) {
+    matmul_tiles(kernel, x, 0..x.rows, w, bias, y, 0..w.out / TILE);
+}
+
+/// Rows at most this many are split by columns over two threads in [`matmul_par`]; more rows
+/// give each thread enough work when split by rows.
+const SPLIT_COLUMNS_ROWS: usize = 64;
+
+/// [`matmul`] on two rayon threads: a few rows (a query) are split by output columns, so
+/// each thread reads half the weights; more rows are split by rows. Same bits as [`matmul`].
+pub fn matmul_par(kernel: Kernel, x: &Q8Rows, w: &Q4Matrix, bias: &[f32], y: &mut [f32]) {
+    let tiles = w.out / TILE;
+    if x.rows > SPLIT_COLUMNS_ROWS {
+        let half = x.rows / 2;
+        let (y0, y1) = y.split_at_mut(half * w.out);
+        rayon::join(
+            || matmul_tiles(kernel, x, 0..half, w, bias, y0, 0..tiles),
+            || matmul_tiles(kernel, x, half..x.rows, w, bias, y1, 0..tiles),
+        );
+        return;
+    }
+    if tiles < 2 || x.rows == 0 {
+        return matmul(kernel, x, w, bias, y);
+    }
+    // The second half goes to a buffer of its own and is copied into place.
+    let mid = tiles / 2;
+    let (w0, w1) = (mid * TILE, (tiles - mid) * TILE);
+    let mut right = vec![0f32; x.rows * w1];
+    let mut left = vec![0f32; x.rows * w0];
+    rayon::join(
+        || matmul_tiles(kernel, x, 0..x.rows, w, bias, &mut left, 0..mid),
+        || matmul_tiles(kernel, x, 0..x.rows, w, bias, &mut right, mid..tiles),
+    );
+    for ((row, l), r) in y
+        .chunks_exact_mut(w.out)
+        .zip(left.chunks_exact(w0))
+        .zip(right.chunks_exact(w1))
+    {
+        row[..w0].copy_from_slice(l);
+        row[w0..].copy_from_slice(r);
+    }
+}
+
+/// The outputs of column tiles `tiles` (16 outputs each) of rows `rows`, into `y`
+/// (`rows.len() × 16·tiles.len()`, row-major).
+fn matmul_tiles(
+    kernel: Kernel,
+    x: &Q8Rows,
+    rows: Range<usize>,
+    w: &Q4Matrix,
+    bias: &[f32],
+    y: &mut [f32],
+    tiles: Range<usize>,
+) {
     assert_eq!(x.cols, w.inp, "qgemm: inner dimensions");
     assert_eq!(bias.len(), w.out, "qgemm: bias length");
-    assert_eq!(y.len(), x.rows * w.out, "qgemm: output size");
+    assert!(
+        tiles.end <= w.out / TILE && rows.end <= x.rows,
+        "qgemm: ranges"
+    );
+    assert_eq!(
+        y.len(),
+        rows.len() * tiles.len() * TILE,
+        "qgemm: output size"
+    );
     match kernel {
         #[cfg(target_arch = "x86_64")]
         Kernel::Vnni if Kernel::detect() == Kernel::Vnni => {
             // SAFETY: the CPU has the features `vnni::matmul` is compiled for (checked just
             // above), and the sizes it indexes by were asserted at the top.
-            unsafe { vnni::matmul(x, w, bias, y) }
+            unsafe { vnni::matmul(x, rows, w, bias, y, tiles) }
         }
-        _ => portable(x, w, bias, y),
+        _ => portable(x, rows, w, bias, y, tiles),
     }
 }
 
 /// The reference arithmetic, a tile of 16 outputs at a time (the packed order, so the inner
 /// loop reads 64 contiguous bytes); per output the same steps as the SIMD kernel.
-fn portable(x: &Q8Rows, w: &Q4Matrix, bias: &[f32], y: &mut [f32]) {
+fn portable(
+    x: &Q8Rows,
+    rows: Range<usize>,
+    w: &Q4Matrix,
+    bias: &[f32],
+    y: &mut [f32],
+    tiles: Range<usize>,
+) {
     let blocks = w.inp / QK;
     let groups = w.inp / 4;
-    for i in 0..x.rows {
+    let ld = tiles.len() * TILE;
+    for i in rows.clone() {
         let xq = &x.q[i * x.cols..(i + 1) * x.cols];
-        for t in 0..w.out / TILE {
+        for t in tiles.clone() {
             let mut acc = [0f32; TILE];
             for b in 0..blocks {
                 let mut dot = [0i32; TILE];
@@ -199,7 +320,8 @@ fn portable(x: &Q8Rows, w: &Q4Matrix, bias: &[f32], y: &mut [f32]) {
                     *a += (d - offset) as f32 * (s * dx);
                 }
             }
-            let out = &mut y[i * w.out + t * TILE..i * w.out + (t + 1) * TILE];
+            let at = (i - rows.start) * ld + (t - tiles.start) * TILE;
+            let out = &mut y[at..at + TILE];
             for ((o, a), bb) in out.iter_mut().zip(acc).zip(&bias[t * TILE..]) {
                 *o = a + bb;
             }
@@ -211,83 +333,165 @@ fn portable(x: &Q8Rows, w: &Q4Matrix, bias: &[f32], y: &mut [f32]) {
 mod vnni {
     use std::arch::x86_64::*;
 
+    use std::ops::Range;
+
     use super::{Q4Matrix, Q8Rows, QK, TILE};
 
     /// Rows per step of the kernel.
     const ROWS: usize = 4;
+    /// Column tiles (of 16 outputs) per step: 4 rows × 3 tiles keep 12 integer and 12 float
+    /// accumulators in registers and load 3 weight vectors per 12 `vpdpbusd` (measured
+    /// against 6 × 2 and 3 × 4 with `examples/qgemm_speed.rs`).
+    const COLS: usize = 3;
 
     /// # Safety
     /// The CPU must support AVX-512 F, BW and VNNI, and the sizes of `x`, `w`, `bias` and `y`
-    /// must agree as [`super::matmul`] asserts.
+    /// must agree as [`super::matmul_tiles`] asserts.
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-    pub unsafe fn matmul(x: &Q8Rows, w: &Q4Matrix, bias: &[f32], y: &mut [f32]) {
-        let tiles = w.out / TILE;
+    pub unsafe fn matmul(
+        x: &Q8Rows,
+        rows: Range<usize>,
+        w: &Q4Matrix,
+        bias: &[f32],
+        y: &mut [f32],
+        tiles: Range<usize>,
+    ) {
+        let out = Out {
+            ptr: y.as_mut_ptr(),
+            ld: tiles.len() * TILE,
+            row0: rows.start,
+            tile0: tiles.start,
+        };
         // Rows in panels whose 8-bit activations stay in L2 while every tile's weights (a few
         // KiB each, kept in L1 across the panel's rows) pass over them.
         let panel = (PANEL_BYTES / x.cols.max(1)).max(ROWS) / ROWS * ROWS;
-        let mut p = 0;
-        while p < x.rows {
-            let end = (p + panel).min(x.rows);
-            for t in 0..tiles {
+        let mut p = rows.start;
+        while p < rows.end {
+            let end = (p + panel).min(rows.end);
+            let mut t = tiles.start;
+            while t < tiles.end {
+                let c = (tiles.end - t).min(COLS);
                 let mut i = p;
                 while i < end {
                     let n = (end - i).min(ROWS);
-                    // SAFETY: rows i..i+n and tile t are inside the matrices (loop bounds).
-                    unsafe { tile(x, w, bias, y, i, n, t) };
+                    // SAFETY: rows i..i+n and tiles t..t+c are inside the matrices and the
+                    // output (loop bounds), and the CPU has the features (this contract).
+                    unsafe { step(x, w, bias, &out, i, n, t, c) };
                     i += n;
                 }
+                t += c;
             }
             p = end;
         }
     }
 
+    /// Where output row `i`, tile `t` goes: `ptr + (i − row0)·ld + (t − tile0)·16`.
+    struct Out {
+        ptr: *mut f32,
+        ld: usize,
+        row0: usize,
+        tile0: usize,
+    }
+
     /// Activation bytes per panel of rows.
     const PANEL_BYTES: usize = 256 * 1024;
 
-    /// Outputs `16·t .. 16·t + 16` of rows `i .. i + n` (`n ≤ 4`).
+    /// Dispatch `n` rows × `c` tiles to the kernel instantiated for that shape.
     ///
     /// # Safety
-    /// As [`matmul`]; `i + n ≤ x.rows` and `t < w.out / 16`.
+    /// As [`tile`].
+    #[allow(clippy::too_many_arguments)]
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-    unsafe fn tile(
+    unsafe fn step(
         x: &Q8Rows,
         w: &Q4Matrix,
         bias: &[f32],
-        y: &mut [f32],
+        y: &Out,
         i: usize,
         n: usize,
+        t: usize,
+        c: usize,
+    ) {
+        // SAFETY: forwarded contract of `tile`; `n ≤ ROWS` and `c ≤ COLS` pick the instance.
+        unsafe {
+            match (n, c) {
+                (4, 3) => tile::<4, 3>(x, w, bias, y, i, t),
+                (3, 3) => tile::<3, 3>(x, w, bias, y, i, t),
+                (2, 3) => tile::<2, 3>(x, w, bias, y, i, t),
+                (1, 3) => tile::<1, 3>(x, w, bias, y, i, t),
+                (4, 2) => tile::<4, 2>(x, w, bias, y, i, t),
+                (3, 2) => tile::<3, 2>(x, w, bias, y, i, t),
+                (2, 2) => tile::<2, 2>(x, w, bias, y, i, t),
+                (1, 2) => tile::<1, 2>(x, w, bias, y, i, t),
+                (4, _) => tile::<4, 1>(x, w, bias, y, i, t),
+                (3, _) => tile::<3, 1>(x, w, bias, y, i, t),
+                (2, _) => tile::<2, 1>(x, w, bias, y, i, t),
+                _ => tile::<1, 1>(x, w, bias, y, i, t),
+            }
+        }
+    }
+
+    /// Outputs `16·t .. 16·(t + C)` of rows `i .. i + R`.
+    ///
+    /// # Safety
+    /// As [`matmul`]; `i + R ≤ x.rows`, `t + C ≤ w.out / 16`, and `y` has room for those rows
+    /// and tiles.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    unsafe fn tile<const R: usize, const C: usize>(
+        x: &Q8Rows,
+        w: &Q4Matrix,
+        bias: &[f32],
+        y: &Out,
+        i: usize,
         t: usize,
     ) {
         let blocks = w.inp / QK;
         let groups = w.inp / 4;
-        let mut acc = [_mm512_setzero_ps(); ROWS];
+        let mut acc = [[_mm512_setzero_ps(); C]; R];
         let wq = w.q.as_ptr().add(t * groups * 64);
         let wd = w.d.as_ptr().add(t * blocks * TILE);
+        let xq = x.q.as_ptr().add(i * x.cols);
         for b in 0..blocks {
-            let mut dot = [_mm512_setzero_si512(); ROWS];
+            let mut dot = [[_mm512_setzero_si512(); C]; R];
             for g in b * (QK / 4)..(b + 1) * (QK / 4) {
-                let wv = _mm512_loadu_si512(wq.add(g * 64) as *const _);
-                for (r, d) in dot.iter_mut().enumerate().take(n) {
-                    let xp = x.q.as_ptr().add((i + r) * x.cols + g * 4) as *const i32;
+                let mut wv = [_mm512_setzero_si512(); C];
+                for (c, v) in wv.iter_mut().enumerate() {
+                    *v = _mm512_loadu_si512(wq.add((c * groups + g) * 64) as *const _);
+                }
+                for (r, d) in dot.iter_mut().enumerate() {
+                    let xp = xq.add(r * x.cols + g * 4) as *const i32;
                     let xv = _mm512_set1_epi32(xp.read_unaligned());
-                    *d = _mm512_dpbusd_epi32(*d, wv, xv);
+                    for (dc, v) in d.iter_mut().zip(&wv) {
+                        *dc = _mm512_dpbusd_epi32(*dc, *v, xv);
+                    }
                 }
             }
-            let dw = _mm512_loadu_ps(wd.add(b * TILE));
-            for r in 0..n {
+            let mut dw = [_mm512_setzero_ps(); C];
+            for (c, v) in dw.iter_mut().enumerate() {
+                *v = _mm512_loadu_ps(wd.add((c * blocks + b) * TILE));
+            }
+            for (r, (a, d)) in acc.iter_mut().zip(&dot).enumerate() {
                 let row = (i + r) * blocks + b;
                 let offset = _mm512_set1_epi32(8 * *x.sum.get_unchecked(row));
-                let exact = _mm512_sub_epi32(dot[r], offset);
-                let scale = _mm512_mul_ps(dw, _mm512_set1_ps(*x.d.get_unchecked(row)));
-                // Multiply, then add (not fused): the portable path does the same in plain
-                // Rust, where a fused multiply-add would be a slow library call.
-                acc[r] = _mm512_add_ps(acc[r], _mm512_mul_ps(_mm512_cvtepi32_ps(exact), scale));
+                let dx = _mm512_set1_ps(*x.d.get_unchecked(row));
+                for ((ac, dc), s) in a.iter_mut().zip(d).zip(&dw) {
+                    let exact = _mm512_sub_epi32(*dc, offset);
+                    let scale = _mm512_mul_ps(*s, dx);
+                    // Multiply, then add (not fused): the portable path does the same in
+                    // plain Rust, where a fused multiply-add would be a slow library call.
+                    *ac = _mm512_add_ps(*ac, _mm512_mul_ps(_mm512_cvtepi32_ps(exact), scale));
+                }
             }
         }
-        let bv = _mm512_loadu_ps(bias.as_ptr().add(t * TILE));
-        for (r, a) in acc.iter().enumerate().take(n) {
-            let out = y.as_mut_ptr().add((i + r) * w.out + t * TILE);
-            _mm512_storeu_ps(out, _mm512_add_ps(*a, bv));
+        for (r, a) in acc.iter().enumerate() {
+            for (c, ac) in a.iter().enumerate() {
+                let bv = _mm512_loadu_ps(bias.as_ptr().add((t + c) * TILE));
+                let out = y
+                    .ptr
+                    .add((i + r - y.row0) * y.ld + (t + c - y.tile0) * TILE);
+                _mm512_storeu_ps(out, _mm512_add_ps(*ac, bv));
+            }
         }
     }
 }
@@ -379,6 +583,55 @@ mod tests {
             let norm: f32 = want.iter().map(|v| v * v).sum::<f32>();
             let rel = (err / norm).sqrt();
             assert!(rel <= 0.02, "{rows}×{out}×{inp}: relative error {rel}");
+        }
+    }
+
+    /// Split over two threads (by columns for a few rows, by rows for many), every tail of
+    /// the 4-row × 3-tile steps, and both kernels: always the bits of the one-thread product.
+    #[test]
+    fn parallel_products_give_the_same_bits() {
+        for (rows, out, inp, seed) in [
+            (1, 16, 32, 5),
+            (7, 80, 64, 6),
+            (13, 112, 96, 7),
+            (70, 48, 64, 8),
+        ] {
+            let (x, w, bias, _) = case(rows, out, inp, seed);
+            let mut one = vec![0f32; rows * out];
+            matmul(Kernel::Portable, &x, &w, &bias, &mut one);
+            for kernel in [Kernel::detect(), Kernel::Portable] {
+                let mut a = vec![0f32; rows * out];
+                let mut b = vec![0f32; rows * out];
+                matmul(kernel, &x, &w, &bias, &mut a);
+                matmul_par(kernel, &x, &w, &bias, &mut b);
+                assert_eq!(a, one, "{rows}×{out}×{inp} {kernel:?}");
+                assert_eq!(b, one, "{rows}×{out}×{inp} {kernel:?} in parallel");
+            }
+        }
+    }
+
+    #[test]
+    fn rounding_is_half_away_from_zero_and_clamped() {
+        for (x, want) in [
+            (0.0, 0),
+            (0.49, 0),
+            (0.5, 1),
+            (-0.5, -1),
+            (1.5, 2),
+            (2.5, 3),
+            (-2.5, -3),
+            (126.4, 126),
+            (126.5, 127),
+            (300.0, 127),
+            (-1e9, -127),
+            (-0.2, 0),
+        ] {
+            assert_eq!(round_half_away(x), want, "{x}");
+        }
+        for i in -30_000..30_000 {
+            let x = i as f32 * 0.004_3;
+            let want = (x.clamp(-127.0, 127.0) + 0.5f32.copysign(x)) as i32;
+            assert_eq!(round_half_away(x), want.clamp(-127, 127), "{x}");
         }
     }
 
