@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use bib_eval::stats::{mean, percentile};
-use bib_retrieve::trim::{TrimOptions, ASK_PROFILE};
+use bib_retrieve::trim::{calibrated_threshold, TrimOptions, ASK_PROFILE};
 use bib_retrieve::{
     ChunkIndex, EmbeddingCache, Filter, MemoryIndex, RetrieveOptions, Retriever, Signals,
     StoreIndex, StoreVectors, VectorBacking,
@@ -115,7 +115,10 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let six = StoreIndex::new(store.as_ref());
     let persisted: Arc<dyn VectorBacking> = Arc::new(StoreVectors(store.clone()));
     let signals: Signals = a.signals.parse()?;
-    let trim = Some(ASK_PROFILE);
+    let trim = Some(TrimOptions {
+        threshold: calibrated_threshold(e.model_id()),
+        ..ASK_PROFILE
+    });
     write_sentence_vectors_as_ingest_does(&store, e)?;
     // The signals' sentence vectors come from the store, as in `bib ask`.
     let asked = (signals.sentence > 0.0).then(|| persisted.clone());

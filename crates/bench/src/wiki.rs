@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use bib_embed::Embedder;
 use bib_eval::{load_golden, GoldenItem, Haystack};
-use bib_retrieve::trim::{TrimOptions, ASK_PROFILE, USE_M3_THRESHOLD};
+use bib_retrieve::trim::{calibrated_threshold, TrimOptions, ASK_PROFILE, USE_M3_THRESHOLD};
 use bib_retrieve::{
     EmbeddingCache, Filter, Fusion, Mode, RetrieveOptions, Retriever, ScoredChunk, Signals,
     StoreIndex, StoreVectors,
@@ -77,8 +77,8 @@ pub struct Args {
     /// Cut-offs of the top-k table.
     #[arg(long, value_delimiter = ',', default_value = "1,3,5,10")]
     ks: Vec<usize>,
-    /// Cosine threshold of the "after trimming" columns (ask's profile otherwise; its default
-    /// is calibrated for use-m3).
+    /// Cosine threshold of the "after trimming" columns (otherwise the one ask calibrates for
+    /// `--model`).
     #[arg(long)]
     trim_threshold: Option<f32>,
     /// Trim without keeping structure (table headers, list lead-ins, sub-headings of kept
@@ -234,7 +234,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         "--fusion-alpha must be within [0, 1]"
     );
     let trim = TrimOptions {
-        threshold: a.trim_threshold.unwrap_or(ASK_PROFILE.threshold),
+        threshold: a
+            .trim_threshold
+            .unwrap_or_else(|| calibrated_threshold(&a.model)),
         structure: !a.no_trim_structure,
         ..ASK_PROFILE
     };

@@ -65,6 +65,8 @@ fn note(flag: &str, takes_value: bool, defaults: &toml::Table) -> Option<String>
                 other => other.to_string(),
             };
             parts.push(format!("[default: {shown}]"));
+        } else if let Some(meaning) = key.unset_means {
+            parts.push(format!("[default: {meaning}]"));
         }
     }
     if let Some((var, _)) = key.env {
@@ -118,7 +120,8 @@ mod tests {
         let d = toml::Table::try_from(Settings::default()).unwrap();
         assert_eq!(
             note("trim-threshold", true, &d).unwrap(),
-            "[default: 0.21] [env: RETRIEVAL_TRIM_THRESHOLD] [config: ask.trim_threshold]"
+            "[default: calibrated per model: use-m3 0.21, e5-small 0.82] \
+             [env: RETRIEVAL_TRIM_THRESHOLD] [config: ask.trim_threshold]"
         );
         assert_eq!(
             note("store", true, &d).unwrap(),

@@ -252,6 +252,20 @@ fn a_chunk_longer_than_the_model_reads_is_a_warning_naming_the_file() {
     );
 }
 
+/// One page of a shop's help: a single sentence answers the refund question, the rest is
+/// about other things.
+const SHOP_PAGE: &str = "# Shop help\n\n\
+Our store opens at nine in the morning and closes at eight in the evening. \
+Parking is free in the lot behind the building on weekends. \
+Gift cards can be bought at the front desk in any amount. \
+Damaged items can be returned within thirty days for a full refund of the price paid. \
+The café on the second floor serves coffee, tea and small sandwiches. \
+Our newsletter announces seasonal sales every first Monday of the month. \
+Staff members wear green shirts and can help you find any aisle. \
+The loyalty program gives one point for every dollar spent in the store. \
+Children under twelve must be accompanied by an adult in the workshop area. \
+Wheelchairs are available at the entrance for customers who need them.\n";
+
 /// `bib ingest --model e5-small` builds a knowledge base with that model, a later run without
 /// the flag keeps it, and `bib ask` answers with it; a run with another model into a store
 /// whose other collections hold the first model's vectors is refused and changes nothing.
@@ -267,6 +281,7 @@ fn ingest_model_is_chosen_kept_and_never_mixed() {
     let t = tempfile::tempdir().unwrap();
     let wiki = t.path().join("wiki");
     write(&wiki, "a.md", &page("alpha", 1));
+    write(&wiki, "shop.md", SHOP_PAGE);
     let other = t.path().join("other");
     write(&other, "b.md", &page("beta", 1));
     let store = store_path(&t, "kb");
@@ -310,6 +325,38 @@ fn ingest_model_is_chosen_kept_and_never_mixed() {
     );
     let a: Value = serde_json::from_slice(&ask.stdout).unwrap();
     assert_eq!(a["mode"], "hybrid");
+    // Trimming uses e5-small's own calibrated threshold: with use-m3's (0.21) every sentence
+    // passes, as e5's cosines all sit far above it, and nothing would be trimmed.
+    let trimmed = bib()
+        .args([
+            "ask",
+            "what is the refund policy for damaged items",
+            "--store",
+        ])
+        .arg(&store)
+        .args(["--json", "--no-log", "--trim", "--top-k", "1"])
+        .output()
+        .unwrap();
+    assert!(
+        trimmed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&trimmed.stderr)
+    );
+    let t: Value = serde_json::from_slice(&trimmed.stdout).unwrap();
+    let tokens = |k: &str| {
+        t[k].as_u64()
+            .unwrap_or_else(|| panic!("{k} missing in {t}"))
+    };
+    let (before, after) = (tokens("tokens_before"), tokens("tokens_in_context"));
+    assert!(
+        after * 2 < before,
+        "e5-small trimming kept {after} of {before} tokens: {t}"
+    );
+    let content = t["results"][0]["content"].as_str().unwrap_or_default();
+    assert!(
+        content.contains("refund"),
+        "the answering sentence is kept: {content}"
+    );
 
     // A second folder with another model would leave `wiki` with e5-small vectors: refused.
     let before = snapshot(&store);

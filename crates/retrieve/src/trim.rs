@@ -43,6 +43,22 @@ pub const SPEC_THRESHOLD: f32 = 0.38;
 /// 0.38 keeps only ~83% with window 0 (BENCHMARKS.md, "Ask").
 pub const USE_M3_THRESHOLD: f32 = 0.21;
 
+/// The same calibration for `e5-small` (`bib bench xquad --model e5-small`, same profile and
+/// goal): its cosines sit far higher than use-m3's (a question and an unrelated sentence are
+/// already ~0.75 apart), so 0.21 would keep every sentence. At 0.82 it keeps 97.6 % / 97.1 %
+/// of answers at 56.5 % / 68.0 % reduction (es / en).
+pub const E5_SMALL_THRESHOLD: f32 = 0.82;
+
+/// The trimming threshold calibrated for the embedding model `model_id`, the one a knowledge
+/// base was built with. A model not calibrated here (an OpenAI-compatible endpoint's) gets
+/// the default model's value; `ask.trim_threshold` sets one explicitly.
+pub fn calibrated_threshold(model_id: &str) -> f32 {
+    match model_id {
+        bib_embed::e5::MODEL_ID => E5_SMALL_THRESHOLD,
+        _ => USE_M3_THRESHOLD,
+    }
+}
+
 /// The trimming `bib ask --trim` (and the MCP/HTTP ask) applies unless told otherwise, found
 /// with `bib bench xquad` and checked on the NuGet wiki golden sets (no evidence lost against
 /// the earlier window-1 default, more tokens saved): cosine ≥ 0.21, the five best sentences of
@@ -473,6 +489,20 @@ pub fn trim_texts(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_model_gets_its_calibrated_threshold() {
+        assert_eq!(
+            calibrated_threshold(bib_embed::DEFAULT_MODEL),
+            ASK_PROFILE.threshold
+        );
+        assert_eq!(calibrated_threshold("e5-small"), E5_SMALL_THRESHOLD);
+        // A model calibrated nowhere (an endpoint's) falls back to the default model's value.
+        assert_eq!(
+            calibrated_threshold("text-embedding-3-small"),
+            USE_M3_THRESHOLD
+        );
+    }
     use crate::cache::tests::FakeEmbedder;
 
     /// Build a Prepared with explicit sentence texts (found in order), independent of the

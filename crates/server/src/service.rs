@@ -611,6 +611,14 @@ impl Service {
         &self.tokens
     }
 
+    /// The model whose cosines trimming compares: the loaded one (without one nothing is
+    /// trimmed, so the default's id serves).
+    fn model_id(&self) -> &str {
+        self.embedder
+            .as_deref()
+            .map_or(bib_embed::DEFAULT_MODEL, |e| e.model_id())
+    }
+
     fn need_embedder(&self, what: &str) -> Result<&dyn Embedder, ServiceError> {
         self.embedder.as_deref().ok_or_else(|| {
             ServiceError::not_available(format!(
@@ -691,7 +699,7 @@ impl Service {
         let ask = self.ask_settings_of_request(&a)?;
         let mut filter = ask.filter()?;
         filter.collections = a.collections.clone().unwrap_or_default();
-        let opts = &ask.retrieve_options();
+        let opts = &ask.retrieve_options(self.model_id());
         self.check_embedder_for_retrieve_options(opts)?;
         let index = StoreIndex::new(self.store.as_ref());
         let r = self.retrieve_and_log_query(&index, &a.query, opts, &filter, work)?;
@@ -718,7 +726,7 @@ impl Service {
         ask.top_k = a.top_k.unwrap_or(ask.top_k);
         ask.mode = a.mode.map_or(ask.mode, Mode::from);
         ask.trim = a.trim.unwrap_or(ask.trim);
-        ask.trim_threshold = a.trim_threshold.unwrap_or(ask.trim_threshold);
+        ask.trim_threshold = a.trim_threshold.or(ask.trim_threshold);
         ask.trim_window = a.trim_window.unwrap_or(ask.trim_window);
         if let Some(f) = filters {
             ask.filters = f;
@@ -804,7 +812,11 @@ impl Service {
 
     /// The A/B harness (baseline vs trimming …) over the given or the logged questions.
     pub fn eval(&self, a: EvalRetrievalArgs, work: &Work) -> Result<Value, ServiceError> {
-        let mut e = bib_eval::EvalArgs::default();
+        let mut e = bib_eval::EvalArgs {
+            // The process's threshold, else the one calibrated for the loaded model.
+            trim_threshold: self.settings.ask.trim_options(self.model_id()).threshold,
+            ..bib_eval::EvalArgs::default()
+        };
         if let Some(q) = a.questions {
             for (i, q) in q.iter().enumerate() {
                 check_query(&format!("questions[{i}]"), q)?;

@@ -61,6 +61,8 @@ pub struct Key {
     pub flags: &'static [&'static str],
     /// A value shown, commented out, where the default is "unset" (TOML syntax).
     pub example: Option<&'static str>,
+    /// What "unset" means, where it is not "none": `--help` shows it as the default.
+    pub unset_means: Option<&'static str>,
     /// What it does, in one or two sentences.
     pub doc: &'static str,
 }
@@ -72,6 +74,7 @@ impl Key {
             env: None,
             flags: &[],
             example: None,
+            unset_means: None,
             doc,
         }
     }
@@ -85,6 +88,10 @@ impl Key {
     }
     const fn example(mut self, example: &'static str) -> Self {
         self.example = Some(example);
+        self
+    }
+    const fn unset_means(mut self, meaning: &'static str) -> Self {
+        self.unset_means = Some(meaning);
         self
     }
 
@@ -145,9 +152,12 @@ pub const KEYS: &[Key] = &[
     .flags(&["trim", "no-trim"]),
     Key::new(
         "ask.trim_threshold",
-        "Lowest sentence-to-question similarity (cosine) that trimming keeps; calibrated for use-m3.",
+        "Lowest sentence-to-question similarity (cosine) that trimming keeps. Unset: the value \
+         calibrated for the knowledge base's model (use-m3 0.21, e5-small 0.82).",
     )
     .env("RETRIEVAL_TRIM_THRESHOLD", EnvKind::Number)
+    .example("0.21")
+    .unset_means("calibrated per model: use-m3 0.21, e5-small 0.82")
     .flags(&["trim-threshold"]),
     Key::new(
         "ask.trim_window",

@@ -12,7 +12,7 @@ mod keys;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use bib_retrieve::trim::ASK_PROFILE;
+use bib_retrieve::trim::{calibrated_threshold, ASK_PROFILE};
 use bib_retrieve::{Filter, Fusion, Mode, RetrieveOptions, Signals, TrimOptions, TrimScorer};
 use serde::{Deserialize, Serialize};
 
@@ -60,8 +60,13 @@ pub struct AskSettings {
     /// Ranking signals over the fused list (`Signals`, written as its `key=value` spec).
     pub signals: Signals,
     pub trim: bool,
-    #[serde(serialize_with = "shortest_f32")]
-    pub trim_threshold: f32,
+    /// The lowest sentence cosine trimming keeps; `None`: the value calibrated for the
+    /// knowledge base's model ([`bib_retrieve::trim::calibrated_threshold`]).
+    #[serde(
+        serialize_with = "shortest_f32",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub trim_threshold: Option<f32>,
     pub trim_window: usize,
     pub trim_min_sentences: usize,
     pub trim_lexical_top: usize,
@@ -84,7 +89,7 @@ impl Default for AskSettings {
             rrf_k: r.rrf_k,
             signals: r.signals,
             trim: false,
-            trim_threshold: ASK_PROFILE.threshold,
+            trim_threshold: None,
             trim_window: ASK_PROFILE.window,
             trim_min_sentences: ASK_PROFILE.min_sentences,
             trim_lexical_top: ASK_PROFILE.lexical_top,
@@ -97,10 +102,13 @@ impl Default for AskSettings {
 }
 
 impl AskSettings {
-    /// The trimming these settings describe (whether or not `trim` is on).
-    pub fn trim_options(&self) -> TrimOptions {
+    /// The trimming these settings describe (whether or not `trim` is on) for a knowledge
+    /// base embedded with `model_id`: the threshold set, else the one calibrated for it.
+    pub fn trim_options(&self, model_id: &str) -> TrimOptions {
         TrimOptions {
-            threshold: self.trim_threshold,
+            threshold: self
+                .trim_threshold
+                .unwrap_or_else(|| calibrated_threshold(model_id)),
             min_sentences: self.trim_min_sentences,
             window: self.trim_window,
             scorer: self.trim_scorer,
@@ -110,8 +118,9 @@ impl AskSettings {
         }
     }
 
-    /// The options of one retrieval (trimming only when `trim` is on).
-    pub fn retrieve_options(&self) -> RetrieveOptions {
+    /// The options of one retrieval over a knowledge base embedded with `model_id`
+    /// (trimming only when `trim` is on).
+    pub fn retrieve_options(&self, model_id: &str) -> RetrieveOptions {
         RetrieveOptions {
             top_k: self.top_k,
             mode: self.mode,
@@ -119,7 +128,7 @@ impl AskSettings {
             rrf_k: self.rrf_k,
             fusion: self.fusion,
             convex_alpha: self.fusion_alpha,
-            trim: self.trim.then(|| self.trim_options()),
+            trim: self.trim.then(|| self.trim_options(model_id)),
             signals: self.signals,
         }
     }
@@ -147,17 +156,23 @@ impl AskSettings {
                 format!("{} is not a weight in [0, 1]", self.fusion_alpha),
             ));
         }
-        self.trim_options().validate().map_err(|e| match e {
-            bib_retrieve::RetrieveError::InvalidOption { name, reason } => bad(&name, reason),
-            other => bad("trim", other.to_string()),
-        })?;
+        // Any model's calibrated threshold is valid, so the default model's stands for all.
+        self.trim_options(bib_embed::DEFAULT_MODEL)
+            .validate()
+            .map_err(|e| match e {
+                bib_retrieve::RetrieveError::InvalidOption { name, reason } => bad(&name, reason),
+                other => bad("trim", other.to_string()),
+            })?;
         self.filter().map(drop)
     }
 }
 
 /// An `f32` written as its shortest decimal (`0.21`, not `0.20999999344348907`).
-fn shortest_f32<S: serde::Serializer>(v: &f32, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_f64(v.to_string().parse().unwrap_or(f64::from(*v)))
+fn shortest_f32<S: serde::Serializer>(v: &Option<f32>, s: S) -> Result<S::Ok, S::Error> {
+    match v {
+        Some(v) => s.serialize_f64(v.to_string().parse().unwrap_or(f64::from(*v))),
+        None => s.serialize_none(),
+    }
 }
 
 /// What an ask that needs the embedding model does when the model cannot be loaded.

@@ -46,13 +46,22 @@ fn defaults_are_retrievals_and_the_ask_profile() {
     let s = Settings::resolve(None, &no_env, |_| ()).unwrap();
     assert_eq!(s, Settings::default());
     assert_eq!(s.store, StoreSpec::default());
-    let o = s.ask.retrieve_options();
+    let o = s.ask.retrieve_options(bib_embed::DEFAULT_MODEL);
     assert_eq!(
         (o.top_k, o.mode, o.fusion),
         (5, Mode::Hybrid, Fusion::Convex)
     );
     assert!(o.trim.is_none(), "trimming is off by default");
-    assert_eq!(s.ask.trim_options(), ASK_PROFILE);
+    assert_eq!(s.ask.trim_options(bib_embed::DEFAULT_MODEL), ASK_PROFILE);
+    // Unset, the threshold is the one calibrated for the knowledge base's model.
+    assert_eq!(s.ask.trim_threshold, None);
+    assert_eq!(
+        s.ask.trim_options("e5-small"),
+        TrimOptions {
+            threshold: bib_retrieve::trim::E5_SMALL_THRESHOLD,
+            ..ASK_PROFILE
+        }
+    );
     assert!(s.ask.log, "the query log is on by default");
     assert_eq!(s.ask.fallback, ModelFallback::None, "no silent fallback");
     assert!(s.ingest.sentence_vectors);
@@ -87,8 +96,15 @@ fn precedence_flags_env_file_defaults() {
     let s = with_file(FILE, &no_env, |_| ()).unwrap();
     assert_eq!(s.store, StoreSpec::Sqlite("kb/file.sqlite".into()));
     assert_eq!((s.ask.top_k, s.ask.mode), (7, Mode::Bm25));
-    let t = s.ask.retrieve_options().trim.unwrap();
+    let t = s
+        .ask
+        .retrieve_options(bib_embed::DEFAULT_MODEL)
+        .trim
+        .unwrap();
     assert_eq!((t.threshold, t.window, t.min_sentences), (0.5, 2, 0));
+    // A threshold that is set holds for every model.
+    let t = s.ask.retrieve_options("e5-small").trim.unwrap();
+    assert_eq!(t.threshold, 0.5);
     assert_eq!(t.lexical_top, ASK_PROFILE.lexical_top);
     assert_eq!(s.ask.filters, vec!["app=core".to_string()]);
     assert_eq!(s.llm.model.as_deref(), Some("file-model"));
@@ -106,11 +122,15 @@ fn precedence_flags_env_file_defaults() {
     // Flags over the environment.
     let s = with_file(FILE, &env, |s| {
         s.ask.trim = true;
-        s.ask.trim_threshold = 0.3;
+        s.ask.trim_threshold = Some(0.3);
         s.ask.top_k = 2;
     })
     .unwrap();
-    let t = s.ask.retrieve_options().trim.unwrap();
+    let t = s
+        .ask
+        .retrieve_options(bib_embed::DEFAULT_MODEL)
+        .trim
+        .unwrap();
     assert_eq!(
         (t.threshold, t.window),
         (0.3, 2),
@@ -136,7 +156,7 @@ fn precedence_flags_env_file_defaults() {
             s.ask.trim_window,
             s.ask.trim_lexical_top
         ),
-        (0.42, 1, 0)
+        (Some(0.42), 1, 0)
     );
     assert_eq!((s.ask.fusion, s.ask.fusion_alpha), (Fusion::Rrf, 0.9));
     assert_eq!(s.ask.trim_min_sentences, ASK_PROFILE.min_sentences);
@@ -236,7 +256,7 @@ fn environment_and_range_errors_name_their_source() {
     let out_of_range: [(&str, Flags); 4] = [
         ("ask.fusion_alpha", |s| s.ask.fusion_alpha = 2.0),
         ("ask.top_k", |s| s.ask.top_k = 0),
-        ("ask.trim_threshold", |s| s.ask.trim_threshold = 3.0),
+        ("ask.trim_threshold", |s| s.ask.trim_threshold = Some(3.0)),
         ("ask.filters", |s| s.ask.filters = vec!["no-equals".into()]),
     ];
     for (key, flags) in out_of_range {
@@ -278,6 +298,10 @@ fn keys_document_every_setting_and_nothing_else() {
         ingest: IngestSettings {
             model: Some("e5-small".into()),
             ..IngestSettings::default()
+        },
+        ask: AskSettings {
+            trim_threshold: Some(0.5),
+            ..AskSettings::default()
         },
         ..Settings::default()
     };
@@ -368,7 +392,10 @@ fn redacted_text_hides_secrets_and_parses_back() {
 #[test]
 fn signals_from_file_env_and_flags_name_the_bad_one() {
     let d = Settings::resolve(None, &no_env, |_| ()).unwrap();
-    assert_eq!(d.ask.retrieve_options().signals, Signals::default());
+    assert_eq!(
+        d.ask.retrieve_options(bib_embed::DEFAULT_MODEL).signals,
+        Signals::default()
+    );
     let file = "[ask]\nsignals = \"off\"\n";
     let s = with_file(file, &no_env, |_| ()).unwrap();
     assert_eq!(s.ask.signals, Signals::OFF);

@@ -63,7 +63,7 @@ pub struct Args {
     /// Do not trim (the default)
     #[arg(long, overrides_with = "trim")]
     pub no_trim: bool,
-    /// Lowest sentence-to-question similarity (cosine) trimming keeps; calibrated for use-m3
+    /// Lowest sentence-to-question similarity (cosine) trimming keeps (unset: calibrated for the knowledge base's model)
     #[arg(long)]
     pub trim_threshold: Option<f32>,
     /// Neighbouring sentences kept on each side of a kept sentence
@@ -137,7 +137,7 @@ fn apply_flags(a: &Args, s: &mut Settings) {
     ask.fusion = a.fusion.unwrap_or(ask.fusion);
     ask.fusion_alpha = a.fusion_alpha.unwrap_or(ask.fusion_alpha);
     ask.rrf_k = a.rrf_k.unwrap_or(ask.rrf_k);
-    ask.trim_threshold = a.trim_threshold.unwrap_or(ask.trim_threshold);
+    ask.trim_threshold = a.trim_threshold.or(ask.trim_threshold);
     if a.trim {
         ask.trim = true;
     } else if a.no_trim {
@@ -345,7 +345,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     } = open_store(spec, settings.ask.log)?;
 
     // Load only what the mode needs: BM25 without trimming needs no model at all.
-    let mut options = settings.ask.retrieve_options();
+    // Trimming's threshold is calibrated per model: the one the knowledge base was built with.
+    let mut options = settings.ask.retrieve_options(&store_model(store.as_ref())?);
     let Model {
         embedder,
         fallback_reason,

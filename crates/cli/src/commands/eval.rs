@@ -14,6 +14,7 @@ use bib_app::Settings;
 use bib_embed::{EmbedKind, Embedder};
 use bib_eval::{EvalArgs, EvalReport, GoldenItem, Kb, SweepSpec, Variant};
 use bib_retrieve::synth::SynthConfig;
+use bib_retrieve::trim::calibrated_threshold;
 use bib_retrieve::{ChunkRecord, EmbeddingCache, MemoryIndex, Mode, TrimScorer};
 use serde::Deserialize;
 
@@ -112,6 +113,12 @@ pub struct Args {
     pub per_question: bool,
 }
 
+/// The trimming threshold set by `--trim-threshold` or the settings, if any (else each
+/// model's calibrated one applies).
+fn explicit_trim_threshold(a: &Args, settings: &Settings) -> Option<f32> {
+    a.trim_threshold.or(settings.ask.trim_threshold)
+}
+
 /// The harness's arguments: this command's flags over the `[ask]` settings.
 fn eval_args(a: &Args, settings: &Settings) -> anyhow::Result<EvalArgs> {
     let ask = &settings.ask;
@@ -122,7 +129,9 @@ fn eval_args(a: &Args, settings: &Settings) -> anyhow::Result<EvalArgs> {
         .transpose()?;
     Ok(EvalArgs {
         top_k: a.top_k.unwrap_or(ask.top_k),
-        trim_threshold: a.trim_threshold.unwrap_or(ask.trim_threshold),
+        // The default model's calibration here; `eval_store` recalibrates for the store's.
+        trim_threshold: explicit_trim_threshold(a, settings)
+            .unwrap_or_else(|| calibrated_threshold(bib_embed::DEFAULT_MODEL)),
         trim_window: a.trim_window.unwrap_or(ask.trim_window),
         trim_min_sentences: a.trim_min_sentences.unwrap_or(ask.trim_min_sentences),
         trim_lexical_top: a.trim_lexical_top.unwrap_or(ask.trim_lexical_top),
@@ -166,7 +175,12 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     };
     let (report, links) = match &a.xquad {
         Some(dir) => (eval_xquad(&a, &args, dir, &ctx)?, HashMap::new()),
-        None => eval_store(&args, &settings, &ctx)?,
+        None => eval_store(
+            &args,
+            explicit_trim_threshold(&a, &settings),
+            &settings,
+            &ctx,
+        )?,
     };
     emit(&a, &report, &links)
 }
@@ -204,12 +218,18 @@ fn eval_xquad(a: &Args, args: &EvalArgs, dir: &Path, ctx: &Ctx) -> anyhow::Resul
 /// The configured knowledge base, and a `file://` link for each of its documents.
 fn eval_store(
     args: &EvalArgs,
+    trim_threshold: Option<f32>,
     settings: &Settings,
     ctx: &Ctx,
 ) -> anyhow::Result<(EvalReport, HashMap<String, String>)> {
     let store = settings.store.open_existing()?;
     let store = store.as_ref();
-    let embedder = match load_embedder(&store_model(store)?) {
+    let model = store_model(store)?;
+    let args = &EvalArgs {
+        trim_threshold: trim_threshold.unwrap_or_else(|| calibrated_threshold(&model)),
+        ..args.clone()
+    };
+    let embedder = match load_embedder(&model) {
         Ok(e) => Some(e),
         Err(e) if ctx.needs_model => return Err(e.into()),
         Err(_) => None,
