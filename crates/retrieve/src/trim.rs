@@ -105,10 +105,17 @@ impl std::str::FromStr for TrimScorer {
     }
 }
 
+/// An `f32` written as its shortest decimal (`0.21`), not as the `f64` nearest to it
+/// (`0.20999999344348907`, what a JSON value of an `f32` would show).
+pub fn shortest_f32<S: serde::Serializer>(v: &f32, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(v.to_string().parse().unwrap_or(f64::from(*v)))
+}
+
 /// Trimming options. Defaults: the spec's library defaults (0.38, 1, 0), cosine scorer.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct TrimOptions {
     /// Minimum cosine for a sentence to be kept.
+    #[serde(serialize_with = "shortest_f32")]
     pub threshold: f32,
     /// Sentences kept per chunk even when none reaches the threshold.
     pub min_sentences: usize,
@@ -489,6 +496,12 @@ pub fn trim_texts(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_threshold_is_written_as_its_shortest_decimal() {
+        let v = serde_json::to_value(ASK_PROFILE).unwrap();
+        assert_eq!(v["threshold"].to_string(), "0.21");
+    }
 
     #[test]
     fn each_model_gets_its_calibrated_threshold() {

@@ -167,10 +167,10 @@ impl AskSettings {
     }
 }
 
-/// An `f32` written as its shortest decimal (`0.21`, not `0.20999999344348907`).
+/// An optional `f32` written as its shortest decimal (`0.21`, not `0.20999999344348907`).
 fn shortest_f32<S: serde::Serializer>(v: &Option<f32>, s: S) -> Result<S::Ok, S::Error> {
     match v {
-        Some(v) => s.serialize_f64(v.to_string().parse().unwrap_or(f64::from(*v))),
+        Some(v) => bib_retrieve::trim::shortest_f32(v, s),
         None => s.serialize_none(),
     }
 }
