@@ -3,7 +3,7 @@
 
 use std::time::Instant;
 
-use bib_embed::qgemm::{self, Kernel, Q4Matrix, Q8Rows};
+use bib_embed::qgemm::{self, Kernel, Q8Rows, QMatrix};
 
 fn main() {
     let rows: usize = std::env::args()
@@ -20,7 +20,7 @@ fn main() {
     };
     for (out, inp) in [(1152, 384), (384, 384), (1536, 384), (384, 1536)] {
         let nib: Vec<u8> = (0..out * inp).map(|_| (next() % 16) as u8).collect();
-        let w = Q4Matrix::pack(out, inp, |o, k| nib[o * inp + k], |_, _| 0.01);
+        let w = QMatrix::pack(out, inp, |o, k| nib[o * inp + k], |_, _| 0.01);
         let x: Vec<f32> = (0..rows * inp)
             .map(|_| next() as f32 / u32::MAX as f32 - 0.5)
             .collect();

@@ -37,7 +37,8 @@ use rayon::prelude::*;
 use rustc_hash::FxHashMap;
 
 use crate::ops::{self, Isa};
-use crate::qgemm::{self, Kernel, Q4Matrix, Q8Rows};
+pub use crate::qgemm::Products;
+use crate::qgemm::{self, Kernel, Q8Rows, QMatrix};
 use crate::{EmbedError, EmbedKind, Embedder};
 
 /// Model id used in cache keys and `bib model install`.
@@ -267,27 +268,7 @@ enum Linear {
     /// Expanded to f32 at load, stored transposed (`[in, out]`) for `x.dot(w)`.
     F32(Array2<f32>),
     /// Kept 4-bit; activations quantized to 8 bits per block ([`crate::qgemm`]).
-    Q4(Q4Matrix, Kernel),
-}
-
-/// How an [`E5Small`] computes its matrix products.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Products {
-    /// f32 weights and `matrixmultiply` sgemm.
-    F32,
-    /// 4-bit weights × 8-bit activations with this kernel ([`crate::qgemm`]).
-    Int8(Kernel),
-}
-
-impl Default for Products {
-    /// Integer products where the CPU has AVX-512 VNNI; elsewhere f32 sgemm, which is faster
-    /// there than the portable integer kernel (that one exists to test the arithmetic).
-    fn default() -> Self {
-        match Kernel::detect() {
-            Kernel::Vnni => Products::Int8(Kernel::Vnni),
-            Kernel::Portable => Products::F32,
-        }
-    }
+    Q4(QMatrix, Kernel),
 }
 
 impl Linear {
@@ -705,11 +686,11 @@ impl<'a> TensorDirectory<'a> {
 /// Q4 matrices `[out, in]` stacked by rows and packed for the integer kernels: their nibbles
 /// (weight `j` of a block in the low nibble of byte `j`, weight `j + 16` in the high one) and
 /// block scales.
-fn q4_matrix_packed(parts: &[&Tensor<'_>], out: usize, inp: usize) -> Q4Matrix {
+fn q4_matrix_packed(parts: &[&Tensor<'_>], out: usize, inp: usize) -> QMatrix {
     let row_bytes = inp / QK * Q4_BLOCK_BYTES;
     let block =
         |o: usize, b: usize| &parts[o / out].data[o % out * row_bytes + b * Q4_BLOCK_BYTES..];
-    Q4Matrix::pack(
+    QMatrix::pack(
         out * parts.len(),
         inp,
         |o, k| {
@@ -855,7 +836,7 @@ impl Weights {
         ly.qkv_w.apply(&a.x, &a.qx, &ly.qkv_b, &mut a.qkv, par);
         self.attention(a, par);
         if quantized {
-            ops::quantize(isa, &a.ctx, h, &mut a.qx);
+            ops::quantize(isa, &a.ctx, h, h, &mut a.qx);
         }
         ly.ao_w.apply(&a.ctx, &a.qx, &ly.ao_b, &mut a.tmp, par);
         let q = quantized.then_some(&mut a.qx);

