@@ -17,7 +17,9 @@ use anyhow::{bail, Context};
 use bib_pack::{Message, PackOptions, Session};
 use serde_json::Value;
 
-use crate::pack_common::{load_hybrid_embedder, pack_question, parse_budgets, utc_ms, PackFn};
+use crate::pack_common::{
+    load_hybrid_embedder, pack_question, parse_budgets, parse_variant, utc_ms, PackFn, MODELS,
+};
 
 const PROBES: &str = include_str!(concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -29,9 +31,17 @@ pub struct Args {
     /// Comma-separated token budgets.
     #[arg(long, default_value = "1000,1500,3000,8000")]
     budgets: String,
-    /// Also run the hybrid path (BM25 + embeddings) with the default local model.
+    /// Also run the hybrid path (BM25 + embeddings of `--model`).
     #[arg(long)]
     hybrid: bool,
+    /// The embedding model of `--hybrid` (installed with `bib model install`).
+    #[arg(long, default_value = "use-m3", value_parser = MODELS)]
+    model: String,
+    /// Also run these packer variants (hybrid with `--hybrid`, else lexical), each as
+    /// space-separated `field=value` pairs of `PackOptions` (`--variant "sem_units=true"`);
+    /// repeatable.
+    #[arg(long)]
+    variant: Vec<String>,
     /// Hybrid variants to compare, as `sem_budget:rrf_k` pairs (comma-separated); empty = the
     /// defaults only. Every variant shares one embedding cache, so a turn is embedded once.
     #[arg(long, value_delimiter = ',')]
@@ -381,7 +391,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         convs.len()
     );
 
-    let embedder = load_hybrid_embedder(args.hybrid)?;
+    let embedder = load_hybrid_embedder(args.hybrid, &args.model)?;
     let variants = parse_hybrid_variants(&args)?;
 
     let mut rows =
@@ -421,6 +431,9 @@ fn parse_hybrid_variants(args: &Args) -> anyhow::Result<Vec<HybridVariant>> {
         };
         variants.push((format!("bib hybrid sb={sb} k={k}"), opts));
     }
+    for v in &args.variant {
+        variants.push((format!("bib [{v}]"), parse_variant(v)?));
+    }
     Ok(variants)
 }
 
@@ -453,11 +466,12 @@ fn run_ours_at_every_budget(
             rows.push(run_ours("bib hybrid", convs, budget, &opts, &mut |s, b| {
                 s.pack_hybrid(b, e)
             }));
-            for (name, vo) in variants {
-                rows.push(run_ours(name, convs, budget, vo, &mut |s, b| {
-                    s.pack_hybrid(b, e)
-                }));
-            }
+        }
+        for (name, vo) in variants {
+            rows.push(match embedder {
+                Some(e) => run_ours(name, convs, budget, vo, &mut |s, b| s.pack_hybrid(b, e)),
+                None => run_ours(name, convs, budget, vo, &mut |s, b| s.pack(b)),
+            });
         }
         let last = rows
             .last()

@@ -2,8 +2,9 @@
 //! options, the embedder of `--hybrid`, packing one question against a session, and the UTC
 //! calendar arithmetic of their timestamps (no date dependency in the benchmarks).
 
-use anyhow::Context;
-use bib_pack::{Message, Packed, Session};
+use anyhow::{bail, Context};
+use bib_pack::{Message, PackOptions, Packed, Session};
+use serde_json::Value;
 
 /// A way to pack a session into a budget (lexical, hybrid, a variant).
 pub(crate) type PackFn<'a> = dyn FnMut(&mut Session, usize) -> Packed + 'a;
@@ -20,21 +21,45 @@ pub(crate) fn parse_budgets(budgets: &str) -> anyhow::Result<Vec<usize>> {
         .collect::<anyhow::Result<_>>()
 }
 
-/// With `--hybrid`, the default model behind one embedding cache; else none.
+/// `--model` of the packer benchmarks: the installed embedding model of `--hybrid`.
+pub(crate) const MODELS: [&str; 2] = ["use-m3", "e5-small"];
+
+/// With `--hybrid`, the installed `model` behind one embedding cache; else none.
 pub(crate) fn load_hybrid_embedder(
     hybrid: bool,
+    model: &str,
 ) -> anyhow::Result<Option<Box<dyn bib_embed::Embedder>>> {
     if !hybrid {
         return Ok(None);
     }
-    let e: Box<dyn bib_embed::Embedder> = Box::new(
-        bib_embed::UseM3::load_default().context("loading the default embedder for --hybrid")?,
-    );
+    let e = bib_embed::load_installed(model)
+        .with_context(|| format!("loading the embedding model {model} for --hybrid"))?;
     // One cache across sessions and budgets: each turn and question is embedded once.
     Ok(Some(Box::new(bib_embed::CachedEmbedder::new(
         e,
         bib_embed::EmbeddingCache::with_capacity(1_000_000),
     ))))
+}
+
+/// `--variant`: packer options over the defaults, as space-separated `field=value` pairs of
+/// [`PackOptions`] fields (`"sem_units=true rrf_k=20"`); a value is read as JSON, else as a
+/// string. The spec itself names the variant.
+pub(crate) fn parse_variant(spec: &str) -> anyhow::Result<PackOptions> {
+    let mut v = serde_json::to_value(PackOptions::default())?;
+    let fields = v
+        .as_object_mut()
+        .context("PackOptions serializes as an object")?;
+    for pair in spec.split_whitespace() {
+        let (k, val) = pair
+            .split_once('=')
+            .with_context(|| format!("--variant: `{pair}` is not field=value"))?;
+        if !fields.contains_key(k) {
+            bail!("--variant: `{k}` is not a packer option");
+        }
+        let val = serde_json::from_str(val).unwrap_or_else(|_| Value::String(val.to_owned()));
+        fields.insert(k.to_owned(), val);
+    }
+    serde_json::from_value(v).with_context(|| format!("--variant `{spec}`"))
 }
 
 /// Pack `session` + `question` into `budget`, leaving the session as it was: the question is
@@ -92,6 +117,18 @@ mod tests {
         );
         let err = parse_budgets("1000,x").unwrap_err().to_string();
         assert!(err.contains("`x`"), "{err}");
+    }
+
+    #[test]
+    fn variants_set_fields_over_the_defaults_and_reject_unknown_ones() {
+        let o = parse_variant("sem_units=true rrf_k=20 sem_unit_chars=0").unwrap();
+        assert!(o.sem_units);
+        assert_eq!((o.rrf_k, o.sem_unit_chars), (20.0, 0));
+        assert_eq!(o.sem_budget, PackOptions::default().sem_budget);
+        assert_eq!(parse_variant("").unwrap(), PackOptions::default());
+        assert!(parse_variant("no_such_knob=1").is_err());
+        assert!(parse_variant("rrf_k").is_err());
+        assert!(parse_variant("rrf_k=fast").is_err());
     }
 
     #[test]

@@ -30,7 +30,9 @@ use bib_pack::{Message, PackOptions, Session};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::pack_common::{load_hybrid_embedder, pack_question, parse_budgets, PackFn};
+use crate::pack_common::{
+    load_hybrid_embedder, pack_question, parse_budgets, parse_variant, PackFn, MODELS,
+};
 pub use generate::{generate, message_text, GeneratedSession, Origin, DEFAULT_SEED};
 
 #[derive(Debug, clap::Args)]
@@ -41,9 +43,17 @@ pub struct Args {
     /// Comma-separated token budgets.
     #[arg(long, default_value = "1000,1500,3000")]
     budgets: String,
-    /// Also run the hybrid packer (BM25 + embeddings of the default local model).
+    /// Also run the hybrid packer (BM25 + embeddings of `--model`).
     #[arg(long)]
     hybrid: bool,
+    /// The embedding model of `--hybrid` (installed with `bib model install`).
+    #[arg(long, default_value = "use-m3", value_parser = MODELS)]
+    model: String,
+    /// Also run these packer variants (hybrid with `--hybrid`, else lexical), each as
+    /// space-separated `field=value` pairs of `PackOptions` (`--variant "sem_units=true"`);
+    /// repeatable.
+    #[arg(long)]
+    variant: Vec<String>,
     /// Write the summary rows and every probe's result as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -58,7 +68,7 @@ pub struct Args {
 /// One probe's result under one packer and budget.
 #[derive(Debug, Clone, Serialize)]
 struct Outcome {
-    packer: &'static str,
+    packer: String,
     #[serde(flatten)]
     result: ProbeResult,
 }
@@ -66,7 +76,7 @@ struct Outcome {
 /// Recall and tokens of one packer at one budget.
 #[derive(Debug, Clone, Serialize)]
 struct Row {
-    packer: &'static str,
+    packer: String,
     budget: usize,
     probes: usize,
     passed: usize,
@@ -127,24 +137,31 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         histories.iter().map(Vec::len).sum::<usize>()
     );
 
-    let embedder = load_hybrid_embedder(args.hybrid)?;
+    let embedder = load_hybrid_embedder(args.hybrid, &args.model)?;
+    let variants = args
+        .variant
+        .iter()
+        .map(|v| Ok((v.clone(), parse_variant(v)?)))
+        .collect::<anyhow::Result<Vec<(String, PackOptions)>>>()?;
+    let defaults = PackOptions::default();
     let mut outcomes = Vec::new();
     for &budget in &budgets {
-        outcomes.extend(run_packer(
-            "lexical",
-            &sessions,
-            &histories,
-            budget,
-            &mut |s, b| s.pack(b),
-        ));
+        let run = |name: String, opts: &PackOptions, pack: &mut PackFn<'_>| {
+            run_packer(name, opts, &sessions, &histories, budget, pack)
+        };
+        outcomes.extend(run("lexical".into(), &defaults, &mut |s, b| s.pack(b)));
         if let Some(e) = embedder.as_deref() {
-            outcomes.extend(run_packer(
-                "hybrid",
-                &sessions,
-                &histories,
-                budget,
-                &mut |s, b| s.pack_hybrid(b, e),
-            ));
+            outcomes.extend(run("hybrid".into(), &defaults, &mut |s, b| {
+                s.pack_hybrid(b, e)
+            }));
+        }
+        for (name, opts) in &variants {
+            outcomes.extend(match embedder.as_deref() {
+                Some(e) => run(format!("hybrid {name}"), opts, &mut |s, b| {
+                    s.pack_hybrid(b, e)
+                }),
+                None => run(format!("lexical {name}"), opts, &mut |s, b| s.pack(b)),
+            });
         }
         eprintln!("budget {budget}: done");
     }
@@ -167,7 +184,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 
 /// Every probe of every session through one packer at one budget.
 fn run_packer(
-    packer: &'static str,
+    packer: String,
+    opts: &PackOptions,
     sessions: &[GeneratedSession],
     histories: &[Vec<Message>],
     budget: usize,
@@ -175,7 +193,7 @@ fn run_packer(
 ) -> Vec<Outcome> {
     let mut out = Vec::new();
     for (s, history) in sessions.iter().zip(histories) {
-        let mut session = Session::new(PackOptions::default());
+        let mut session = Session::new(opts.clone());
         for m in history {
             session.push(m.clone());
         }
@@ -185,7 +203,7 @@ fn run_packer(
             q.ts = next_ts;
             let packed = pack_question(&mut session, q, budget, pack);
             out.push(Outcome {
-                packer,
+                packer: packer.clone(),
                 result: judge(p, &s.name, &packed, budget),
             });
         }
@@ -215,9 +233,9 @@ fn keys(p: &ProbeResult) -> Vec<String> {
 }
 
 fn summarize(outcomes: &[Outcome]) -> Vec<Row> {
-    let mut groups: Vec<((&'static str, usize), Vec<&ProbeResult>)> = Vec::new();
+    let mut groups: Vec<((&str, usize), Vec<&ProbeResult>)> = Vec::new();
     for o in outcomes {
-        let key = (o.packer, o.result.budget);
+        let key = (o.packer.as_str(), o.result.budget);
         match groups.iter_mut().find(|(k, _)| *k == key) {
             Some((_, v)) => v.push(&o.result),
             None => groups.push((key, vec![&o.result])),
@@ -238,7 +256,7 @@ fn summarize(outcomes: &[Outcome]) -> Vec<Row> {
             let tokens = rs.iter().map(|r| r.output_tokens as f64);
             let superseded: Vec<_> = rs.iter().filter(|r| r.tags.superseded).collect();
             Row {
-                packer,
+                packer: packer.to_owned(),
                 budget,
                 probes: rs.len(),
                 passed,

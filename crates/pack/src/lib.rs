@@ -44,6 +44,7 @@ pub mod packer;
 pub mod probes;
 pub mod sim;
 pub mod tokens;
+pub mod units;
 
 use serde::{Deserialize, Serialize};
 
@@ -81,11 +82,15 @@ impl Message {
     }
 }
 
-/// One message of the packed output.
+/// One message of the packed output. `ts` is the input message's own time (epoch
+/// milliseconds) when it had one and `PackOptions::message_times` is on: a kept fact then comes
+/// with its date, and of two values the newer is told apart. Notes and the card have none.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PackedMessage {
     pub role: String,
     pub content: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ts: Option<i64>,
 }
 
 /// One-shot lexical pack (a fresh [`Packer`]; reuse a `Packer` across turns for speed).

@@ -18,6 +18,10 @@ pub struct PackOptions {
     /// k lets a block that tops either list win outright, which LoCoMo rewards (1,500 tokens:
     /// 72.2 → 72.6 % at 250 blocks, 70.7 → 70.9 % at 400; BENCHMARKS.md).
     pub rrf_k: f64,
+    /// The fused BM25 ranking holds only the lines with a BM25 score, so the lines that share
+    /// no term with the question get no rank credit from it (by default they are ranked too,
+    /// oldest first, as the reference does).
+    pub rrf_scored_only: bool,
     /// Use embeddings when an embedder is given (hybrid path).
     pub semantic: bool,
     /// At most this many blocks are embedded per pack; the block size follows from it. 250,
@@ -25,6 +29,25 @@ pub struct PackOptions {
     /// turns instead of two, enough context for a question and its answer to land in one block
     /// (1,500 tokens: +2.6 points over 400; single turns lose 5 points).
     pub sem_budget: usize,
+    /// Keep the block ranking (`sem_budget` blocks) among the fused lists.
+    pub sem_blocks: bool,
+    /// Also embed every old message by units (`crate::units`: a sentence of a long line, a
+    /// run of short lines) and fuse the ranking of each line's best unit: the question meets
+    /// the sentence that states the fact, not a block that blurs it. Each unit is embedded
+    /// once (the packer's content cache), so a long session pays per new message only.
+    /// On: with `sem_unit_chars` 0, `sem_unit_context` 1 and `pin_hybrid_min_bm` 0.85, probe
+    /// recall at 1,500 tokens 66.3 → 80.6 % and LoCoMo 74.0 → 74.5 % (BENCHMARKS.md, issue 17).
+    pub sem_units: bool,
+    /// Most UTF-16 units in one unit: longer lines are split into sentences, shorter lines
+    /// grouped up to it (0 = every line split into sentences: a fact said in one sentence of
+    /// a chatty turn; 300 measured 2 probes lower).
+    pub sem_unit_chars: usize,
+    /// Weight of the unit ranking in the fusion (the others weigh 1).
+    pub sem_unit_weight: f64,
+    /// A message's best unit similarity, times this, also scores the messages next to it (0 =
+    /// off): the answer sits in the turn after the one that matches the question. 1: LoCoMo at
+    /// 1,500 tokens 72.9 → 74.6 % with units on (units alone lost 1.1 points to blocks).
+    pub sem_unit_context: f64,
     /// Soft recency prior; informative only — recency acts as a tie-break switch (autotune).
     pub recency_weight: f64,
     // — redundancy —
@@ -41,9 +64,23 @@ pub struct PackOptions {
     pub pin_query_terms: bool,
     /// Cap on pinned lines.
     pub pin_max: usize,
+    /// Pin in the hybrid path too. Pins are kept before the fused order, so every line that
+    /// shares a word with the question outranks one that says the same in other words: the
+    /// fusion already ranks BM25, and pinning on top of it is what kept paraphrases out.
+    pub pin_hybrid: bool,
+    /// With `pin_hybrid`, a line is pinned in the hybrid path only if its BM25 reaches this
+    /// fraction of the best line's (0 = every line that names a query term). 0.85: pinning
+    /// every word match cost 16 probe points at 1,500 tokens (64.3 vs 80.6 %); pinning none
+    /// cost LoCoMo 0.3–0.5 points at 1,000 tokens; 0.5 and 0.7 lost on both.
+    pub pin_hybrid_min_bm: f64,
     // — budget —
     /// Demote tool results superseded by a newer result for the same target.
     pub supersede: bool,
+    /// A call's target is its tool and every target argument (path, file, command, pattern,
+    /// query, regex, glob) when the call is a JSON object, not the first of path / file /
+    /// command: a later search of the same folder for another pattern no longer hides an
+    /// earlier result. Off in [`PackOptions::reference`].
+    pub supersede_full_target: bool,
     /// Stop when the relevant lines run out instead of filling the budget with filler
     /// (filler was 38 % of the budget at 3,000 and 56 % at 16,000).
     pub elastic: bool,
@@ -64,6 +101,10 @@ pub struct PackOptions {
     // — not retrieval —
     /// Annotate relative dates with the turn's absolute date.
     pub dates: bool,
+    /// Carry each kept message's own time into the packed output (`PackedMessage::ts`), so a
+    /// fact comes with its date and a correction is seen to be newer. Off in
+    /// [`PackOptions::reference`], whose output has no times.
+    pub message_times: bool,
     /// Fallback reference time (epoch ms) for messages without their own; `None` = do not
     /// annotate them.
     pub now: Option<i64>,
@@ -95,8 +136,14 @@ impl Default for PackOptions {
             bm25_b: 0.75,
             terms: bib_text::terms::TermConfig::default(),
             rrf_k: 10.0,
+            rrf_scored_only: false,
             semantic: true,
             sem_budget: 250,
+            sem_blocks: true,
+            sem_units: true,
+            sem_unit_chars: 0,
+            sem_unit_weight: 1.0,
+            sem_unit_context: 1.0,
             recency_weight: 0.15,
             mmr: false,
             mmr_lambda: None,
@@ -104,7 +151,10 @@ impl Default for PackOptions {
             dedup: true,
             pin_query_terms: true,
             pin_max: 40,
+            pin_hybrid: true,
+            pin_hybrid_min_bm: 0.85,
             supersede: true,
+            supersede_full_target: true,
             elastic: true,
             tail_min_frac: 0.05,
             head_frac: 0.0,
@@ -114,6 +164,7 @@ impl Default for PackOptions {
             per_line_cap_frac: 0.5,
             tool_prefixes: vec!["[resultado".into(), "[Tool result]:".into()],
             dates: true,
+            message_times: true,
             now: None,
             summary: false,
             summary_frac: 0.05,
@@ -135,6 +186,14 @@ impl PackOptions {
             rrf_k: 60.0,
             sem_budget: 400,
             terms: bib_text::terms::TermConfig::V1,
+            // what this port added after the reference, all off
+            sem_blocks: true,
+            sem_units: false,
+            sem_unit_context: 0.0,
+            pin_hybrid: true,
+            pin_hybrid_min_bm: 0.0,
+            supersede_full_target: false,
+            message_times: false,
             ..Self::default()
         }
     }

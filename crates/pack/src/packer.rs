@@ -16,7 +16,7 @@ use crate::dates::annotate_dates;
 use crate::lang::Lang;
 use crate::ledger::{build_ledger_pairs, render_card};
 use crate::options::{autotune, PackOptions};
-use crate::sim::{dedup_key, jaccard, rrf_fuse, sim_tokens};
+use crate::sim::{dedup_key, jaccard, rrf_fuse_weighted, sim_tokens};
 use crate::tokens::{
     estimate_from, estimate_tokens, pieces_and_len, prefix_to_fit, slice16, tail16,
     truncate_to_fit, truncate_to_tokens, utf16_len,
@@ -28,6 +28,22 @@ use bib_embed::EmbeddingCache;
 /// penalty (≤ 0.8), so diversity reorders within a stratum and never lifts filler above
 /// evidence.
 const RELEVANT: f64 = 10.0;
+
+/// A line's score: `RELEVANT` + its relevance in [0, 1] when it has one; else its recency when
+/// recency breaks ties, else 0. The first line of a message (its provenance header) outranks
+/// plain filler.
+fn stratum_score(it: &Item, relevance: Option<f64>, rec_tie: bool) -> f64 {
+    let s = match relevance {
+        Some(r) => RELEVANT + r,
+        None if rec_tie => it.rec,
+        None => 0.0,
+    };
+    if it.first {
+        s.max(0.5)
+    } else {
+        s
+    }
+}
 
 /// How a pack chose its lines (stats field `mode`: `lexical`, `hybrid` or `none`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize)]
@@ -118,6 +134,15 @@ struct LineInfo {
 struct MsgInfo {
     tok: u32,
     lines: Box<[u32]>,
+    /// The message's semantic units as (first line, end line, unit id), built on first use.
+    units: Option<Box<[(u32, u32, u32)]>>,
+}
+
+/// One distinct unit text and its vector under `Packer::unit_model` (filled on first use from
+/// the packer's embedding cache, so a pack does no hashing for units already seen).
+struct UnitInfo {
+    text: Box<str>,
+    vec: Option<Arc<[f32]>>,
 }
 
 /// A history packer with content caches. Reuse one per session: each line is tokenised,
@@ -134,6 +159,10 @@ pub struct Packer {
     annotations: FxHashMap<Box<str>, Vec<DayAnnotation>>,
     qmark: Vec<u16>,
     embed_cache: EmbeddingCache,
+    unit_ids: FxHashMap<Box<str>, u32>,
+    units: Vec<UnitInfo>,
+    /// The model the vectors in `units` come from.
+    unit_model: String,
 }
 
 impl std::fmt::Debug for Packer {
@@ -201,6 +230,8 @@ struct Ctx {
     rendered_tokens: Option<usize>,
     /// The language of the omission notes.
     lang: Lang,
+    /// Whether the lines were scored by fusing BM25 with embeddings.
+    hybrid: bool,
 }
 
 /// The history `prepare` works on: the messages, their contents with dates annotated, and
@@ -254,15 +285,25 @@ pub fn mark_superseded(contents: &[&str], o: &PackOptions) -> FxHashSet<usize> {
         if !o.is_tool(c) || i == 0 {
             continue;
         }
-        let Some(m) = mark_re().captures(contents[i - 1]) else {
-            continue;
+        let key = if o.supersede_full_target {
+            full_target_key(contents[i - 1])
+        } else {
+            None
         };
-        let tool = m.get(1).map_or("", |x| x.as_str());
-        let key = format!(
-            "{}:{}",
-            tool.split('.').next().unwrap_or(""),
-            m.get(2).map_or("", |x| x.as_str())
-        );
+        let key = match key {
+            Some(k) => k,
+            None => {
+                let Some(m) = mark_re().captures(contents[i - 1]) else {
+                    continue;
+                };
+                let tool = m.get(1).map_or("", |x| x.as_str());
+                format!(
+                    "{}:{}",
+                    tool.split('.').next().unwrap_or(""),
+                    m.get(2).map_or("", |x| x.as_str())
+                )
+            }
+        };
         last_for.insert(key.clone(), i);
         target_of.push((i, key));
     }
@@ -271,6 +312,36 @@ pub fn mark_superseded(contents: &[&str], o: &PackOptions) -> FxHashSet<usize> {
         .filter(|(i, k)| last_for.get(k) != Some(i))
         .map(|(i, _)| i)
         .collect()
+}
+
+/// The arguments that name what a call looked at: a search's pattern is as much its target as
+/// its folder.
+const TARGET_ARGS: [&str; 7] = [
+    "path", "file", "command", "pattern", "query", "regex", "glob",
+];
+
+/// The identity of a call written as one JSON object (`{"tool": …, "path": …, "pattern": …}`,
+/// as `input` flattens tool calls): the tool's name and every target argument. `None` when the
+/// call is not such an object or names no target. Two searches of `src` for different
+/// patterns are different reads; with the path alone the later one hid the earlier result.
+fn full_target_key(call: &str) -> Option<String> {
+    // the call is the message's last line (narration may come before it)
+    let line = call.trim().lines().last()?;
+    let v: serde_json::Value = serde_json::from_str(line.trim()).ok()?;
+    let obj = v.as_object()?;
+    let tool = obj.get("tool")?.as_str()?;
+    let mut key = tool.split('.').next().unwrap_or("").to_owned();
+    let mut any = false;
+    for a in TARGET_ARGS {
+        if let Some(t) = obj.get(a).and_then(serde_json::Value::as_str) {
+            key.push('\u{1f}');
+            key.push_str(a);
+            key.push('=');
+            key.push_str(t);
+            any = true;
+        }
+    }
+    any.then_some(key)
 }
 
 /// `clampMsg`: cut messages longer than `max_chars` UTF-16 units in the middle (70 % head).
@@ -302,6 +373,7 @@ pub fn output_tokens(msgs: &[PackedMessage]) -> usize {
 impl Packer {
     /// A packer with these options.
     pub fn new(opts: PackOptions) -> Self {
+        let opts_units = opts.sem_units;
         Self {
             opts,
             vocab: FxHashMap::default(),
@@ -312,8 +384,11 @@ impl Packer {
             msgs: Vec::new(),
             annotations: FxHashMap::default(),
             qmark: Vec::new(),
-            // The reference keeps 4,000 vectors.
-            embed_cache: EmbeddingCache::with_capacity(4000),
+            // The reference keeps 4,000 vectors; units need one per message part.
+            embed_cache: EmbeddingCache::with_capacity(if opts_units { 100_000 } else { 4000 }),
+            unit_ids: FxHashMap::default(),
+            units: Vec::new(),
+            unit_model: String::new(),
         }
     }
 
@@ -358,6 +433,14 @@ impl Packer {
             self.annotations.clear();
             self.qmark.clear();
         }
+        // ~2 KB per 512-d vector: at most ~100 MB of unit vectors
+        if self.units.len() > 50_000 {
+            self.unit_ids.clear();
+            self.units.clear();
+            for m in &mut self.msgs {
+                m.units = None;
+            }
+        }
     }
 
     fn line_id(&mut self, text: &str) -> u32 {
@@ -401,9 +484,15 @@ impl Packer {
         self.msgs.push(MsgInfo {
             tok: msg_tok(content) as u32,
             lines: lines.into_boxed_slice(),
+            units: None,
         });
         self.msg_ids.insert(content.into(), id);
         id
+    }
+
+    /// The time a packed copy of `m` carries (`message_times`).
+    fn time_of(&self, m: &Message) -> Option<i64> {
+        m.ts.filter(|_| self.opts.message_times)
     }
 
     /// One message's content with relative dates annotated (`None` = unchanged), cached per
@@ -490,6 +579,7 @@ impl Packer {
             match self.semantic_scores(&mut ctx, e) {
                 Ok(blocks) => {
                     lexical = false;
+                    ctx.hybrid = true;
                     stats.mode = PackMode::Hybrid;
                     stats.blocks = Some(blocks);
                 }
@@ -500,17 +590,8 @@ impl Packer {
             let max_bm = ctx.items.iter().map(|it| it.bm).fold(0.0, f64::max);
             let max_bm = if max_bm == 0.0 { 1.0 } else { max_bm };
             for it in &mut ctx.items {
-                it.score = if it.bm > 0.0 && !it.stale {
-                    RELEVANT + it.bm / max_bm
-                } else if ctx.rec_tie {
-                    it.rec
-                } else {
-                    0.0
-                };
-                if it.first {
-                    // provenance header: the first line of a message outranks plain filler
-                    it.score = it.score.max(0.5);
-                }
+                let rel = (it.bm > 0.0 && !it.stale).then(|| it.bm / max_bm);
+                it.score = stratum_score(it, rel, ctx.rec_tie);
             }
         }
         let (messages, sel) = self.select_and_emit(&mut ctx, history);
@@ -598,6 +679,7 @@ impl Packer {
             per_line_cap: 40,
             rendered_tokens: None,
             lang: crate::lang::detect(history),
+            hybrid: false,
         };
         if ctx.old.is_empty() || used >= budget {
             ctx.done = true;
@@ -638,6 +720,7 @@ impl Packer {
                     Some(PackedMessage {
                         role: "user".into(),
                         content: text,
+                        ts: None,
                     }),
                     t,
                 )
@@ -685,6 +768,7 @@ impl Packer {
                 recent_rev.push(PackedMessage {
                     role: history[i].role.clone(),
                     content: c.to_owned(),
+                    ts: self.time_of(&history[i]),
                 });
                 used += t;
                 continue;
@@ -701,6 +785,7 @@ impl Packer {
             recent_rev.push(PackedMessage {
                 role: history[i].role.clone(),
                 content,
+                ts: self.time_of(&history[i]),
             });
             used += room + 4;
             if used >= floor_tok {
@@ -742,6 +827,7 @@ impl Packer {
             ctx.head.push(PackedMessage {
                 role: history[i].role.clone(),
                 content: c.to_owned(),
+                ts: self.time_of(&history[i]),
             });
             head_used += t;
             n_head += 1;
@@ -856,8 +942,62 @@ impl Packer {
         }
     }
 
-    /// Hybrid scoring. Returns the number of blocks embedded, or why it could not.
+    /// Hybrid scoring. Returns the number of texts compared with the question (blocks and
+    /// units), or why it could not.
     fn semantic_scores(&mut self, ctx: &mut Ctx, e: &dyn Embedder) -> Result<usize, String> {
+        let n = ctx.items.len();
+        let q = slice16(&ctx.query, 0, 2000).to_owned();
+        let qv = self
+            .embed_cache
+            .embed(e, &[q.as_str()], EmbedKind::Query)
+            .map_err(|err| err.to_string())?;
+        let qv = qv.first().ok_or("no query vector")?.clone();
+        let mut compared = 0;
+        let mut lists: Vec<(Vec<usize>, f64)> = Vec::new();
+        // With `rrf_scored_only`, the BM25 list ranks only the lines that match: a line with
+        // no query term would otherwise earn rank credit by its position in the history.
+        let mut by_lex: Vec<usize> = (0..n)
+            .filter(|&i| !self.opts.rrf_scored_only || ctx.items[i].bm > 0.0)
+            .collect();
+        by_lex.sort_by(|&a, &b| ctx.items[b].bm.total_cmp(&ctx.items[a].bm));
+        lists.push((by_lex, 1.0));
+        if self.opts.sem_blocks || !self.opts.sem_units {
+            compared += self.block_scores(ctx, e, &qv)?;
+            let mut by_sem: Vec<usize> = (0..n).collect();
+            by_sem.sort_by(|&a, &b| ctx.items[b].sem.total_cmp(&ctx.items[a].sem));
+            lists.push((by_sem, 1.0));
+        }
+        if self.opts.sem_units {
+            let (usem, units) = self.unit_scores(ctx, e, &qv)?;
+            compared += units;
+            let mut by_unit: Vec<usize> = (0..n).collect();
+            by_unit.sort_by(|&a, &b| usem[b].total_cmp(&usem[a]));
+            lists.push((by_unit, self.opts.sem_unit_weight));
+            for (it, u) in ctx.items.iter_mut().zip(&usem) {
+                it.sem = it.sem.max(*u);
+            }
+        }
+        // Rank fusion: sorted lists, positions fused.
+        let weighted: Vec<(&[usize], f64)> =
+            lists.iter().map(|(l, w)| (l.as_slice(), *w)).collect();
+        let fused = rrf_fuse_weighted(&weighted, self.opts.rrf_k);
+        let max_f = fused.values().copied().fold(0.0, f64::max);
+        let max_f = if max_f == 0.0 { 1.0 } else { max_f };
+        for (i, it) in ctx.items.iter_mut().enumerate() {
+            let rel = (!it.stale && (it.bm > 0.0 || it.sem > 0.0))
+                .then(|| fused.get(&i).copied().unwrap_or(0.0) / max_f);
+            it.score = stratum_score(it, rel, ctx.rec_tie);
+        }
+        Ok(compared)
+    }
+
+    /// Block similarity into each item's `sem`; returns the number of blocks.
+    fn block_scores(
+        &mut self,
+        ctx: &mut Ctx,
+        e: &dyn Embedder,
+        qv: &[f32],
+    ) -> Result<usize, String> {
         // Blocks, not lines: line-by-line encoding is prohibitive and the signal survives the
         // cut (~73 % at arbitrary boundaries). The block size follows from the encoding budget,
         // so a long history grows the blocks, not the number of model calls.
@@ -872,45 +1012,134 @@ impl Packer {
                 .join("\n");
             blocks.push(slice16(&text, 0, 4000).to_owned());
         }
-        let q = slice16(&ctx.query, 0, 2000).to_owned();
-        let qv = self
-            .embed_cache
-            .embed(e, &[q.as_str()], EmbedKind::Query)
-            .map_err(|err| err.to_string())?;
         let refs: Vec<&str> = blocks.iter().map(String::as_str).collect();
         let bv = self
             .embed_cache
             .embed(e, &refs, EmbedKind::Passage)
             .map_err(|err| err.to_string())?;
-        let qv = qv.first().ok_or("no query vector")?;
         for (bi, v) in bv.iter().enumerate() {
             let s = f64::from(bib_embed::cosine(qv, v));
             for it in ctx.items.iter_mut().skip(bi * sb).take(sb) {
                 it.sem = s;
             }
         }
-        // Rank fusion: two sorted lists, positions fused.
-        let mut by_lex: Vec<usize> = (0..n).collect();
-        by_lex.sort_by(|&a, &b| ctx.items[b].bm.total_cmp(&ctx.items[a].bm));
-        let mut by_sem: Vec<usize> = (0..n).collect();
-        by_sem.sort_by(|&a, &b| ctx.items[b].sem.total_cmp(&ctx.items[a].sem));
-        let fused = rrf_fuse(&[by_lex, by_sem], self.opts.rrf_k);
-        let max_f = fused.values().copied().fold(0.0, f64::max);
-        let max_f = if max_f == 0.0 { 1.0 } else { max_f };
-        for (i, it) in ctx.items.iter_mut().enumerate() {
-            let rel = !it.stale && (it.bm > 0.0 || it.sem > 0.0);
-            it.score = if rel {
-                RELEVANT + fused.get(&i).copied().unwrap_or(0.0) / max_f
-            } else if ctx.rec_tie {
-                it.rec
-            } else {
-                0.0
+        Ok(blocks.len())
+    }
+
+    /// The units of message `mid`, built (and their texts interned) on first use.
+    fn units_of(&mut self, mid: u32) -> Box<[(u32, u32, u32)]> {
+        if let Some(u) = &self.msgs[mid as usize].units {
+            return u.clone();
+        }
+        let line_ids = self.msgs[mid as usize].lines.clone();
+        let texts: Vec<&str> = line_ids
+            .iter()
+            .map(|&l| &*self.lines[l as usize].text)
+            .collect();
+        let found = crate::units::message_units(&texts, self.opts.sem_unit_chars);
+        let mut out = Vec::with_capacity(found.len());
+        for u in found {
+            let text = slice16(&u.text, 0, 2000);
+            let id = match self.unit_ids.get(text) {
+                Some(&id) => id,
+                None => {
+                    let id = self.units.len() as u32;
+                    self.units.push(UnitInfo {
+                        text: text.into(),
+                        vec: None,
+                    });
+                    self.unit_ids.insert(text.into(), id);
+                    id
+                }
             };
-            if it.first {
-                it.score = it.score.max(0.5);
+            out.push((u.first as u32, u.end as u32, id));
+        }
+        let out: Box<[(u32, u32, u32)]> = out.into_boxed_slice();
+        self.msgs[mid as usize].units = Some(out.clone());
+        out
+    }
+
+    /// Each item's best unit similarity to the question (0 for a line in no unit), and how
+    /// many units were compared. Units not yet embedded by this model are embedded in one
+    /// call through the packer's content cache.
+    fn unit_scores(
+        &mut self,
+        ctx: &Ctx,
+        e: &dyn Embedder,
+        qv: &[f32],
+    ) -> Result<(Vec<f64>, usize), String> {
+        if self.unit_model != e.model_id() {
+            for u in &mut self.units {
+                u.vec = None;
+            }
+            self.unit_model = e.model_id().to_owned();
+        }
+        let per_msg: Vec<Box<[(u32, u32, u32)]>> =
+            ctx.old_msg.iter().map(|&mid| self.units_of(mid)).collect();
+        let mut missing: Vec<u32> = per_msg
+            .iter()
+            .flat_map(|u| u.iter().map(|x| x.2))
+            .filter(|&id| self.units[id as usize].vec.is_none())
+            .collect();
+        missing.sort_unstable();
+        missing.dedup();
+        if !missing.is_empty() {
+            let texts: Vec<&str> = missing
+                .iter()
+                .map(|&id| &*self.units[id as usize].text)
+                .collect();
+            let vecs = self
+                .embed_cache
+                .embed(e, &texts, EmbedKind::Passage)
+                .map_err(|err| err.to_string())?;
+            for (&id, v) in missing.iter().zip(vecs) {
+                self.units[id as usize].vec = Some(v);
             }
         }
-        Ok(blocks.len())
+        let mut usem = vec![0.0f64; ctx.items.len()];
+        let mut compared = 0;
+        let mut ix = 0;
+        for (k, &mid) in ctx.old_msg.iter().enumerate() {
+            for &(first, end, id) in per_msg[k].iter() {
+                let v = self.units[id as usize].vec.as_deref().unwrap_or(&[]);
+                let s = f64::from(crate::units::dot(qv, v));
+                compared += 1;
+                for u in &mut usem[ix + first as usize..ix + end as usize] {
+                    *u = u.max(s);
+                }
+            }
+            ix += self.msgs[mid as usize].lines.len();
+        }
+        let c = self.opts.sem_unit_context;
+        if c > 0.0 {
+            self.spread_to_neighbours(ctx, &mut usem, c);
+        }
+        Ok((usem, compared))
+    }
+
+    /// A message's best unit score, times `c`, lifts the lines of the messages next to it: in
+    /// a dialogue the answer follows the turn that shares the question's meaning, and a tool
+    /// result the call or narration that names it.
+    fn spread_to_neighbours(&self, ctx: &Ctx, usem: &mut [f64], c: f64) {
+        let mut spans = Vec::with_capacity(ctx.old_msg.len());
+        let mut ix = 0;
+        for &mid in &ctx.old_msg {
+            let nl = self.msgs[mid as usize].lines.len();
+            spans.push(ix..ix + nl);
+            ix += nl;
+        }
+        let best: Vec<f64> = spans
+            .iter()
+            .map(|r| usem[r.clone()].iter().copied().fold(0.0, f64::max))
+            .collect();
+        for (k, r) in spans.iter().enumerate() {
+            let prev = if k > 0 { best[k - 1] } else { 0.0 };
+            let next = best.get(k + 1).copied().unwrap_or(0.0);
+            let lift = c * prev.max(next);
+            for u in &mut usem[r.clone()] {
+                *u = u.max(lift);
+            }
+        }
     }
 
     /// Dedup over the whole history, the verbatim head and tail included: what already
@@ -980,8 +1209,8 @@ impl Packer {
         };
         let mut sel = LineSelection::start(ctx.budget, ctx.used, ctx.items.len(), o);
         // What the question names is never evicted (bounded by pin_max).
-        let pinned = if o.pin_query_terms {
-            self.pin_lines_naming_the_question(&mut ctx.items, &mut sel)
+        let pinned = if o.pin_query_terms && (o.pin_hybrid || !ctx.hybrid) {
+            self.pin_lines_naming_the_question(&mut ctx.items, &mut sel, ctx.hybrid)
         } else {
             0
         };
@@ -1011,10 +1240,24 @@ impl Packer {
 
     /// Keep the best-scored lines that name a query term (`q_hit`, not duplicates), at most
     /// `pin_max`, while they fit the budget; marks them `pin` and returns how many were.
-    fn pin_lines_naming_the_question(&self, items: &mut [Item], sel: &mut LineSelection) -> usize {
+    ///
+    /// In the hybrid path (`pin_hybrid`) a line must also reach `pin_hybrid_min_bm` of the
+    /// best BM25 score: one common word shared with the question is no reason to keep a line
+    /// ahead of one that says what the question asks in other words.
+    fn pin_lines_naming_the_question(
+        &self,
+        items: &mut [Item],
+        sel: &mut LineSelection,
+        hybrid: bool,
+    ) -> usize {
         let mut pinned = 0;
+        let floor = if hybrid {
+            items.iter().map(|it| it.bm).fold(0.0, f64::max) * self.opts.pin_hybrid_min_bm
+        } else {
+            0.0
+        };
         let mut cands: Vec<usize> = (0..items.len())
-            .filter(|&i| items[i].q_hit && !items[i].dup)
+            .filter(|&i| items[i].q_hit && !items[i].dup && items[i].bm >= floor)
             .collect();
         sort_by_score_descending(items, &mut cands);
         cands.truncate(self.opts.pin_max);
@@ -1186,6 +1429,7 @@ impl Packer {
                 PackedMessage {
                     role: "system".into(),
                     content: m,
+                    ts: None,
                 },
             );
         }
@@ -1229,6 +1473,7 @@ impl Packer {
             out.packed.push(PackedMessage {
                 role: history[ctx.old[k]].role.clone(),
                 content: kept.lines.join("\n"),
+                ts: self.time_of(&history[ctx.old[k]]),
             });
         }
         if run > 0 {

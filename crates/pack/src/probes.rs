@@ -185,12 +185,28 @@ pub fn judge(probe: &Probe, session: &str, packed: &Packed, budget: usize) -> Pr
     let text = normalize(&packed_text(packed));
     let has = |s: &String| text.contains(normalize(s).as_str());
     let passed = probe.expect.iter().all(has) && !probe.absent.iter().any(has);
+    // The date is kept when the text names it, or when a message that holds an expected value
+    // carries its time and that time falls on the date.
+    let dated = |day: &String| {
+        has(day)
+            || packed.messages.iter().any(|m| {
+                let on_day =
+                    m.ts.and_then(crate::dates::date_of_ms)
+                        .is_some_and(|d| d.to_string() == *day);
+                let content = normalize(&m.content);
+                on_day
+                    && probe
+                        .expect
+                        .iter()
+                        .any(|e| content.contains(normalize(e).as_str()))
+            })
+    };
     ProbeResult {
         session: session.to_owned(),
         question: probe.q.clone(),
         passed,
         old_kept: probe.tags.old.iter().any(has),
-        date_kept: passed && probe.tags.date.as_ref().is_some_and(has),
+        date_kept: passed && probe.tags.date.as_ref().is_some_and(dated),
         output_tokens: crate::output_tokens(&packed.messages),
         budget,
         tags: probe.tags.clone(),
@@ -279,6 +295,7 @@ mod tests {
                 .map(|t| PackedMessage {
                     role: "user".into(),
                     content: (*t).into(),
+                    ts: None,
                 })
                 .collect(),
             stats: PackStats::default(),
@@ -312,6 +329,12 @@ mod tests {
         );
         let r = judge(&probe, "s", &packed(&["vuelo TP1027"]), 100);
         assert!(!r.passed && r.old_kept && !r.date_kept);
+        // The time of the message holding the value dates it; another message's does not.
+        let mut p = packed(&["lo de siempre", "el vuelo IB3106"]);
+        p.messages[0].ts = Some(1_774_000_000_000); // 2026-03-20
+        assert!(!judge(&probe, "s", &p, 100).date_kept);
+        p.messages[1].ts = Some(1_774_000_000_000);
+        assert!(judge(&probe, "s", &p, 100).date_kept);
     }
 
     #[test]

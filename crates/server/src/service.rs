@@ -201,6 +201,9 @@ pub struct IndexOutput {
 pub struct PackedMessageOut {
     pub role: String,
     pub content: String,
+    /// The input message's time (epoch milliseconds), when it had one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ts: Option<i64>,
 }
 
 /// The result of `bib_pack` / `POST /pack`.
@@ -1330,6 +1333,7 @@ impl Service {
                 .map(|m| PackedMessageOut {
                     role: m.role,
                     content: m.content,
+                    ts: m.ts,
                 })
                 .collect(),
             stats: serde_json::to_value(&packed.stats)
