@@ -695,6 +695,20 @@ mod tests {
         (Q8Rows::quantize(&x, inp), w, bias, want)
     }
 
+    /// `x · wᵀ + bias` on one thread and split over two.
+    fn on_one_and_two_threads(
+        kernel: Kernel,
+        x: &Q8Rows,
+        w: &QMatrix,
+        bias: &[f32],
+        len: usize,
+    ) -> (Vec<f32>, Vec<f32>) {
+        let (mut one, mut two) = (vec![0f32; len], vec![0f32; len]);
+        matmul(kernel, x, w, bias, &mut one);
+        matmul_par(kernel, x, w, bias, &mut two);
+        (one, two)
+    }
+
     #[test]
     fn both_kernels_give_the_same_bits_and_approximate_the_float_product() {
         for (rows, out, inp, seed) in [
@@ -739,10 +753,7 @@ mod tests {
             let mut one = vec![0f32; rows * out];
             matmul(Kernel::Portable, &x, &w, &bias, &mut one);
             for kernel in [Kernel::detect(), Kernel::Portable] {
-                let mut a = vec![0f32; rows * out];
-                let mut b = vec![0f32; rows * out];
-                matmul(kernel, &x, &w, &bias, &mut a);
-                matmul_par(kernel, &x, &w, &bias, &mut b);
+                let (a, b) = on_one_and_two_threads(kernel, &x, &w, &bias, rows * out);
                 assert_eq!(a, one, "{rows}×{out}×{inp} {kernel:?}");
                 assert_eq!(b, one, "{rows}×{out}×{inp} {kernel:?} in parallel");
             }
@@ -763,10 +774,7 @@ mod tests {
             let q = Q8Rows::quantize(&x, inp);
             let mut outs = Vec::new();
             for kernel in [Kernel::detect(), Kernel::Portable] {
-                let mut a = vec![0f32; rows * out];
-                let mut b = vec![0f32; rows * out];
-                matmul(kernel, &q, &w, &bias, &mut a);
-                matmul_par(kernel, &q, &w, &bias, &mut b);
+                let (a, b) = on_one_and_two_threads(kernel, &q, &w, &bias, rows * out);
                 assert_eq!(a, b, "{rows}×{out}×{inp} {kernel:?} in parallel");
                 outs.push(a);
             }
