@@ -1026,10 +1026,10 @@ impl Packer {
         Ok(blocks.len())
     }
 
-    /// The units of message `mid`, built (and their texts interned) on first use.
-    fn units_of(&mut self, mid: u32) -> Box<[(u32, u32, u32)]> {
-        if let Some(u) = &self.msgs[mid as usize].units {
-            return u.clone();
+    /// Build the units of message `mid` (interning their texts) unless it has them.
+    fn build_units(&mut self, mid: u32) {
+        if self.msgs[mid as usize].units.is_some() {
+            return;
         }
         let line_ids = self.msgs[mid as usize].lines.clone();
         let texts: Vec<&str> = line_ids
@@ -1054,9 +1054,12 @@ impl Packer {
             };
             out.push((u.first as u32, u.end as u32, id));
         }
-        let out: Box<[(u32, u32, u32)]> = out.into_boxed_slice();
-        self.msgs[mid as usize].units = Some(out.clone());
-        out
+        self.msgs[mid as usize].units = Some(out.into_boxed_slice());
+    }
+
+    /// The units of message `mid` ([`Packer::build_units`] has run for it).
+    fn units_of(&self, mid: u32) -> &[(u32, u32, u32)] {
+        self.msgs[mid as usize].units.as_deref().unwrap_or(&[])
     }
 
     /// Each item's best unit similarity to the question (0 for a line in no unit), and how
@@ -1074,11 +1077,13 @@ impl Packer {
             }
             self.unit_model = e.model_id().to_owned();
         }
-        let per_msg: Vec<Box<[(u32, u32, u32)]>> =
-            ctx.old_msg.iter().map(|&mid| self.units_of(mid)).collect();
-        let mut missing: Vec<u32> = per_msg
+        for &mid in &ctx.old_msg {
+            self.build_units(mid);
+        }
+        let mut missing: Vec<u32> = ctx
+            .old_msg
             .iter()
-            .flat_map(|u| u.iter().map(|x| x.2))
+            .flat_map(|&mid| self.units_of(mid).iter().map(|x| x.2))
             .filter(|&id| self.units[id as usize].vec.is_none())
             .collect();
         missing.sort_unstable();
@@ -1099,8 +1104,8 @@ impl Packer {
         let mut usem = vec![0.0f64; ctx.items.len()];
         let mut compared = 0;
         let mut ix = 0;
-        for (k, &mid) in ctx.old_msg.iter().enumerate() {
-            for &(first, end, id) in per_msg[k].iter() {
+        for &mid in &ctx.old_msg {
+            for &(first, end, id) in self.units_of(mid) {
                 let v = self.units[id as usize].vec.as_deref().unwrap_or(&[]);
                 let s = f64::from(crate::units::dot(qv, v));
                 compared += 1;
