@@ -628,10 +628,7 @@ impl<'a> TensorDirectory<'a> {
             hidden,
             heads,
             ff: shape.ff,
-            isa: match self.products {
-                Products::Int8(Kernel::Portable) => Isa::Base,
-                _ => Isa::detect(),
-            },
+            isa: Isa::for_products(self.products),
             max_pos,
             eps,
             word,

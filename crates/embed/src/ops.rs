@@ -44,6 +44,15 @@ impl Isa {
         Isa::Base
     }
 
+    /// The element-wise code that goes with `products`: the baseline when the portable integer
+    /// kernel is forced (so the whole pass is the fallback's), else the widest this CPU runs.
+    pub fn for_products(products: crate::qgemm::Products) -> Self {
+        match products {
+            crate::qgemm::Products::Int8(crate::qgemm::Kernel::Portable) => Isa::Base,
+            _ => Isa::detect(),
+        }
+    }
+
     /// `self` if this CPU runs it, else the baseline.
     fn checked(self) -> Self {
         match (self, Isa::detect()) {

@@ -378,20 +378,15 @@ impl Weights {
         scale.copy_from_slice(&take("scale", &[NUM_CHUNKS])?);
         let mut lo = [0f32; NUM_CHUNKS];
         lo.copy_from_slice(&take("lo", &[NUM_CHUNKS])?);
-        let (int8, isa) = match products {
-            Products::Int8(kernel) => (
-                Some(stored.unwrap_or_else(|| {
-                    let [a, b, c] = &w1;
-                    let [d, e, f] = &w2;
-                    Int8::quantize(kernel, [&proj_w.w, &a.w, &b.w, &c.w, &d.w, &e.w, &f.w])
-                })),
-                match kernel {
-                    Kernel::Portable => Isa::Base,
-                    Kernel::Vnni => Isa::detect(),
-                },
-            ),
-            Products::F32 => (None, Isa::detect()),
+        let int8 = match products {
+            Products::Int8(kernel) => Some(stored.unwrap_or_else(|| {
+                let [a, b, c] = &w1;
+                let [d, e, f] = &w2;
+                Int8::quantize(kernel, [&proj_w.w, &a.w, &b.w, &c.w, &d.w, &e.w, &f.w])
+            })),
+            Products::F32 => None,
         };
+        let isa = Isa::for_products(products);
         Ok(Self {
             table,
             scale,
