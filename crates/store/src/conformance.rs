@@ -30,6 +30,7 @@ pub fn run_all(make: Factory<'_>) {
         ),
         ("remove_documents", remove_documents),
         ("bm25_equals_in_memory_index", bm25_equals_in_memory_index),
+        ("batched_changes", batched_changes),
         (
             "term_function_recorded_and_switched",
             term_function_recorded_and_switched,
@@ -319,6 +320,30 @@ fn invalid_change_changes_nothing(s: &dyn Store) {
     assert_eq!(s.chunk_states().unwrap(), before);
     assert_eq!(s.documents().unwrap().len(), 1);
     assert_coherent(s, "after rejected changes");
+}
+
+/// `apply_documents` writes what the same changes one by one would (BM25 included), and a
+/// batch holding an invalid change is refused without losing what was stored before.
+fn batched_changes(s: &dyn Store) {
+    let changes: Vec<DocumentChange> = corpus()
+        .into_iter()
+        .map(|(p, chunks, meta)| sample_change_meta(p, &chunks, meta))
+        .collect();
+    let outs = s.apply_documents(&changes).unwrap();
+    assert_eq!(outs.len(), changes.len());
+    assert!(outs.iter().all(|o| o.document_created));
+    assert_eq!(s.documents().unwrap().len(), changes.len());
+    for q in QUERIES {
+        check_bm25(s, q);
+    }
+    let before = s.chunk_states().unwrap();
+    let mut bad = sample_change("zz.md", &["x"]);
+    bad.upserts[0].embedding[0] = f32::NAN;
+    let err = s.apply_documents(&[bad]).unwrap_err();
+    assert!(err.to_string().contains("zz.md"), "{err}");
+    assert_eq!(s.chunk_states().unwrap(), before);
+    assert!(s.apply_documents(&[]).unwrap().is_empty());
+    assert_coherent(s, "after batched changes");
 }
 
 fn remove_documents(s: &dyn Store) {

@@ -12,13 +12,14 @@
 //! memory after the first query and reloads when the database changed (own writes or another
 //! connection's commits, seen through `PRAGMA data_version`).
 
+use crate::lexical::{top_bm25, PostingSource};
 use crate::rows::{now_ms, parse_json, to_u32};
+use crate::vector_index::{IndexBuilder, VectorIndex, DEFAULT_EXACT_BUDGET};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use bib_text::bm25::{idf, tf_factor, Bm25Params};
 use bib_text::terms::{term_counts_with, terms_with, TermConfig};
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
 use serde_json::Value;
@@ -201,11 +202,10 @@ fn migrate_v1(conn: &Connection) -> rusqlite::Result<()> {
     result
 }
 
-/// Vectors held in memory for exact search.
+/// The vector index held in memory, with the database version it was read at.
 struct VectorCache {
     version: (i64, u64),
-    /// (chunk id, node id, unit vector)
-    rows: Vec<(ChunkId, NodeId, Vec<f32>)>,
+    index: VectorIndex,
 }
 
 /// The SQLite store. Cheap to share behind an `Arc`; one connection, serialised by a mutex.
@@ -268,14 +268,6 @@ fn blob_to_vec(b: &[u8]) -> Result<Vec<f32>, StoreError> {
     Ok(b.chunks_exact(4)
         .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
         .collect())
-}
-
-fn unit(v: &[f32]) -> Vec<f32> {
-    let n: f32 = v.iter().map(|x| x * x).sum::<f32>().sqrt();
-    if n == 0.0 || !n.is_finite() {
-        return vec![0.0; v.len()];
-    }
-    v.iter().map(|x| x / n).collect()
 }
 
 impl SqliteStore {
@@ -384,11 +376,14 @@ impl SqliteStore {
                 ));
             }
         }
-        // A 64 MiB page cache and 256 MiB of memory-mapped reads: the postings B-tree of a
-        // 100k-chunk base is hundreds of MiB, and SQLite's 2 MiB default turns every insert
-        // into a disk read. WAL checkpoints every ~40 MiB instead of 4 MiB (fewer fsyncs).
+        // A page cache of up to 256 MiB and 256 MiB of memory-mapped reads: the postings
+        // B-tree of a 100k-chunk base is hundreds of MiB (of a million-chunk one, gigabytes),
+        // and a bulk write touches the last leaf of every term it holds — tens of thousands
+        // of pages — so SQLite's 2 MiB default turns every insert into a disk read. The cache
+        // only grows to what a connection touches, so small bases never use it. WAL
+        // checkpoints every ~40 MiB instead of 4 MiB (fewer fsyncs).
         conn.execute_batch(
-            "PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON; PRAGMA cache_size=-65536; \
+            "PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON; PRAGMA cache_size=-262144; \
              PRAGMA mmap_size=268435456; PRAGMA temp_store=MEMORY; \
              PRAGMA wal_autocheckpoint=10000;",
         )
@@ -569,6 +564,27 @@ impl SqliteStore {
             .collect()
     }
 
+    /// The stored vectors of `ids` (in the order asked; unknown ids skipped).
+    fn stored_vectors(
+        conn: &Connection,
+        ids: &[ChunkId],
+    ) -> Result<Vec<(ChunkId, Vec<f32>)>, StoreError> {
+        let mut stmt = conn
+            .prepare_cached("SELECT embedding FROM chunks WHERE id = ?1")
+            .map_err(StoreError::sqlite("get vectors"))?;
+        let mut out = Vec::new();
+        for id in ids {
+            let blob: Option<Vec<u8>> = stmt
+                .query_row(params![id], |r| r.get(0))
+                .optional()
+                .map_err(StoreError::sqlite("get vectors"))?;
+            if let Some(b) = blob {
+                out.push((*id, blob_to_vec(&b)?));
+            }
+        }
+        Ok(out)
+    }
+
     fn load_vectors(&self, conn: &Connection) -> Result<Arc<VectorCache>, StoreError> {
         let version = self.version(conn)?;
         {
@@ -583,14 +599,20 @@ impl SqliteStore {
             .prepare_cached("SELECT id, node_id, embedding FROM chunks ORDER BY id")
             .map_err(StoreError::sqlite("load vectors"))?;
         let mut rows = stmt.query([]).map_err(StoreError::sqlite("load vectors"))?;
-        let mut out = Vec::new();
+        let mut index = IndexBuilder::new(DEFAULT_EXACT_BUDGET);
         while let Some(r) = rows.next().map_err(StoreError::sqlite("load vectors"))? {
             let id: i64 = r.get(0).map_err(StoreError::sqlite("load vectors"))?;
             let node: i64 = r.get(1).map_err(StoreError::sqlite("load vectors"))?;
-            let blob: Vec<u8> = r.get(2).map_err(StoreError::sqlite("load vectors"))?;
-            out.push((id, node, unit(&blob_to_vec(&blob)?)));
+            let blob = r
+                .get_ref(2)
+                .and_then(|v| v.as_blob().map_err(Into::into))
+                .map_err(StoreError::sqlite("load vectors"))?;
+            index.push(id, node, &blob_to_vec(blob)?);
         }
-        let cache = Arc::new(VectorCache { version, rows: out });
+        let cache = Arc::new(VectorCache {
+            version,
+            index: index.finish(),
+        });
         *self.vectors.lock().unwrap_or_else(|p| p.into_inner()) = Some(cache.clone());
         Ok(cache)
     }
@@ -1069,6 +1091,65 @@ impl SqliteStore {
     }
 }
 
+/// The postings table read by [`top_bm25`].
+struct SqlitePostings<'c> {
+    conn: &'c Connection,
+}
+
+impl PostingSource for SqlitePostings<'_> {
+    type Error = StoreError;
+
+    fn doc_freq(&mut self, term: &str) -> Result<u64, StoreError> {
+        let n: i64 = self
+            .conn
+            .prepare_cached("SELECT count(*) FROM postings WHERE term = ?1")
+            .and_then(|mut st| st.query_row(params![term], |r| r.get(0)))
+            .map_err(StoreError::sqlite("bm25 document frequency"))?;
+        Ok(n.max(0) as u64)
+    }
+
+    fn scan(
+        &mut self,
+        term: &str,
+        each: &mut dyn FnMut(ChunkId, NodeId, u32, u32),
+    ) -> Result<(), StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT chunk_id, node_id, tf, dl FROM postings WHERE term = ?1")
+            .map_err(StoreError::sqlite("bm25"))?;
+        let mut rows = stmt
+            .query(params![term])
+            .map_err(StoreError::sqlite("bm25"))?;
+        while let Some(r) = rows.next().map_err(StoreError::sqlite("bm25"))? {
+            let get = |i| r.get::<_, i64>(i).map_err(StoreError::sqlite("bm25"));
+            each(get(0)?, get(1)?, to_u32(get(2)?), to_u32(get(3)?));
+        }
+        Ok(())
+    }
+
+    fn lookup(
+        &mut self,
+        term: &str,
+        chunks: &[ChunkId],
+        each: &mut dyn FnMut(ChunkId, u32, u32),
+    ) -> Result<(), StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT tf, dl FROM postings WHERE term = ?1 AND chunk_id = ?2")
+            .map_err(StoreError::sqlite("bm25 lookup"))?;
+        for &c in chunks {
+            let row: Option<(i64, i64)> = stmt
+                .query_row(params![term, c], |r| Ok((r.get(0)?, r.get(1)?)))
+                .optional()
+                .map_err(StoreError::sqlite("bm25 lookup"))?;
+            if let Some((tf, dl)) = row {
+                each(c, to_u32(tf), to_u32(dl));
+            }
+        }
+        Ok(())
+    }
+}
+
 impl VectorsByHash for SqliteStore {
     fn cached_vectors(
         &self,
@@ -1191,6 +1272,24 @@ impl Store for SqliteStore {
         Ok(out)
     }
 
+    fn apply_documents(&self, changes: &[DocumentChange]) -> Result<Vec<ApplyOutcome>, StoreError> {
+        for c in changes {
+            c.validate()?;
+        }
+        let mut conn = self.conn();
+        let tx = conn
+            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
+            .map_err(StoreError::sqlite("begin"))?;
+        let terms = Self::read_terms(&tx, &self.location)?;
+        let out = changes
+            .iter()
+            .map(|c| Self::apply_in(&tx, c, &terms))
+            .collect::<Result<Vec<_>, _>>()?;
+        tx.commit().map_err(StoreError::sqlite("commit"))?;
+        self.wrote();
+        Ok(out)
+    }
+
     fn remove_documents(&self, paths: &[String]) -> Result<u64, StoreError> {
         if paths.is_empty() {
             return Ok(0);
@@ -1291,21 +1390,7 @@ impl Store for SqliteStore {
     }
 
     fn get_vectors(&self, ids: &[ChunkId]) -> Result<Vec<(ChunkId, Vec<f32>)>, StoreError> {
-        let conn = self.conn();
-        let mut stmt = conn
-            .prepare_cached("SELECT embedding FROM chunks WHERE id = ?1")
-            .map_err(StoreError::sqlite("get vectors"))?;
-        let mut out = Vec::new();
-        for id in ids {
-            let blob: Option<Vec<u8>> = stmt
-                .query_row(params![id], |r| r.get(0))
-                .optional()
-                .map_err(StoreError::sqlite("get vectors"))?;
-            if let Some(b) = blob {
-                out.push((*id, blob_to_vec(&b)?));
-            }
-        }
-        Ok(out)
+        Self::stored_vectors(&self.conn(), ids)
     }
 
     fn bm25_search(
@@ -1335,40 +1420,8 @@ impl Store for SqliteStore {
             total_len: total.max(0) as u64,
             terms: 0,
         };
-        let avg = stats.avg_len();
-        let params_bm25 = Bm25Params::default();
-        let mut stmt = conn
-            .prepare_cached("SELECT chunk_id, node_id, tf, dl FROM postings WHERE term = ?1")
-            .map_err(StoreError::sqlite("bm25"))?;
-        let mut scores: HashMap<ChunkId, f64> = HashMap::new();
-        let mut rows_buf: Vec<(i64, i64, i64, i64)> = Vec::new();
-        for t in &q {
-            rows_buf.clear();
-            let rows = stmt
-                .query_map(params![t], |r| {
-                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
-                })
-                .map_err(StoreError::sqlite("bm25"))?;
-            for row in rows {
-                rows_buf.push(row.map_err(StoreError::sqlite("bm25"))?);
-            }
-            if rows_buf.is_empty() {
-                continue;
-            }
-            let w = idf(stats.chunks as usize, rows_buf.len());
-            for &(cid, node, tf, dl) in &rows_buf {
-                if let Some(a) = &allowed {
-                    if !a.contains(&node) {
-                        continue;
-                    }
-                }
-                let s = w * tf_factor(tf as f64, dl as f64, avg, params_bm25);
-                *scores.entry(cid).or_insert(0.0) += s;
-            }
-        }
-        let mut scored: Vec<(ChunkId, f64)> = scores.into_iter().collect();
-        scored.sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-        scored.truncate(limit);
+        let mut postings = SqlitePostings { conn: &conn };
+        let scored = top_bm25(&mut postings, &q, stats, limit, allowed.as_ref())?;
         Ok(Self::hits_from(scored))
     }
 
@@ -1384,30 +1437,9 @@ impl Store for SqliteStore {
         let conn = self.conn();
         let allowed = Self::allowed_nodes(&conn, filter)?;
         let cache = self.load_vectors(&conn)?;
-        let q = unit(query);
-        let mut scored: Vec<(ChunkId, f64)> = Vec::new();
-        for (id, node, v) in &cache.rows {
-            if v.len() != q.len() {
-                continue;
-            }
-            if let Some(a) = &allowed {
-                if !a.contains(node) {
-                    continue;
-                }
-            }
-            let dot: f32 = v.iter().zip(&q).map(|(a, b)| a * b).sum();
-            scored.push((*id, f64::from(dot)));
-        }
-        let k = limit.min(scored.len());
-        if k == 0 {
-            return Ok(Vec::new());
-        }
-        let cmp = |a: &(ChunkId, f64), b: &(ChunkId, f64)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
-        if k < scored.len() {
-            scored.select_nth_unstable_by(k - 1, cmp);
-            scored.truncate(k);
-        }
-        scored.sort_unstable_by(cmp);
+        let scored = cache.index.search(query, limit, allowed.as_ref(), |ids| {
+            Self::stored_vectors(&conn, ids)
+        })?;
         Ok(Self::hits_from(scored))
     }
 

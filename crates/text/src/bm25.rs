@@ -33,6 +33,13 @@ pub fn tf_factor(tf: f64, doc_len: f64, avg_doc_len: f64, p: Bm25Params) -> f64 
     tf * (p.k1 + 1.0) / (tf + p.k1 * (1.0 - p.b + p.b * doc_len / avg))
 }
 
+/// The least upper bound of [`tf_factor`] over every term frequency and document length:
+/// `k1 + 1` (approached as `tf` grows). What a term can add to a score at most, per unit of
+/// IDF — the bound top-k pruning skips postings by.
+pub fn max_tf_factor(p: Bm25Params) -> f64 {
+    p.k1 + 1.0
+}
+
 /// An in-memory BM25 index over a list of documents (already split into terms).
 #[derive(Debug, Clone)]
 pub struct Bm25Index {
@@ -121,6 +128,17 @@ mod tests {
         assert!(idf(10, 1) > idf(10, 5));
         assert!(idf(10, 10) > 0.0);
         assert!((idf(1, 0) - (1.0f64 + 1.5 / 0.5).ln()).abs() < 1e-12);
+    }
+
+    #[test]
+    fn tf_factor_stays_below_its_bound() {
+        let p = Bm25Params::default();
+        for tf in [1.0, 3.0, 50.0, 1e6] {
+            for dl in [1.0, 10.0, 1000.0] {
+                assert!(tf_factor(tf, dl, 10.0, p) < max_tf_factor(p));
+            }
+        }
+        assert!(tf_factor(1e9, 1.0, 10.0, p) > 0.999 * max_tf_factor(p));
     }
 
     #[test]
