@@ -3,7 +3,7 @@
 use std::time::Instant;
 
 use bib_embed::{EmbedKind, Embedder};
-use bib_text::tokens::estimate_tokens;
+use bib_text::tokens::{estimate_tokens, TokenCounter};
 use serde::{Deserialize, Serialize};
 
 use crate::cache::EmbeddingCache;
@@ -420,14 +420,15 @@ impl<'a> Retriever<'a> {
     ) -> Result<Filled, RetrieveError> {
         let mut answer: Vec<ScoredChunk> = Vec::new();
         let mut originals: Vec<String> = Vec::new();
-        let mut baseline: Vec<String> = Vec::new();
+        let mut baseline: Vec<Untrimmed> = Vec::new();
         let (mut dropped, mut next) = (0, 0);
         let cfg = self.index.term_config()?;
         while answer.len() < top_k && next < hits.len() {
             let end = (next + top_k - answer.len()).min(hits.len());
             let batch = self.fetch(&hits[next..end])?;
             if next == 0 {
-                baseline = batch.iter().map(|c| c.text.clone()).collect();
+                let model = Some(embedder.model_id());
+                baseline = batch.iter().map(|c| Untrimmed::of(c, model)).collect();
             }
             next = end;
             let texts: Vec<&str> = originals
@@ -535,10 +536,12 @@ impl<'a> Retriever<'a> {
             None => {
                 let answer = self.fetch(&hits)?;
                 let originals: Vec<String> = answer.iter().map(|c| c.text.clone()).collect();
+                let model = self.embedder.map(|e| e.model_id());
+                let baseline = answer.iter().map(|c| Untrimmed::of(c, model)).collect();
                 timings.search_ms = ms(t);
                 Filled {
                     answer,
-                    baseline: originals.clone(),
+                    baseline,
                     originals,
                     dropped: 0,
                     trimmed: false,
@@ -572,9 +575,9 @@ impl<'a> Retriever<'a> {
         } = filled;
         let tokenizer = self.embedder.map(|e| e.tokenizer());
         // Before = the untrimmed top-k, what the answer would be without trimming.
-        let tokens_before = baseline.iter().map(|c| estimate_tokens(c)).sum();
+        let tokens_before = baseline.iter().map(|c| estimate_tokens(&c.text)).sum();
         let exact_tokens_before =
-            tokenizer.map(|tk| baseline.iter().map(|c| tk.count_tokens(c)).sum());
+            tokenizer.map(|tk| baseline.iter().map(|c| c.exact_tokens(tk)).sum());
         let floor = self.embedder.and_then(|e| floor_for(e.model_id()));
         let texts: Vec<&str> = originals.iter().map(String::as_str).collect();
         let coverage = term_coverage(query, &texts, &self.index.term_config()?);
@@ -631,15 +634,42 @@ struct TokenAccounting {
     relevance: Relevance,
 }
 
+/// One result as the store holds it: its text and, when the store's count is of this text
+/// with this model's tokenizer, that count.
+struct Untrimmed {
+    text: String,
+    model_tokens: Option<usize>,
+}
+
+impl Untrimmed {
+    /// `c` before trimming. Ingest stores each chunk's exact token count of its indexed text
+    /// (`tokens_model`, next to `tokens_estimate` of the same text); reusing it saves a
+    /// tokenizer pass over every result of every ask — a sixth of a server's CPU.
+    fn of(c: &ScoredChunk, model_id: Option<&str>) -> Self {
+        let counted_here = c.chunk.tokens_model > 0
+            && model_id == Some(c.chunk.model_id.as_str())
+            && c.chunk.tokens_estimate as usize == estimate_tokens(&c.text);
+        Untrimmed {
+            text: c.text.clone(),
+            model_tokens: counted_here.then_some(c.chunk.tokens_model as usize),
+        }
+    }
+
+    fn exact_tokens(&self, tokenizer: &dyn TokenCounter) -> usize {
+        self.model_tokens
+            .unwrap_or_else(|| tokenizer.count_tokens(&self.text))
+    }
+}
+
 /// What [`Retriever::retrieve`] answers before token accounting.
 struct Filled {
     /// The results, trimmed when trimming ran.
     answer: Vec<ScoredChunk>,
     /// The untrimmed text of each result.
     originals: Vec<String>,
-    /// The untrimmed text of the plain top-k (what the answer would be without trimming):
+    /// The plain top-k, untrimmed (what the answer would be without trimming):
     /// `tokens_before` counts it.
-    baseline: Vec<String>,
+    baseline: Vec<Untrimmed>,
     /// Results dropped because trimming kept nothing of them.
     dropped: usize,
     /// Whether trimming ran (the results' texts are then what it kept).
@@ -828,6 +858,56 @@ mod tests {
     use crate::cache::tests::FakeEmbedder;
     use crate::index::MemoryIndex;
     use serde_json::json;
+
+    /// A result's exact token count comes from the store when the store counted this very
+    /// text with this model, and from the tokenizer otherwise.
+    #[test]
+    fn stored_token_counts_are_used_only_for_the_text_they_count() {
+        let text = "[Doc: A]\nThe cat sleeps all day.";
+        let chunk = ChunkRecord {
+            model_id: "m".into(),
+            tokens_model: 1234,
+            tokens_estimate: estimate_tokens(text) as u32,
+            ..ChunkRecord::default()
+        };
+        let scored = |text: &str, chunk: ChunkRecord| ScoredChunk {
+            chunk,
+            text: text.into(),
+            score: 0.0,
+            bm25: None,
+            vector: None,
+            trim: None,
+            explain: Explain::default(),
+        };
+        let counter = bib_text::tokens::EstimateCounter;
+        let c = scored(text, chunk.clone());
+        assert_eq!(Untrimmed::of(&c, Some("m")).exact_tokens(&counter), 1234);
+        let counted = counter.count_tokens(text);
+        assert_eq!(
+            Untrimmed::of(&c, Some("other")).exact_tokens(&counter),
+            counted
+        );
+        assert_eq!(Untrimmed::of(&c, None).exact_tokens(&counter), counted);
+        let other_text = scored(
+            "[Doc: A]\nSomething else, and longer than that.",
+            chunk.clone(),
+        );
+        assert_ne!(
+            Untrimmed::of(&other_text, Some("m")).exact_tokens(&counter),
+            1234
+        );
+        let unknown = scored(
+            text,
+            ChunkRecord {
+                tokens_model: 0,
+                ..chunk
+            },
+        );
+        assert_eq!(
+            Untrimmed::of(&unknown, Some("m")).exact_tokens(&counter),
+            counted
+        );
+    }
 
     fn index(e: &FakeEmbedder) -> MemoryIndex {
         let docs = [

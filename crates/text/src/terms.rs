@@ -278,19 +278,33 @@ pub fn term_counts_with(text: &str, cfg: &TermConfig) -> Vec<(String, u32)> {
         Stemming::None | Stemming::Prefix => &[][..],
     };
     let mut order: Vec<(String, u32)> = Vec::new();
+    // A token's terms depend on the token alone (and `cfg`, `langs`): each distinct token is
+    // analysed once — stemming is most of the cost, and prose repeats its words — and maps to
+    // the indexes in `order` of its terms.
     let mut pos: HashMap<String, usize> = HashMap::new();
+    let mut seen: HashMap<&str, std::ops::Range<usize>> = HashMap::new();
+    let mut of_token: Vec<usize> = Vec::new();
     let mut buf: Vec<String> = Vec::new();
     for tok in toks {
-        buf.clear();
-        emit_token(&mut buf, tok, cfg, langs);
-        for t in buf.drain(..) {
-            match pos.get(&t) {
-                Some(&i) => order[i].1 += 1,
-                None => {
-                    pos.insert(t.clone(), order.len());
-                    order.push((t, 1));
+        let range = match seen.get(tok) {
+            Some(r) => r.clone(),
+            None => {
+                buf.clear();
+                emit_token(&mut buf, tok, cfg, langs);
+                let start = of_token.len();
+                for t in buf.drain(..) {
+                    let i = *pos.entry(t).or_insert_with_key(|t| {
+                        order.push((t.clone(), 0));
+                        order.len() - 1
+                    });
+                    of_token.push(i);
                 }
+                seen.insert(tok, start..of_token.len());
+                start..of_token.len()
             }
+        };
+        for &i in &of_token[range] {
+            order[i].1 += 1;
         }
     }
     order
@@ -598,6 +612,43 @@ fn stop_es() -> &'static HashSet<&'static str> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// [`term_counts_with`] without the per-token memo: every token analysed where it stands.
+    fn term_counts_unmemoized(text: &str, cfg: &TermConfig) -> Vec<(String, u32)> {
+        let lower = lower_nfc(text);
+        let toks = tokens(&lower);
+        let langs = match cfg.stem {
+            Stemming::Snowball | Stemming::Both => languages(cfg.lang, &toks),
+            Stemming::None | Stemming::Prefix => &[][..],
+        };
+        let mut order: Vec<(String, u32)> = Vec::new();
+        for tok in toks {
+            let mut buf = Vec::new();
+            emit_token(&mut buf, tok, cfg, langs);
+            for t in buf {
+                match order.iter_mut().find(|(x, _)| *x == t) {
+                    Some(e) => e.1 += 1,
+                    None => order.push((t, 1)),
+                }
+            }
+        }
+        order
+    }
+
+    proptest! {
+        /// The memo changes nothing: same terms, counts and order, under every configuration.
+        #[test]
+        fn memoized_counts_equal_token_by_token(
+            words in proptest::collection::vec(
+                "(running|runs|Canción|canciones|nuget\\.config|dotnet-cli|the|de|a/b|ÁRBOL|árboles|x)",
+                0..40),
+        ) {
+            let text = words.join(" ");
+            for cfg in [TermConfig::V1, TermConfig::V2, TermConfig::default()] {
+                prop_assert_eq!(term_counts_with(&text, &cfg), term_counts_unmemoized(&text, &cfg));
+            }
+        }
+    }
 
     fn check(cfg: &TermConfig, input: &str, expect: &[&str]) {
         let got = terms_with(input, cfg);
