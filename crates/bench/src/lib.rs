@@ -16,10 +16,12 @@ mod pack_common;
 pub mod probes;
 mod relevance;
 mod sbd;
+mod scale;
 mod scifact;
 mod serve;
 pub mod split;
 mod stores;
+mod synthetic;
 mod wiki;
 mod xquad;
 
@@ -93,6 +95,12 @@ enum Bench {
         after_help = "Examples:\n  BIB_TEST_PG_URL=postgres://bib:bib@127.0.0.1:55432/bib bib bench stores\n\nData is read from ../shared/bench/data; see BENCHMARKS.md for the full commands."
     )]
     Stores(stores::Args),
+    /// The embedded store at 100k and 1M synthetic chunks: ingest rate, disk size, index load,
+    /// BM25/vector/hybrid p50/p99, recall@10 against exact, peak RSS of `bib ask`/`bib serve`.
+    #[command(
+        after_help = "Examples:\n  bib bench scale\n  bib bench scale --chunks 100000 --no-processes\n\nStores are built once under .bib/bench-cache/scale and reused; see BENCHMARKS.md."
+    )]
+    Scale(scale::Args),
     /// Sentence-splitter throughput (MB/s) on the NuGet wikis, next to UAX #29.
     #[command(
         after_help = "Examples:\n  bib bench split\n\nData is read from ../shared/bench/data; see BENCHMARKS.md for the full commands."
@@ -123,6 +131,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Bench::Serve(a) => serve::run(a),
         Bench::Split(a) => split::run(a),
         Bench::Stores(a) => stores::run(a),
+        Bench::Scale(a) => scale::run(a),
         Bench::Wiki(a) => wiki::run(a),
         Bench::Xquad(a) => xquad::run(a),
     }

@@ -72,17 +72,22 @@ impl Drop for RemoveOnDrop {
 }
 
 /// A keep-alive HTTP/1.1 connection that sends JSON and reads `Content-Length` bodies.
-struct Conn {
+pub(crate) struct Conn {
     addr: SocketAddr,
     reader: Option<BufReader<TcpStream>>,
 }
 
 impl Conn {
-    fn new(addr: SocketAddr) -> Self {
+    pub(crate) fn new(addr: SocketAddr) -> Self {
         Self { addr, reader: None }
     }
 
-    fn post(&mut self, path: &str, body: &str, auth: bool) -> std::io::Result<(u16, Vec<u8>)> {
+    pub(crate) fn post(
+        &mut self,
+        path: &str,
+        body: &str,
+        auth: bool,
+    ) -> std::io::Result<(u16, Vec<u8>)> {
         for attempt in 0..2 {
             if self.reader.is_none() {
                 let s = TcpStream::connect(self.addr)?;

@@ -4,10 +4,8 @@
 //! Two datasets:
 //! - **SciFact** (5,183 abstracts, one chunk each, real `use-m3` vectors from the bench cache,
 //!   the 300 test claims as queries);
-//! - **synthetic** (`--synthetic N` chunks, default 100,000, ten per document): words drawn from
-//!   a Zipf-like vocabulary per topic and unit vectors scattered around one centroid per topic,
-//!   so both the lexical and the vector index see clustered, realistic-ish data. Deterministic
-//!   (fixed seed).
+//! - **synthetic** (`--synthetic N` chunks, default 100,000): [`SyntheticCorpus`], the corpus
+//!   `bib bench scale` grows to a million chunks.
 //!
 //! Per store and dataset: ingest wall time (one `apply_document` per document, as `bib ingest`
 //! does), then per query `bm25_search` (top 100), `vector_search` (top 100) and the *hybrid*
@@ -24,7 +22,8 @@ use bib_store::{DocumentChange, Filter, Hit, SqliteStore, Store};
 use bib_store_pg::{PgOptions, PgStore, VectorSearch};
 use serde_json::json;
 
-use super::ask_common::{chunk_write, scifact_embedded, EmbeddedSciFact};
+use super::ask_common::{scifact_embedded, EmbeddedSciFact};
+use super::synthetic::SyntheticCorpus;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -111,97 +110,12 @@ fn scifact(a: &Args) -> anyhow::Result<Dataset> {
     })
 }
 
-/// A pseudo-word for vocabulary entry `i` (distinct for every `i`).
-fn word(i: usize) -> String {
-    const SYL: [&str; 16] = [
-        "ka", "lo", "mi", "ne", "ru", "ta", "shi", "vo", "de", "pa", "zu", "gri", "on", "el",
-        "bra", "ti",
-    ];
-    let mut s = String::new();
-    let mut x = i + 16;
-    while x > 0 {
-        s.push_str(SYL[x % 16]);
-        x /= 16;
-    }
-    s
-}
-
-fn unit(mut v: Vec<f32>) -> Vec<f32> {
-    let n = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
-    v.iter_mut().for_each(|x| *x /= n);
-    v
-}
-
-fn gaussian(rng: &mut fastrand::Rng) -> f32 {
-    // Box–Muller.
-    let u1 = rng.f64().max(1e-12);
-    let u2 = rng.f64();
-    ((-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()) as f32
-}
-
 fn synthetic(n: usize, dims: usize, nq: usize) -> Dataset {
-    const TOPICS: usize = 200;
-    const VOCAB: usize = 50_000;
-    const PER_DOC: usize = 10;
-    let mut rng = fastrand::Rng::with_seed(0x05ee_db1b);
-    let centroids: Vec<Vec<f32>> = (0..TOPICS)
-        .map(|_| unit((0..dims).map(|_| gaussian(&mut rng)).collect()))
-        .collect();
-    let near = |rng: &mut fastrand::Rng, c: &[f32], spread: f32| -> Vec<f32> {
-        unit(
-            c.iter()
-                .map(|x| x + spread * gaussian(rng) / (dims as f32).sqrt())
-                .collect(),
-        )
-    };
-    // Zipf-like draw: index ~ VOCAB^u - 1 favours small indices; each topic shifts the vocabulary.
-    let draw = |rng: &mut fastrand::Rng, topic: usize| -> String {
-        let r = ((VOCAB as f64).powf(rng.f64()) - 1.0) as usize;
-        word((r + topic * 97) % VOCAB)
-    };
-    let mut docs = Vec::with_capacity(n.div_ceil(PER_DOC));
-    let mut made = 0usize;
-    let mut d = 0usize;
-    while made < n {
-        let topic = rng.usize(..TOPICS);
-        let count = PER_DOC.min(n - made);
-        let upserts = (0..count)
-            .map(|ci| {
-                let len = 60 + rng.usize(..120);
-                let text: Vec<String> = (0..len).map(|_| draw(&mut rng, topic)).collect();
-                chunk_write(
-                    ci as u32,
-                    format!("[Doc: synthetic {d} › part {ci}]"),
-                    text.join(" "),
-                    "synthetic",
-                    near(&mut rng, &centroids[topic], 1.5),
-                )
-            })
-            .collect();
-        docs.push(DocumentChange {
-            path: format!("synthetic/{:03}/{d}.md", d % 1000),
-            collection: String::new(),
-            title: format!("synthetic {d}"),
-            metadata: json!({"topic": topic}),
-            content_hash: format!("{d:x}"),
-            chunk_count: count as u32,
-            upserts,
-            source: None,
-        });
-        made += count;
-        d += 1;
-    }
-    let queries = (0..nq)
-        .map(|_| {
-            let topic = rng.usize(..TOPICS);
-            let text: Vec<String> = (0..6).map(|_| draw(&mut rng, topic)).collect();
-            (text.join(" "), near(&mut rng, &centroids[topic], 2.0))
-        })
-        .collect();
+    let corpus = SyntheticCorpus::new(dims, "synthetic");
     Dataset {
         name: format!("synthetic {}k", n / 1000),
-        docs,
-        queries,
+        docs: corpus.documents(n).collect(),
+        queries: corpus.queries(nq),
     }
 }
 

@@ -1,0 +1,477 @@
+//! `bib bench scale` — the embedded store from 100k to a million chunks: what each figure costs
+//! and how it grows.
+//!
+//! Per size (`--chunks`, default 100,000 and 1,000,000) one SQLite store of the
+//! [`SyntheticCorpus`] (512-d vectors recorded as the default model's, so the real `bib ask`
+//! and `bib serve` run on it) is built through `Store::apply_document` — the write path of
+//! `bib ingest` — and kept under `--dir` for the next run (`--rebuild` starts over). Then:
+//!
+//! - **ingest**: chunks/s of the build (`Store::apply_documents`, 250 documents per
+//!   transaction), and the store's size on disk;
+//! - **index load**: the first vector search of a freshly opened store (reading every vector
+//!   and building the in-memory 8-bit index);
+//! - **queries** (in this process, warm): BM25 top 100, vector top 100, and the hybrid store
+//!   path (both, reciprocal-rank fusion, the top 5 chunks read) — p50 and p99;
+//! - **recall@10** of the vector search against an exact scan of every stored vector;
+//! - **processes**: peak RSS and wall time of a real `bib ask` (a fresh process, hybrid) and
+//!   peak RSS of `bib serve` after asks over HTTP — what a user's machine sees.
+//!
+//! A last table divides each figure at the largest size by the same at the smallest.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use anyhow::{bail, Context};
+use bib_eval::stats::percentile;
+use bib_store::{ChunkId, DocumentChange, Filter, Hit, SqliteStore, Store};
+use serde_json::{json, Value};
+
+use super::serve::Conn;
+use super::synthetic::SyntheticCorpus;
+
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Store sizes, in chunks.
+    #[arg(long, value_delimiter = ',', default_value = "100000,1000000")]
+    chunks: Vec<usize>,
+    /// Vector dimensions (use-m3's 512 by default).
+    #[arg(long, default_value_t = 512)]
+    dims: usize,
+    /// Queries timed per size.
+    #[arg(long, default_value_t = 200)]
+    queries: usize,
+    /// Where the stores are built and kept between runs.
+    #[arg(long, default_value = ".bib/bench-cache/scale")]
+    dir: PathBuf,
+    /// Build the stores again even when complete ones are there.
+    #[arg(long)]
+    rebuild: bool,
+    /// Skip the `bib ask` and `bib serve` processes (no embedding model needed then).
+    #[arg(long)]
+    no_processes: bool,
+    /// Write the report as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+/// Everything measured at one size.
+#[derive(Debug, Default)]
+struct Row {
+    chunks: usize,
+    ingest_s: f64,
+    disk_mib: f64,
+    index_load_s: f64,
+    bm25: Vec<f64>,
+    vector: Vec<f64>,
+    hybrid: Vec<f64>,
+    recall10: f64,
+    ask_rss_mib: Option<f64>,
+    ask_wall_s: Option<f64>,
+    serve_rss_mib: Option<f64>,
+}
+
+impl Row {
+    fn report(&self) -> Value {
+        let p = |v: &[f64], q: f64| percentile(v, q);
+        json!({
+            "chunks": self.chunks,
+            "ingest_s": self.ingest_s,
+            "chunks_per_s": self.chunks as f64 / self.ingest_s.max(1e-9),
+            "disk_mib": self.disk_mib,
+            "index_load_s": self.index_load_s,
+            "bm25_p50_ms": p(&self.bm25, 50.0), "bm25_p99_ms": p(&self.bm25, 99.0),
+            "vector_p50_ms": p(&self.vector, 50.0), "vector_p99_ms": p(&self.vector, 99.0),
+            "hybrid_p50_ms": p(&self.hybrid, 50.0), "hybrid_p99_ms": p(&self.hybrid, 99.0),
+            "recall10": self.recall10,
+            "ask_peak_rss_mib": self.ask_rss_mib,
+            "ask_wall_s": self.ask_wall_s,
+            "serve_peak_rss_mib": self.serve_rss_mib,
+        })
+    }
+}
+
+pub fn run(a: Args) -> anyhow::Result<()> {
+    if a.chunks.is_empty() || a.chunks.contains(&0) {
+        bail!("--chunks: give one or more sizes above 0, e.g. --chunks 100000,1000000");
+    }
+    std::fs::create_dir_all(&a.dir).with_context(|| format!("creating {}", a.dir.display()))?;
+    let corpus = SyntheticCorpus::new(a.dims, bib_embed::DEFAULT_MODEL);
+    let queries = corpus.queries(a.queries);
+    let mut rows = Vec::new();
+    for &n in &a.chunks {
+        let path = a.dir.join(format!("scale-{n}-{}d.sqlite", a.dims));
+        let ingest_s = build_or_reuse(&a, &corpus, n, &path)?;
+        let mut row = Row {
+            chunks: n,
+            ingest_s,
+            disk_mib: disk_mib(&path),
+            ..Row::default()
+        };
+        let store = SqliteStore::open_read_only(&path)
+            .with_context(|| format!("opening {}", path.display()))?;
+        let t = Instant::now();
+        store.vector_search(&queries[0].1, 10, &Filter::default())?;
+        row.index_load_s = t.elapsed().as_secs_f64();
+        let tops = time_queries(&store, &queries, &mut row)?;
+        eprintln!("{n} chunks: exact top-10 of {} queries…", queries.len());
+        let exact = exact_top10(&store, &queries)?;
+        row.recall10 = recall(&exact, &tops);
+        drop(store);
+        if !a.no_processes {
+            processes(&path, &queries, &mut row)?;
+        }
+        rows.push(row);
+    }
+    print_report(&rows);
+    if let Some(p) = &a.json {
+        let report = json!({"bench": "scale", "dims": a.dims, "queries": a.queries,
+                            "rows": rows.iter().map(Row::report).collect::<Vec<_>>()});
+        std::fs::write(p, serde_json::to_string_pretty(&report)?)
+            .with_context(|| format!("writing {}", p.display()))?;
+    }
+    Ok(())
+}
+
+/// Documents written per transaction (`Store::apply_documents`): a bulk load, as an ingest of
+/// a large folder would write it.
+const BATCH_DOCS: usize = 250;
+
+/// The marker written next to a complete store: its build time.
+fn marker(path: &Path) -> PathBuf {
+    path.with_extension("sqlite.complete.json")
+}
+
+/// Build the store of `n` chunks at `path` (or reuse a complete one); its ingest seconds.
+fn build_or_reuse(
+    a: &Args,
+    corpus: &SyntheticCorpus,
+    n: usize,
+    path: &Path,
+) -> anyhow::Result<f64> {
+    if !a.rebuild {
+        if let Ok(text) = std::fs::read_to_string(marker(path)) {
+            let v: Value = serde_json::from_str(&text)?;
+            if let Some(s) = v["ingest_s"].as_f64() {
+                eprintln!("{n} chunks: reusing {} (built in {s:.0} s)", path.display());
+                return Ok(s);
+            }
+        }
+    }
+    let _ = std::fs::remove_file(marker(path));
+    for ext in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{ext}", path.display()));
+    }
+    let store = SqliteStore::open(path).with_context(|| format!("creating {}", path.display()))?;
+    let t = Instant::now();
+    let mut done = 0usize;
+    let mut docs = corpus.documents(n).peekable();
+    while docs.peek().is_some() {
+        let batch: Vec<DocumentChange> = docs.by_ref().take(BATCH_DOCS).collect();
+        store
+            .apply_documents(&batch)
+            .with_context(|| format!("writing {} and the rest of its batch", batch[0].path))?;
+        done += batch.iter().map(|d| d.upserts.len()).sum::<usize>();
+        let s = t.elapsed().as_secs_f64();
+        eprint!(
+            "\r{n} chunks: {done} written, {:.0} chunks/s   ",
+            done as f64 / s.max(1e-9)
+        );
+    }
+    store.optimize()?;
+    drop(store);
+    let s = t.elapsed().as_secs_f64();
+    eprintln!(
+        "\r{n} chunks: built in {s:.0} s ({:.0} chunks/s)",
+        n as f64 / s
+    );
+    std::fs::write(
+        marker(path),
+        json!({"ingest_s": s, "chunks": n}).to_string(),
+    )?;
+    Ok(s)
+}
+
+fn disk_mib(path: &Path) -> f64 {
+    ["", "-wal"]
+        .iter()
+        .filter_map(|ext| std::fs::metadata(format!("{}{ext}", path.display())).ok())
+        .map(|m| m.len() as f64)
+        .sum::<f64>()
+        / (1 << 20) as f64
+}
+
+fn ms(t: Instant) -> f64 {
+    t.elapsed().as_secs_f64() * 1000.0
+}
+
+/// Time every query's three paths; return each query's vector top-10 ids.
+fn time_queries(
+    store: &dyn Store,
+    queries: &[(String, Vec<f32>)],
+    row: &mut Row,
+) -> anyhow::Result<Vec<Vec<ChunkId>>> {
+    let f = Filter::default();
+    for (q, v) in queries.iter().take(5) {
+        store.bm25_search(q, 100, &f)?;
+        store.vector_search(v, 100, &f)?;
+    }
+    let mut tops = Vec::with_capacity(queries.len());
+    for (q, v) in queries {
+        let t = Instant::now();
+        std::hint::black_box(store.bm25_search(q, 100, &f)?);
+        row.bm25.push(ms(t));
+        let t = Instant::now();
+        let vs = store.vector_search(v, 100, &f)?;
+        row.vector.push(ms(t));
+        tops.push(vs.iter().take(10).map(|h| h.id).collect());
+        let t = Instant::now();
+        let bm: Vec<Hit> = store.bm25_search(q, 100, &f)?;
+        let ve: Vec<Hit> = store.vector_search(v, 100, &f)?;
+        let fused = bib_retrieve::rrf_fuse(&[bm, ve], 60.0);
+        let ids: Vec<i64> = fused.iter().take(5).map(|h| h.id).collect();
+        std::hint::black_box(store.get_chunks(&ids)?);
+        row.hybrid.push(ms(t));
+    }
+    Ok(tops)
+}
+
+/// The exact top-10 ids of every query: cosine against every stored vector, ties by id.
+fn exact_top10(
+    store: &dyn Store,
+    queries: &[(String, Vec<f32>)],
+) -> anyhow::Result<Vec<Vec<ChunkId>>> {
+    let qs: Vec<Vec<f32>> = queries.iter().map(|(_, v)| unit(v)).collect();
+    let mut best: Vec<Vec<(f32, ChunkId)>> = vec![Vec::new(); qs.len()];
+    let ids = store.chunk_ids()?;
+    for batch in ids.chunks(8192) {
+        let vs: Vec<(ChunkId, Vec<f32>)> = store
+            .get_vectors(batch)?
+            .into_iter()
+            .map(|(id, v)| (id, unit(&v)))
+            .collect();
+        let threads = std::thread::available_parallelism().map_or(1, |p| p.get());
+        let per = qs.len().div_ceil(threads).max(1);
+        std::thread::scope(|s| {
+            for (qpart, bpart) in qs.chunks(per).zip(best.chunks_mut(per)) {
+                let vs = &vs;
+                s.spawn(move || {
+                    for (q, b) in qpart.iter().zip(bpart) {
+                        for (id, v) in vs {
+                            if v.len() == q.len() {
+                                b.push((dot(q, v), *id));
+                            }
+                        }
+                        if b.len() > 10 {
+                            b.select_nth_unstable_by(9, by_score_then_id);
+                            b.truncate(10);
+                        }
+                    }
+                });
+            }
+        });
+    }
+    Ok(best
+        .into_iter()
+        .map(|mut b| {
+            b.sort_unstable_by(by_score_then_id);
+            b.into_iter().map(|(_, id)| id).collect()
+        })
+        .collect())
+}
+
+fn by_score_then_id(x: &(f32, ChunkId), y: &(f32, ChunkId)) -> std::cmp::Ordering {
+    y.0.total_cmp(&x.0).then(x.1.cmp(&y.1))
+}
+
+/// The dot product the store's exact scoring computes (same order of additions).
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+fn unit(v: &[f32]) -> Vec<f32> {
+    let n: f32 = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    if n == 0.0 || !n.is_finite() {
+        return vec![0.0; v.len()];
+    }
+    v.iter().map(|x| x / n).collect()
+}
+
+fn recall(exact: &[Vec<ChunkId>], got: &[Vec<ChunkId>]) -> f64 {
+    let (mut hit, mut total) = (0usize, 0usize);
+    for (e, g) in exact.iter().zip(got) {
+        total += e.len();
+        hit += e.iter().filter(|id| g.contains(id)).count();
+    }
+    hit as f64 / total.max(1) as f64
+}
+
+/// Peak RSS and wall time of a fresh `bib ask`, peak RSS of `bib serve` after asks.
+fn processes(path: &Path, queries: &[(String, Vec<f32>)], row: &mut Row) -> anyhow::Result<()> {
+    let exe = std::env::current_exe().context("locating the bib binary")?;
+    let store = path.to_string_lossy().to_string();
+    let t = Instant::now();
+    let out = Command::new(&exe)
+        .args([
+            "ask",
+            &queries[0].0,
+            "--store",
+            &store,
+            "--json",
+            "--no-log",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .context("running bib ask")?;
+    if !out.status.success() {
+        eprintln!(
+            "bib ask failed ({}); skipping the process figures (is the model installed? \
+             `bib model install`):\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        return Ok(());
+    }
+    row.ask_wall_s = Some(t.elapsed().as_secs_f64());
+    row.ask_rss_mib = children_peak_rss_mib();
+
+    let mut child = Command::new(&exe)
+        .args(["serve", "--store", &store, "--addr", "127.0.0.1:0"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("starting bib serve")?;
+    let result = (|| -> anyhow::Result<f64> {
+        let stdout = child.stdout.take().context("bib serve's stdout")?;
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line)?;
+        let addr = line
+            .trim()
+            .strip_prefix("listening on http://")
+            .with_context(|| format!("bib serve printed {line:?}"))?
+            .parse()
+            .context("bib serve's address")?;
+        let mut conn = Conn::new(addr);
+        for (q, _) in queries.iter().take(20) {
+            let body = json!({"query": q}).to_string();
+            let (status, _) = conn.post("/ask", &body, false)?;
+            if status != 200 {
+                bail!("bib serve answered {status} to an ask");
+            }
+        }
+        peak_rss_mib_of(child.id()).context("reading bib serve's peak RSS")
+    })();
+    let _ = child.kill();
+    let _ = child.wait();
+    row.serve_rss_mib = Some(result?);
+    Ok(())
+}
+
+/// `VmHWM` of a running process, in MiB.
+fn peak_rss_mib_of(pid: u32) -> Option<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kb: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kb / 1024.0)
+}
+
+/// The largest peak RSS among this process's waited-for children, in MiB.
+#[allow(unsafe_code)]
+fn children_peak_rss_mib() -> Option<f64> {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: `getrusage` writes one `rusage` into the pointer it is given, which points to
+    // memory of that type and size.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, usage.as_mut_ptr()) };
+    if rc != 0 {
+        return None;
+    }
+    // SAFETY: a zero return means the structure was filled in.
+    let usage = unsafe { usage.assume_init() };
+    Some(usage.ru_maxrss as f64 / 1024.0)
+}
+
+fn print_report(rows: &[Row]) {
+    let p = |v: &[f64], q: f64| percentile(v, q);
+    let opt = |x: Option<f64>, d: usize| x.map_or("—".to_string(), |x| format!("{x:.d$}"));
+    println!(
+        "\n{:>9} {:>9} {:>9} {:>8} {:>15} {:>15} {:>15} {:>9} {:>9} {:>8} {:>9}",
+        "chunks",
+        "chunks/s",
+        "disk MiB",
+        "load s",
+        "bm25 p50/p99",
+        "vector p50/p99",
+        "hybrid p50/p99",
+        "recall@10",
+        "ask MiB",
+        "ask s",
+        "serve MiB"
+    );
+    for r in rows {
+        println!(
+            "{:>9} {:>9.0} {:>9.0} {:>8.2} {:>7.2}/{:>7.2} {:>7.2}/{:>7.2} {:>7.2}/{:>7.2} {:>9.4} {:>9} {:>8} {:>9}",
+            r.chunks,
+            r.chunks as f64 / r.ingest_s.max(1e-9),
+            r.disk_mib,
+            r.index_load_s,
+            p(&r.bm25, 50.0),
+            p(&r.bm25, 99.0),
+            p(&r.vector, 50.0),
+            p(&r.vector, 99.0),
+            p(&r.hybrid, 50.0),
+            p(&r.hybrid, 99.0),
+            r.recall10,
+            opt(r.ask_rss_mib, 0),
+            opt(r.ask_wall_s, 2),
+            opt(r.serve_rss_mib, 0),
+        );
+    }
+    let (Some(first), Some(last)) = (rows.first(), rows.last()) else {
+        return;
+    };
+    if rows.len() < 2 {
+        return;
+    }
+    let growth = last.chunks as f64 / first.chunks as f64;
+    println!(
+        "\ncost growth from {} to {} chunks ({growth:.0}× the data):",
+        first.chunks, last.chunks
+    );
+    let ratio = |a: f64, b: f64| {
+        if b > 0.0 {
+            format!("{:.2}×", a / b)
+        } else {
+            "—".into()
+        }
+    };
+    let items: Vec<(&str, f64, f64)> = vec![
+        ("ingest time", last.ingest_s, first.ingest_s),
+        ("disk size", last.disk_mib, first.disk_mib),
+        ("index load", last.index_load_s, first.index_load_s),
+        ("bm25 p50", p(&last.bm25, 50.0), p(&first.bm25, 50.0)),
+        ("vector p50", p(&last.vector, 50.0), p(&first.vector, 50.0)),
+        ("hybrid p50", p(&last.hybrid, 50.0), p(&first.hybrid, 50.0)),
+        ("hybrid p99", p(&last.hybrid, 99.0), p(&first.hybrid, 99.0)),
+        (
+            "ask peak RSS",
+            last.ask_rss_mib.unwrap_or(0.0),
+            first.ask_rss_mib.unwrap_or(0.0),
+        ),
+        (
+            "serve peak RSS",
+            last.serve_rss_mib.unwrap_or(0.0),
+            first.serve_rss_mib.unwrap_or(0.0),
+        ),
+    ];
+    for (name, a, b) in items {
+        println!("  {name:<15} {}", ratio(a, b));
+    }
+}
