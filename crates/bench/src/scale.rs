@@ -96,11 +96,15 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     if a.chunks.is_empty() || a.chunks.contains(&0) {
         bail!("--chunks: give one or more sizes above 0, e.g. --chunks 100000,1000000");
     }
+    // Smallest first: a child's peak RSS is read as the largest among the children so far.
+    let mut sizes = a.chunks.clone();
+    sizes.sort_unstable();
+    sizes.dedup();
     std::fs::create_dir_all(&a.dir).with_context(|| format!("creating {}", a.dir.display()))?;
     let corpus = SyntheticCorpus::new(a.dims, bib_embed::DEFAULT_MODEL);
     let queries = corpus.queries(a.queries);
     let mut rows = Vec::new();
-    for &n in &a.chunks {
+    for &n in &sizes {
         let path = a.dir.join(format!("scale-{n}-{}d.sqlite", a.dims));
         let ingest_s = build_or_reuse(&a, &corpus, n, &path)?;
         let mut row = Row {
@@ -383,7 +387,8 @@ fn peak_rss_mib_of(pid: u32) -> Option<f64> {
     Some(kb / 1024.0)
 }
 
-/// The largest peak RSS among this process's waited-for children, in MiB.
+/// The largest peak RSS among this process's waited-for children, in MiB (so the sizes run
+/// smallest first, and the `bib ask` of a size is its largest child yet).
 #[allow(unsafe_code)]
 fn children_peak_rss_mib() -> Option<f64> {
     let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
