@@ -98,7 +98,7 @@ enum Bench {
     /// The embedded store at 100k and 1M synthetic chunks: ingest rate, disk size, index load,
     /// BM25/vector/hybrid p50/p99, recall@10 against exact, peak RSS of `bib ask`/`bib serve`.
     #[command(
-        after_help = "Examples:\n  bib bench scale\n  bib bench scale --chunks 100000 --no-processes\n\nStores are built once under .bib/bench-cache/scale and reused; see BENCHMARKS.md."
+        after_help = "Examples:\n  bib bench scale\n  bib bench scale --chunks 100000 --no-processes\n\nStores are built once under .bib/bench-cache/scale and reused (the 1M one: ~80 min and 11 GB of disk on 2 cores); see BENCHMARKS.md."
     )]
     Scale(scale::Args),
     /// Sentence-splitter throughput (MB/s) on the NuGet wikis, next to UAX #29.
