@@ -25,10 +25,11 @@ use std::time::Instant;
 
 use anyhow::{bail, Context};
 use bib_eval::stats::percentile;
-use bib_store::{ChunkId, DocumentChange, Filter, Hit, SqliteStore, Store};
+use bib_store::{ChunkId, DocumentChange, Filter, SqliteStore, Store};
 use serde_json::{json, Value};
 
 use super::serve::Conn;
+use super::stores::{recall_at_10, time_store_paths, PathTimes};
 use super::synthetic::SyntheticCorpus;
 
 #[derive(Debug, clap::Args)]
@@ -63,9 +64,7 @@ struct Row {
     ingest_s: f64,
     disk_mib: f64,
     index_load_s: f64,
-    bm25: Vec<f64>,
-    vector: Vec<f64>,
-    hybrid: Vec<f64>,
+    times: PathTimes,
     recall10: f64,
     ask_rss_mib: Option<f64>,
     ask_wall_s: Option<f64>,
@@ -81,9 +80,9 @@ impl Row {
             "chunks_per_s": self.chunks as f64 / self.ingest_s.max(1e-9),
             "disk_mib": self.disk_mib,
             "index_load_s": self.index_load_s,
-            "bm25_p50_ms": p(&self.bm25, 50.0), "bm25_p99_ms": p(&self.bm25, 99.0),
-            "vector_p50_ms": p(&self.vector, 50.0), "vector_p99_ms": p(&self.vector, 99.0),
-            "hybrid_p50_ms": p(&self.hybrid, 50.0), "hybrid_p99_ms": p(&self.hybrid, 99.0),
+            "bm25_p50_ms": p(&self.times.bm25, 50.0), "bm25_p99_ms": p(&self.times.bm25, 99.0),
+            "vector_p50_ms": p(&self.times.vector, 50.0), "vector_p99_ms": p(&self.times.vector, 99.0),
+            "hybrid_p50_ms": p(&self.times.hybrid, 50.0), "hybrid_p99_ms": p(&self.times.hybrid, 99.0),
             "recall10": self.recall10,
             "ask_peak_rss_mib": self.ask_rss_mib,
             "ask_wall_s": self.ask_wall_s,
@@ -118,10 +117,13 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         let t = Instant::now();
         store.vector_search(&queries[0].1, 10, &Filter::default())?;
         row.index_load_s = t.elapsed().as_secs_f64();
-        let tops = time_queries(&store, &queries, &mut row)?;
+        let tops: Vec<Vec<ChunkId>> = time_store_paths(&store, &queries, &mut row.times)?
+            .iter()
+            .map(|hits| hits.iter().take(10).map(|h| h.id).collect())
+            .collect();
         eprintln!("{n} chunks: exact top-10 of {} queries…", queries.len());
         let exact = exact_top10(&store, &queries)?;
-        row.recall10 = recall(&exact, &tops);
+        row.recall10 = recall_at_10(&exact, &tops);
         drop(store);
         if !a.no_processes {
             processes(&path, &queries, &mut row)?;
@@ -206,41 +208,6 @@ fn disk_mib(path: &Path) -> f64 {
         / (1 << 20) as f64
 }
 
-fn ms(t: Instant) -> f64 {
-    t.elapsed().as_secs_f64() * 1000.0
-}
-
-/// Time every query's three paths; return each query's vector top-10 ids.
-fn time_queries(
-    store: &dyn Store,
-    queries: &[(String, Vec<f32>)],
-    row: &mut Row,
-) -> anyhow::Result<Vec<Vec<ChunkId>>> {
-    let f = Filter::default();
-    for (q, v) in queries.iter().take(5) {
-        store.bm25_search(q, 100, &f)?;
-        store.vector_search(v, 100, &f)?;
-    }
-    let mut tops = Vec::with_capacity(queries.len());
-    for (q, v) in queries {
-        let t = Instant::now();
-        std::hint::black_box(store.bm25_search(q, 100, &f)?);
-        row.bm25.push(ms(t));
-        let t = Instant::now();
-        let vs = store.vector_search(v, 100, &f)?;
-        row.vector.push(ms(t));
-        tops.push(vs.iter().take(10).map(|h| h.id).collect());
-        let t = Instant::now();
-        let bm: Vec<Hit> = store.bm25_search(q, 100, &f)?;
-        let ve: Vec<Hit> = store.vector_search(v, 100, &f)?;
-        let fused = bib_retrieve::rrf_fuse(&[bm, ve], 60.0);
-        let ids: Vec<i64> = fused.iter().take(5).map(|h| h.id).collect();
-        std::hint::black_box(store.get_chunks(&ids)?);
-        row.hybrid.push(ms(t));
-    }
-    Ok(tops)
-}
-
 /// The exact top-10 ids of every query: cosine against every stored vector, ties by id.
 fn exact_top10(
     store: &dyn Store,
@@ -300,15 +267,6 @@ fn unit(v: &[f32]) -> Vec<f32> {
         return vec![0.0; v.len()];
     }
     v.iter().map(|x| x / n).collect()
-}
-
-fn recall(exact: &[Vec<ChunkId>], got: &[Vec<ChunkId>]) -> f64 {
-    let (mut hit, mut total) = (0usize, 0usize);
-    for (e, g) in exact.iter().zip(got) {
-        total += e.len();
-        hit += e.iter().filter(|id| g.contains(id)).count();
-    }
-    hit as f64 / total.max(1) as f64
 }
 
 /// Peak RSS and wall time of a fresh `bib ask`, peak RSS of `bib serve` after asks.
@@ -427,12 +385,12 @@ fn print_report(rows: &[Row]) {
             r.chunks as f64 / r.ingest_s.max(1e-9),
             r.disk_mib,
             r.index_load_s,
-            p(&r.bm25, 50.0),
-            p(&r.bm25, 99.0),
-            p(&r.vector, 50.0),
-            p(&r.vector, 99.0),
-            p(&r.hybrid, 50.0),
-            p(&r.hybrid, 99.0),
+            p(&r.times.bm25, 50.0),
+            p(&r.times.bm25, 99.0),
+            p(&r.times.vector, 50.0),
+            p(&r.times.vector, 99.0),
+            p(&r.times.hybrid, 50.0),
+            p(&r.times.hybrid, 99.0),
             r.recall10,
             opt(r.ask_rss_mib, 0),
             opt(r.ask_wall_s, 2),
@@ -461,10 +419,26 @@ fn print_report(rows: &[Row]) {
         ("ingest time", last.ingest_s, first.ingest_s),
         ("disk size", last.disk_mib, first.disk_mib),
         ("index load", last.index_load_s, first.index_load_s),
-        ("bm25 p50", p(&last.bm25, 50.0), p(&first.bm25, 50.0)),
-        ("vector p50", p(&last.vector, 50.0), p(&first.vector, 50.0)),
-        ("hybrid p50", p(&last.hybrid, 50.0), p(&first.hybrid, 50.0)),
-        ("hybrid p99", p(&last.hybrid, 99.0), p(&first.hybrid, 99.0)),
+        (
+            "bm25 p50",
+            p(&last.times.bm25, 50.0),
+            p(&first.times.bm25, 50.0),
+        ),
+        (
+            "vector p50",
+            p(&last.times.vector, 50.0),
+            p(&first.times.vector, 50.0),
+        ),
+        (
+            "hybrid p50",
+            p(&last.times.hybrid, 50.0),
+            p(&first.times.hybrid, 50.0),
+        ),
+        (
+            "hybrid p99",
+            p(&last.times.hybrid, 99.0),
+            p(&first.times.hybrid, 99.0),
+        ),
         (
             "ask peak RSS",
             last.ask_rss_mib.unwrap_or(0.0),

@@ -82,9 +82,7 @@ struct Row {
     store: String,
     ingest_s: f64,
     chunks: usize,
-    bm25: Vec<f64>,
-    vector: Vec<f64>,
-    hybrid: Vec<f64>,
+    times: PathTimes,
     recall10: Option<f64>,
 }
 
@@ -119,7 +117,7 @@ fn synthetic(n: usize, dims: usize, nq: usize) -> Dataset {
     }
 }
 
-fn ms(t: Instant) -> f64 {
+pub(crate) fn ms(t: Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1000.0
 }
 
@@ -150,22 +148,53 @@ fn ingest(store: &dyn Store, data: &Dataset) -> anyhow::Result<f64> {
 /// A chunk's identity across stores (chunk ids are local to one store).
 type ChunkKey = (String, u32);
 
-/// Time every query; also return each query's vector top-10 (for HNSW recall).
-fn query(store: &dyn Store, data: &Dataset, row: &mut Row) -> anyhow::Result<Vec<Vec<ChunkKey>>> {
+/// Latencies in milliseconds of the three store paths, one per query.
+#[derive(Debug, Default)]
+pub(crate) struct PathTimes {
+    pub bm25: Vec<f64>,
+    pub vector: Vec<f64>,
+    pub hybrid: Vec<f64>,
+}
+
+/// After a warm-up on the first five queries (caches, prepared statements, the SQLite store's
+/// in-memory vector index), time per query `bm25_search` (top 100), `vector_search` (top 100)
+/// and the hybrid store path (both, RRF, the top 5 chunks read). Returns each query's vector
+/// hits.
+pub(crate) fn time_store_paths(
+    store: &dyn Store,
+    queries: &[(String, Vec<f32>)],
+    times: &mut PathTimes,
+) -> anyhow::Result<Vec<Vec<Hit>>> {
     let f = Filter::default();
-    // Warm-up: caches, prepared statements, the SQLite store's in-memory vectors.
-    for (q, v) in data.queries.iter().take(5) {
+    for (q, v) in queries.iter().take(5) {
         store.bm25_search(q, 100, &f)?;
         store.vector_search(v, 100, &f)?;
     }
-    let mut tops = Vec::with_capacity(data.queries.len());
-    for (q, v) in &data.queries {
+    let mut hits = Vec::with_capacity(queries.len());
+    for (q, v) in queries {
         let t = Instant::now();
         std::hint::black_box(store.bm25_search(q, 100, &f)?);
-        row.bm25.push(ms(t));
+        times.bm25.push(ms(t));
         let t = Instant::now();
         let vs = store.vector_search(v, 100, &f)?;
-        row.vector.push(ms(t));
+        times.vector.push(ms(t));
+        hits.push(vs);
+        let t = Instant::now();
+        let bm: Vec<Hit> = store.bm25_search(q, 100, &f)?;
+        let ve: Vec<Hit> = store.vector_search(v, 100, &f)?;
+        let fused = bib_retrieve::rrf_fuse(&[bm, ve], 60.0);
+        let ids: Vec<i64> = fused.iter().take(5).map(|h| h.id).collect();
+        std::hint::black_box(store.get_chunks(&ids)?);
+        times.hybrid.push(ms(t));
+    }
+    Ok(hits)
+}
+
+/// Time every query; also return each query's vector top-10 (for HNSW recall).
+fn query(store: &dyn Store, data: &Dataset, row: &mut Row) -> anyhow::Result<Vec<Vec<ChunkKey>>> {
+    let hits = time_store_paths(store, &data.queries, &mut row.times)?;
+    let mut tops = Vec::with_capacity(hits.len());
+    for vs in hits {
         let top: Vec<i64> = vs.iter().take(10).map(|h| h.id).collect();
         tops.push(
             store
@@ -174,19 +203,12 @@ fn query(store: &dyn Store, data: &Dataset, row: &mut Row) -> anyhow::Result<Vec
                 .map(|c| (c.path, c.chunk_index))
                 .collect(),
         );
-
-        let t = Instant::now();
-        let bm: Vec<Hit> = store.bm25_search(q, 100, &f)?;
-        let ve: Vec<Hit> = store.vector_search(v, 100, &f)?;
-        let fused = bib_retrieve::rrf_fuse(&[bm, ve], 60.0);
-        let ids: Vec<i64> = fused.iter().take(5).map(|h| h.id).collect();
-        std::hint::black_box(store.get_chunks(&ids)?);
-        row.hybrid.push(ms(t));
     }
     Ok(tops)
 }
 
-fn recall_at_10(exact: &[Vec<ChunkKey>], approx: &[Vec<ChunkKey>]) -> f64 {
+/// The share of each exact top-10 that the approximate top-10 holds, over all queries.
+pub(crate) fn recall_at_10<T: PartialEq>(exact: &[Vec<T>], approx: &[Vec<T>]) -> f64 {
     let (mut hit, mut total) = (0usize, 0usize);
     for (e, a) in exact.iter().zip(approx) {
         total += e.len();
@@ -232,9 +254,7 @@ fn bench_dataset(a: &Args, url: &str, data: &Dataset) -> anyhow::Result<Vec<Row>
         store: store.into(),
         ingest_s,
         chunks: data.chunks(),
-        bm25: vec![],
-        vector: vec![],
-        hybrid: vec![],
+        times: PathTimes::default(),
         recall10: None,
     };
     let mut rows = Vec::new();
@@ -329,9 +349,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let mut report = Vec::new();
     for r in &rows {
         let p = |v: &[f64]| (percentile(v, 50.0), percentile(v, 99.0));
-        let (b50, b99) = p(&r.bm25);
-        let (v50, v99) = p(&r.vector);
-        let (h50, h99) = p(&r.hybrid);
+        let (b50, b99) = p(&r.times.bm25);
+        let (v50, v99) = p(&r.times.vector);
+        let (h50, h99) = p(&r.times.hybrid);
         let rate = r.chunks as f64 / r.ingest_s.max(1e-9);
         println!(
             "{:<15} {:<20} {:>9.1} {:>9.0}  {:>8.2} /{:>7.2}  {:>8.2} /{:>7.2}  {:>8.2} /{:>7.2}  {:>9}",
@@ -374,9 +394,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 d.name,
                 name,
                 r.ingest_s / base.ingest_s.max(1e-9),
-                h(&r.bm25) / h(&base.bm25).max(1e-9),
-                h(&r.vector) / h(&base.vector).max(1e-9),
-                h(&r.hybrid) / h(&base.hybrid).max(1e-9),
+                h(&r.times.bm25) / h(&base.times.bm25).max(1e-9),
+                h(&r.times.vector) / h(&base.times.vector).max(1e-9),
+                h(&r.times.hybrid) / h(&base.times.hybrid).max(1e-9),
             );
         }
     }
