@@ -37,32 +37,35 @@ pub enum DotKernel {
 }
 
 impl DotKernel {
+    /// Whether this CPU runs `self` (the standard library caches the detection).
+    pub fn runs_here(self) -> bool {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            DotKernel::Vnni => {
+                use std::arch::is_x86_feature_detected as has;
+                has!("avx512f") && has!("avx512bw") && has!("avx512vnni")
+            }
+            #[cfg(target_arch = "x86_64")]
+            DotKernel::Avx2 => std::arch::is_x86_feature_detected!("avx2"),
+            DotKernel::Portable => true,
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => false,
+        }
+    }
+
     /// The fastest kernel this CPU runs.
     pub fn detect() -> Self {
-        #[cfg(target_arch = "x86_64")]
-        {
-            use std::arch::is_x86_feature_detected as has;
-            if has!("avx512f") && has!("avx512bw") && has!("avx512vnni") {
-                return DotKernel::Vnni;
-            }
-            if has!("avx2") {
-                return DotKernel::Avx2;
-            }
-        }
-        DotKernel::Portable
+        [DotKernel::Vnni, DotKernel::Avx2]
+            .into_iter()
+            .find(|k| k.runs_here())
+            .unwrap_or(DotKernel::Portable)
     }
 
     /// Every kernel this CPU can run (for tests that compare them).
     pub fn available() -> Vec<Self> {
-        let best = Self::detect();
         [DotKernel::Vnni, DotKernel::Avx2, DotKernel::Portable]
             .into_iter()
-            .filter(|k| match (best, k) {
-                (DotKernel::Vnni, _) => true,
-                (DotKernel::Avx2, DotKernel::Vnni) => false,
-                (DotKernel::Avx2, _) => true,
-                (DotKernel::Portable, k) => *k == DotKernel::Portable,
-            })
+            .filter(|k| k.runs_here())
             .collect()
     }
 }
@@ -165,7 +168,12 @@ impl QuantizedVectors {
         assert_eq!(query.codes.len(), self.stride, "query of another length");
         let codes = &self.codes[rows.start * self.stride..rows.end * self.stride];
         let scales = &self.scales[rows.clone()];
-        let kernel = self.checked(kernel);
+        // A kernel this CPU lacks would be undefined behaviour: fall back to the best it has.
+        let kernel = if kernel.runs_here() {
+            kernel
+        } else {
+            DotKernel::detect()
+        };
         for ((o, row), s) in out
             .iter_mut()
             .zip(codes.chunks_exact(self.stride))
@@ -182,15 +190,6 @@ impl QuantizedVectors {
                 _ => dot_portable(row, &query.codes),
             };
             *o = (dot - query.offset) as f32 * (s * query.scale);
-        }
-    }
-
-    /// `kernel` if this CPU runs it, else the best one it does.
-    fn checked(&self, kernel: DotKernel) -> DotKernel {
-        if DotKernel::available().contains(&kernel) {
-            kernel
-        } else {
-            DotKernel::detect()
         }
     }
 }

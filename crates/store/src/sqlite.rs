@@ -1260,21 +1260,16 @@ impl Store for SqliteStore {
     }
 
     fn apply_document(&self, change: &DocumentChange) -> Result<ApplyOutcome, StoreError> {
-        change.validate()?;
-        let mut conn = self.conn();
-        let tx = conn
-            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-            .map_err(StoreError::sqlite("begin"))?;
-        let terms = Self::read_terms(&tx, &self.location)?;
-        let out = Self::apply_in(&tx, change, &terms)?;
-        tx.commit().map_err(StoreError::sqlite("commit"))?;
-        self.wrote();
-        Ok(out)
+        let mut outs = self.apply_documents(std::slice::from_ref(change))?;
+        Ok(outs.pop().expect("one outcome per change"))
     }
 
     fn apply_documents(&self, changes: &[DocumentChange]) -> Result<Vec<ApplyOutcome>, StoreError> {
         for c in changes {
             c.validate()?;
+        }
+        if changes.is_empty() {
+            return Ok(Vec::new());
         }
         let mut conn = self.conn();
         let tx = conn
