@@ -575,7 +575,7 @@ impl<'a> Retriever<'a> {
         } = filled;
         let tokenizer = self.embedder.map(|e| e.tokenizer());
         // Before = the untrimmed top-k, what the answer would be without trimming.
-        let tokens_before = baseline.iter().map(|c| estimate_tokens(&c.text)).sum();
+        let tokens_before = baseline.iter().map(|c| c.estimate).sum();
         let exact_tokens_before =
             tokenizer.map(|tk| baseline.iter().map(|c| c.exact_tokens(tk)).sum());
         let floor = self.embedder.and_then(|e| floor_for(e.model_id()));
@@ -634,10 +634,11 @@ struct TokenAccounting {
     relevance: Relevance,
 }
 
-/// One result as the store holds it: its text and, when the store's count is of this text
-/// with this model's tokenizer, that count.
+/// One result as the store holds it: its text, its token estimate and, when the store's count
+/// is of this text with this model's tokenizer, that count.
 struct Untrimmed {
     text: String,
+    estimate: usize,
     model_tokens: Option<usize>,
 }
 
@@ -646,11 +647,13 @@ impl Untrimmed {
     /// (`tokens_model`, next to `tokens_estimate` of the same text); reusing it saves a
     /// tokenizer pass over every result of every ask — a sixth of a server's CPU.
     fn of(c: &ScoredChunk, model_id: Option<&str>) -> Self {
+        let estimate = estimate_tokens(&c.text);
         let counted_here = c.chunk.tokens_model > 0
             && model_id == Some(c.chunk.model_id.as_str())
-            && c.chunk.tokens_estimate as usize == estimate_tokens(&c.text);
+            && c.chunk.tokens_estimate as usize == estimate;
         Untrimmed {
             text: c.text.clone(),
+            estimate,
             model_tokens: counted_here.then_some(c.chunk.tokens_model as usize),
         }
     }
