@@ -270,16 +270,12 @@ mod x86 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn unit(v: Vec<f32>) -> Vec<f32> {
-        let n = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
-        v.into_iter().map(|x| x / n).collect()
-    }
-
-    fn vectors(n: usize, dims: usize, seed: u64) -> Vec<Vec<f32>> {
+    /// `n` random unit vectors (xorshift from `seed`), shared with `vector_index`'s tests.
+    pub(crate) fn vectors(n: usize, dims: usize, seed: u64) -> Vec<Vec<f32>> {
         let mut x = seed.max(1);
         let mut next = move || {
             x ^= x << 13;
@@ -288,7 +284,7 @@ mod tests {
             (x >> 11) as f32 / (1u64 << 53) as f32 - 0.5
         };
         (0..n)
-            .map(|_| unit((0..dims).map(|_| next()).collect()))
+            .map(|_| crate::vector_index::unit(&(0..dims).map(|_| next()).collect::<Vec<_>>()))
             .collect()
     }
 

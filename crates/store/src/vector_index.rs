@@ -253,20 +253,8 @@ fn keep_best(best: &mut Vec<(f32, usize)>, depth: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::quantized::tests::vectors as random_vectors;
     use proptest::prelude::*;
-
-    fn random_vectors(n: usize, dims: usize, seed: u64) -> Vec<Vec<f32>> {
-        let mut rng = seed.max(1);
-        let mut next = move || {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            (rng >> 11) as f32 / (1u64 << 53) as f32 - 0.5
-        };
-        (0..n)
-            .map(|_| (0..dims).map(|_| next()).collect())
-            .collect()
-    }
 
     /// The exact scan the index replaces: every row of the query's length, cosine, best first.
     fn exact_scan(
