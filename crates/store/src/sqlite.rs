@@ -208,12 +208,25 @@ struct VectorCache {
     index: VectorIndex,
 }
 
+/// Document frequencies already counted, valid for one database version. Counting a term's
+/// postings reads its whole list, and an ask needs the counts twice (BM25, then the ranking
+/// signals), as do later questions sharing its common words.
+#[derive(Default)]
+struct DocFreqMemo {
+    version: (i64, u64),
+    counts: HashMap<String, u64>,
+}
+
+/// Terms remembered at most; the memo starts over beyond (bounded memory whatever the queries).
+const DOC_FREQ_MEMO_TERMS: usize = 65_536;
+
 /// The SQLite store. Cheap to share behind an `Arc`; one connection, serialised by a mutex.
 pub struct SqliteStore {
     conn: Mutex<Connection>,
     location: String,
     own_writes: AtomicU64,
     vectors: Mutex<Option<Arc<VectorCache>>>,
+    doc_freqs: Mutex<DocFreqMemo>,
     retention: Mutex<QueryLogRetention>,
     /// Whether the file has `doc_sources` (a version-2 file opened read-only has not).
     sources: bool,
@@ -350,6 +363,7 @@ impl SqliteStore {
             location,
             own_writes: AtomicU64::new(0),
             vectors: Mutex::new(None),
+            doc_freqs: Mutex::new(DocFreqMemo::default()),
             retention: Mutex::new(QueryLogRetention::default()),
             sources,
         })
@@ -510,6 +524,36 @@ impl SqliteStore {
             .query_row("PRAGMA data_version", [], |r| r.get(0))
             .map_err(StoreError::sqlite("data_version"))?;
         Ok((dv, self.own_writes.load(Ordering::SeqCst)))
+    }
+
+    /// How many chunks hold `term`, at database `version` (from [`Self::version`] on `conn`):
+    /// counted once per version, then remembered.
+    fn doc_freq_at(
+        &self,
+        conn: &Connection,
+        version: (i64, u64),
+        term: &str,
+    ) -> Result<u64, StoreError> {
+        {
+            let memo = self.doc_freqs.lock().unwrap_or_else(|p| p.into_inner());
+            if memo.version == version {
+                if let Some(&n) = memo.counts.get(term) {
+                    return Ok(n);
+                }
+            }
+        }
+        let n: i64 = conn
+            .prepare_cached("SELECT count(*) FROM postings WHERE term = ?1")
+            .and_then(|mut st| st.query_row(params![term], |r| r.get(0)))
+            .map_err(StoreError::sqlite("document frequency"))?;
+        let n = n.max(0) as u64;
+        let mut memo = self.doc_freqs.lock().unwrap_or_else(|p| p.into_inner());
+        if memo.version != version || memo.counts.len() >= DOC_FREQ_MEMO_TERMS {
+            memo.version = version;
+            memo.counts.clear();
+        }
+        memo.counts.insert(term.to_string(), n);
+        Ok(n)
     }
 
     /// Node ids passing `filter`, or `None` when the filter is empty.
@@ -1091,21 +1135,18 @@ impl SqliteStore {
     }
 }
 
-/// The postings table read by [`top_bm25`].
+/// The postings table read by [`top_bm25`], with the store's document-frequency memo.
 struct SqlitePostings<'c> {
     conn: &'c Connection,
+    store: &'c SqliteStore,
+    version: (i64, u64),
 }
 
 impl PostingSource for SqlitePostings<'_> {
     type Error = StoreError;
 
     fn doc_freq(&mut self, term: &str) -> Result<u64, StoreError> {
-        let n: i64 = self
-            .conn
-            .prepare_cached("SELECT count(*) FROM postings WHERE term = ?1")
-            .and_then(|mut st| st.query_row(params![term], |r| r.get(0)))
-            .map_err(StoreError::sqlite("bm25 document frequency"))?;
-        Ok(n.max(0) as u64)
+        self.store.doc_freq_at(self.conn, self.version, term)
     }
 
     fn scan(
@@ -1415,7 +1456,11 @@ impl Store for SqliteStore {
             total_len: total.max(0) as u64,
             terms: 0,
         };
-        let mut postings = SqlitePostings { conn: &conn };
+        let mut postings = SqlitePostings {
+            conn: &conn,
+            store: self,
+            version: self.version(&conn)?,
+        };
         let scored = top_bm25(&mut postings, &q, stats, limit, allowed.as_ref())?;
         Ok(Self::hits_from(scored))
     }
@@ -1429,11 +1474,18 @@ impl Store for SqliteStore {
         if limit == 0 || query.is_empty() {
             return Ok(Vec::new());
         }
-        let conn = self.conn();
-        let allowed = Self::allowed_nodes(&conn, filter)?;
-        let cache = self.load_vectors(&conn)?;
+        let (allowed, cache) = {
+            let conn = self.conn();
+            (
+                Self::allowed_nodes(&conn, filter)?,
+                self.load_vectors(&conn)?,
+            )
+        };
+        // The scan holds no connection: a BM25 search (or another request) runs meanwhile.
+        // Its snapshot is the cache's version; the rescoring lookup below skips ids a
+        // concurrent write removed since.
         let scored = cache.index.search(query, limit, allowed.as_ref(), |ids| {
-            Self::stored_vectors(&conn, ids)
+            Self::stored_vectors(&self.conn(), ids)
         })?;
         Ok(Self::hits_from(scored))
     }
@@ -1466,16 +1518,10 @@ impl Store for SqliteStore {
                 r.get(0)
             })
             .map_err(StoreError::sqlite("doc freqs"))?;
-        let mut stmt = conn
-            .prepare_cached("SELECT count(*) FROM postings WHERE term = ?1")
-            .map_err(StoreError::sqlite("doc freqs"))?;
+        let version = self.version(&conn)?;
         let dfs = terms
             .iter()
-            .map(|t| {
-                stmt.query_row(params![t], |r| r.get::<_, i64>(0))
-                    .map(|d| d.max(0) as u64)
-                    .map_err(StoreError::sqlite("doc freqs"))
-            })
+            .map(|t| self.doc_freq_at(&conn, version, t))
             .collect::<Result<Vec<u64>, _>>()?;
         Ok((n.max(0) as u64, dfs))
     }
@@ -1921,6 +1967,30 @@ mod tests {
         a.apply_document(&crate::conformance::sample_change("b.md", &["y"]))
             .unwrap();
         assert_eq!(b.vector_search(&q, 10, &Filter::none()).unwrap().len(), 2);
+    }
+
+    /// Remembered document frequencies follow every write: this store's own and another
+    /// connection's.
+    #[test]
+    fn document_frequencies_follow_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("kb.sqlite");
+        let a = SqliteStore::open(&p).unwrap();
+        let b = SqliteStore::open(&p).unwrap();
+        let term = terms_with("zebra", &a.term_config().unwrap()).remove(0);
+        let df = |s: &SqliteStore| s.doc_freqs(std::slice::from_ref(&term)).unwrap();
+        let bm25 = |s: &SqliteStore| s.bm25_search("zebra", 10, &Filter::none()).unwrap().len();
+        a.apply_document(&crate::conformance::sample_change("a.md", &["zebra one"]))
+            .unwrap();
+        assert_eq!((df(&a), df(&b)), ((1, vec![1]), (1, vec![1])));
+        assert_eq!((bm25(&a), bm25(&b)), (1, 1));
+        a.apply_document(&crate::conformance::sample_change("b.md", &["zebra two"]))
+            .unwrap();
+        assert_eq!((df(&a), df(&b)), ((2, vec![2]), (2, vec![2])));
+        assert_eq!((bm25(&a), bm25(&b)), (2, 2));
+        b.remove_documents(&["a.md".to_string()]).unwrap();
+        assert_eq!((df(&a), df(&b)), ((1, vec![1]), (1, vec![1])));
+        assert_eq!((bm25(&a), bm25(&b)), (1, 1));
     }
 
     /// A version-2 file (before document sources) still answers read-only, without sources,
