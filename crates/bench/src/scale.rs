@@ -10,8 +10,9 @@
 //!   transaction), and the store's size on disk;
 //! - **index load**: the first vector search of a freshly opened store (reading every vector
 //!   and building the in-memory 8-bit index);
-//! - **queries** (in this process, warm): BM25 top 100, vector top 100, and the hybrid store
-//!   path (both, reciprocal-rank fusion, the top 5 chunks read) — p50 and p99;
+//! - **queries** (in this process, warm): BM25 top 100, vector top 100, and a hybrid ask
+//!   without the model (`Retriever::retrieve` with the query's given vector, default options)
+//!   — p50 and p99;
 //! - **recall@10** of the vector search against an exact scan of every stored vector;
 //! - **processes**: peak RSS and wall time of a real `bib ask` (a fresh process, hybrid) and
 //!   peak RSS of `bib serve` after asks over HTTP — what a user's machine sees.
