@@ -241,9 +241,6 @@ impl std::fmt::Debug for Retriever<'_> {
     }
 }
 
-/// The vector side of a search: the query vector and its hits (`None` when no vector list ran).
-type VectorList = Option<(Vec<f32>, Vec<Hit>)>;
-
 fn ms(t: Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1000.0
 }
@@ -296,49 +293,32 @@ impl<'a> Retriever<'a> {
         let mode = self.effective_mode(opts.mode);
         let n = opts.candidates.max(opts.top_k);
         let sig = opts.signals;
+        let bm25 = if mode != Mode::Vector {
+            self.index.bm25_top(query, n, filter)?
+        } else {
+            Vec::new()
+        };
         let items = if sig.phrase > 0.0 {
             exact_items(query)
         } else {
             Vec::new()
         };
-        // The lexical list (BM25 and the chunks pulled in by exact strings) and the vector
-        // list (query embedding and scan) read the index independently; a hybrid search
-        // computes them side by side, so its latency is the slower of the two, not the sum.
-        let lexical = || -> Result<(Vec<Hit>, Vec<ChunkId>), RetrieveError> {
-            if mode == Mode::Vector {
-                return Ok((Vec::new(), Vec::new()));
-            }
-            let bm25 = self.index.bm25_top(query, n, filter)?;
-            let pulled = self.pulled_by_exact_items(&items, &bm25, sig.exact_candidates, filter)?;
-            Ok((bm25, pulled))
+        let pulled = if mode != Mode::Vector {
+            self.pulled_by_exact_items(&items, &bm25, sig.exact_candidates, filter)?
+        } else {
+            Vec::new()
         };
-        let semantic = || -> Result<VectorList, RetrieveError> {
-            if mode == Mode::Bm25 {
-                return Ok(None);
-            }
+        let mut qv = None;
+        let vector = if mode != Mode::Bm25 {
             let v = match query_vec {
                 Some(v) => v.to_vec(),
                 None => self.embed_query(query)?,
             };
             let hits = self.index.vector_top(&v, n, filter)?;
-            Ok(Some((v, hits)))
-        };
-        let (lexical, semantic) = if mode == Mode::Hybrid {
-            std::thread::scope(|s| {
-                let vector_side = s.spawn(semantic);
-                let lexical = lexical();
-                let semantic = vector_side
-                    .join()
-                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-                (lexical, semantic)
-            })
+            qv = Some(v);
+            hits
         } else {
-            (lexical(), semantic())
-        };
-        let (bm25, pulled) = lexical?;
-        let (qv, vector) = match semantic? {
-            Some((v, hits)) => (Some(v), hits),
-            None => (None, Vec::new()),
+            Vec::new()
         };
         let best_cosine = qv.as_ref().and_then(|_| vector.first()).map(|h| h.score);
         // The signals add to scores on the [0, 1] scale: convex fusion's, or BM25 over its best.
