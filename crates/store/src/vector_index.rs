@@ -27,6 +27,9 @@ pub(crate) const RESCORE_MIN: usize = 256;
 const BLOCK: usize = 1024;
 /// Stores with fewer rows than this are scanned on one thread.
 const PARALLEL_MIN_ROWS: usize = 65_536;
+/// Rows a scan thread takes at a time from the shared counter (a few dozen pieces per thread
+/// at a million rows; each a multiple of `BLOCK`).
+const PIECE: usize = 16 * BLOCK;
 /// Default budget of exact `f32` vectors kept in memory: 128k vectors of 512 dimensions.
 pub(crate) const DEFAULT_EXACT_BUDGET: usize = 256 << 20;
 
@@ -175,26 +178,58 @@ impl VectorIndex {
         depth: usize,
         pass: &(dyn Fn(NodeId) -> bool + Sync),
     ) -> Vec<usize> {
-        let qq = g.codes.quantize_query(q);
-        let n = g.ids.len();
-        let threads = if n < PARALLEL_MIN_ROWS {
+        let threads = if g.ids.len() < PARALLEL_MIN_ROWS {
             1
         } else {
             std::thread::available_parallelism().map_or(1, |p| p.get().min(8))
         };
+        self.candidates_on(g, q, depth, pass, threads)
+    }
+
+    /// [`Self::candidates`] on `threads` threads (the same rows whatever the number).
+    fn candidates_on(
+        &self,
+        g: &Group,
+        q: &[f32],
+        depth: usize,
+        pass: &(dyn Fn(NodeId) -> bool + Sync),
+        threads: usize,
+    ) -> Vec<usize> {
+        let qq = g.codes.quantize_query(q);
+        let n = g.ids.len();
         let mut best = if threads == 1 {
-            self.top_rows(g, &qq, 0..n, depth, pass)
+            let mut top = TopRows::new(depth);
+            self.scan_rows(g, &qq, 0..n, pass, &mut top);
+            top.best
         } else {
-            let per = n.div_ceil(threads);
+            // Threads take pieces from a shared counter rather than fixed halves, so a thread
+            // whose core is also running something else (a hybrid search's BM25, another
+            // request) does less of the scan instead of finishing last.
+            let next = std::sync::atomic::AtomicUsize::new(0);
             std::thread::scope(|s| {
                 let parts: Vec<_> = (0..threads)
-                    .map(|t| {
-                        let rows = (t * per).min(n)..((t + 1) * per).min(n);
-                        let qq = &qq;
-                        s.spawn(move || self.top_rows(g, qq, rows, depth, pass))
+                    .map(|_| {
+                        let (qq, next) = (&qq, &next);
+                        s.spawn(move || {
+                            let mut top = TopRows::new(depth);
+                            loop {
+                                let piece = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                                let start = piece.saturating_mul(PIECE);
+                                if start >= n {
+                                    return top.best;
+                                }
+                                self.scan_rows(
+                                    g,
+                                    qq,
+                                    start..(start + PIECE).min(n),
+                                    pass,
+                                    &mut top,
+                                );
+                            }
+                        })
                     })
                     .collect();
-                let mut all = Vec::with_capacity(threads * depth);
+                let mut all = Vec::with_capacity(threads * 2 * depth);
                 for p in parts {
                     // A scan thread only computes; a panic there is a bug worth surfacing.
                     all.extend(p.join().expect("vector scan thread panicked"));
@@ -206,37 +241,53 @@ impl VectorIndex {
         best.into_iter().map(|(_, r)| r).collect()
     }
 
-    /// The `depth` best `(score, row)` of `rows`, by one scan in blocks: a row scoring below
-    /// the worst of a full candidate list is not looked at further.
-    fn top_rows(
+    /// Score `rows` in blocks into `top`: a row scoring below the worst of a full candidate
+    /// list is not looked at further.
+    fn scan_rows(
         &self,
         g: &Group,
         qq: &QuantizedQuery,
         rows: Range<usize>,
-        depth: usize,
         pass: &(dyn Fn(NodeId) -> bool + Sync),
-    ) -> Vec<(f32, usize)> {
-        let mut best: Vec<(f32, usize)> = Vec::with_capacity(2 * depth);
-        let mut floor = f32::NEG_INFINITY;
-        let mut buf = vec![0f32; BLOCK];
+        top: &mut TopRows,
+    ) {
         let mut start = rows.start;
         while start < rows.end {
             let end = (start + BLOCK).min(rows.end);
-            let scores = &mut buf[..end - start];
+            let scores = &mut top.buf[..end - start];
             g.codes.scores(qq, start..end, self.kernel, scores);
-            for (j, &s) in scores.iter().enumerate() {
-                if s < floor || !pass(g.nodes[start + j]) {
+            for j in 0..end - start {
+                let s = top.buf[j];
+                if s < top.floor || !pass(g.nodes[start + j]) {
                     continue;
                 }
-                best.push((s, start + j));
-                if best.len() >= 2 * depth {
-                    keep_best(&mut best, depth);
-                    floor = best[depth - 1].0;
+                top.best.push((s, start + j));
+                if top.best.len() >= 2 * top.depth {
+                    keep_best(&mut top.best, top.depth);
+                    top.floor = top.best[top.depth - 1].0;
                 }
             }
             start = end;
         }
-        best
+    }
+}
+
+/// One scan thread's best `(score, row)` so far: at most `2 · depth` kept, none below `floor`.
+struct TopRows {
+    depth: usize,
+    best: Vec<(f32, usize)>,
+    floor: f32,
+    buf: Vec<f32>,
+}
+
+impl TopRows {
+    fn new(depth: usize) -> Self {
+        TopRows {
+            depth,
+            best: Vec::with_capacity(2 * depth),
+            floor: f32::NEG_INFINITY,
+            buf: vec![0f32; BLOCK],
+        }
     }
 }
 
@@ -319,6 +370,33 @@ mod tests {
 
     /// Beyond the rescoring depth the first pass is approximate: on random vectors (the hardest
     /// case, no structure) the top-10 still matches the exact one almost always.
+    /// However many threads share the scan, and with a filter, the candidates are the same.
+    #[test]
+    fn the_scan_picks_the_same_candidates_on_any_number_of_threads() {
+        let vs = random_vectors(40_003, 16, 7);
+        let rows: Vec<(ChunkId, NodeId, Vec<f32>)> = vs[3..]
+            .iter()
+            .enumerate()
+            .map(|(i, v)| (i as ChunkId, (i % 5) as NodeId, v.clone()))
+            .collect();
+        let idx = index(&rows, 0);
+        let g = &idx.groups[0];
+        let odd = |node: NodeId| node % 2 == 1;
+        for q in &vs[..3] {
+            let q = unit(q);
+            for pass in [&(|_| true) as &(dyn Fn(NodeId) -> bool + Sync), &odd] {
+                let mut one = idx.candidates_on(g, &q, 300, pass, 1);
+                one.sort_unstable();
+                assert_eq!(one.len(), 300);
+                for threads in [2, 3, 8] {
+                    let mut many = idx.candidates_on(g, &q, 300, pass, threads);
+                    many.sort_unstable();
+                    assert_eq!(many, one, "{threads} threads");
+                }
+            }
+        }
+    }
+
     #[test]
     fn large_indexes_find_the_exact_top_ten() {
         let vs = random_vectors(20_050, 64, 42);
