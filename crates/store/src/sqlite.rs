@@ -1481,7 +1481,7 @@ impl Store for SqliteStore {
                 self.load_vectors(&conn)?,
             )
         };
-        // The scan holds no connection: a BM25 search (or another request) runs meanwhile.
+        // The scan holds no connection: other requests' reads and writes proceed meanwhile.
         // Its snapshot is the cache's version; the rescoring lookup below skips ids a
         // concurrent write removed since.
         let scored = cache.index.search(query, limit, allowed.as_ref(), |ids| {

@@ -203,8 +203,8 @@ impl VectorIndex {
             top.best
         } else {
             // Threads take pieces from a shared counter rather than fixed halves, so a thread
-            // whose core is also running something else (a hybrid search's BM25, another
-            // request) does less of the scan instead of finishing last.
+            // whose core is also running something else (another request in `bib serve`)
+            // does less of the scan instead of finishing last.
             let next = std::sync::atomic::AtomicUsize::new(0);
             std::thread::scope(|s| {
                 let parts: Vec<_> = (0..threads)
