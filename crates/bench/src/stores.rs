@@ -9,8 +9,8 @@
 //!
 //! Per store and dataset: ingest wall time (one `apply_document` per document, as `bib ingest`
 //! does), then per query `bm25_search` (top 100), `vector_search` (top 100) and a *hybrid*
-//! ask without the model (`Retriever::retrieve` with the query's given vector: both lists
-//! side by side, convex fusion, the ranking signals, the top 5 chunks read) — p50 and p99. PostgreSQL is
+//! ask without the model (`Retriever::retrieve` with the query's given vector: both lists,
+//! convex fusion, the ranking signals, the top 5 chunks read) — p50 and p99. PostgreSQL is
 //! timed with exact vector search and with its HNSW index; HNSW recall@10 against exact is
 //! printed beside it.
 
@@ -162,8 +162,8 @@ pub(crate) struct PathTimes {
 }
 
 /// An embedder that knows the benchmark's query vectors, so a hybrid `Retriever::retrieve`
-/// runs the product's whole path (both lists side by side, fusion, ranking signals, the chunks
-/// read, token counts) on a synthetic store without a model. Any other text is an error.
+/// runs the product's whole path (both lists, fusion, ranking signals, the chunks read, token
+/// counts) on a synthetic store without a model. Any other text is an error.
 struct KnownQueries {
     model: String,
     dims: usize,

@@ -256,8 +256,7 @@ impl VectorIndex {
             let end = (start + BLOCK).min(rows.end);
             let scores = &mut top.buf[..end - start];
             g.codes.scores(qq, start..end, self.kernel, scores);
-            for j in 0..end - start {
-                let s = top.buf[j];
+            for (j, &s) in top.buf[..end - start].iter().enumerate() {
                 if s < top.floor || !pass(g.nodes[start + j]) {
                     continue;
                 }
@@ -368,8 +367,6 @@ mod tests {
         }
     }
 
-    /// Beyond the rescoring depth the first pass is approximate: on random vectors (the hardest
-    /// case, no structure) the top-10 still matches the exact one almost always.
     /// However many threads share the scan, and with a filter, the candidates are the same.
     #[test]
     fn the_scan_picks_the_same_candidates_on_any_number_of_threads() {
@@ -397,6 +394,8 @@ mod tests {
         }
     }
 
+    /// Beyond the rescoring depth the first pass is approximate: on random vectors (the hardest
+    /// case, no structure) the top-10 still matches the exact one almost always.
     #[test]
     fn large_indexes_find_the_exact_top_ten() {
         let vs = random_vectors(20_050, 64, 42);
