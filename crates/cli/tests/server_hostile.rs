@@ -267,9 +267,11 @@ fn mcp_http_tool_calls_stop_at_their_timeout() {
     let (addr, pid) = (s.addr, s.child.id());
     let sid = mcp_session(addr);
 
-    // A document of 400 sections: seconds of embedding, far past the 1 s timeout.
+    // A document of 4,000 sections (about 2,000 chunks): many seconds of embedding even on a
+    // fast many-core machine, far past the 1 s timeout. (400 sections finished inside the
+    // second on CI's machine, so the commit won the race and the test saw a success.)
     let content: String = std::iter::once("# Long\n\n".to_string())
-        .chain((0..400).map(|i| {
+        .chain((0..4000).map(|i| {
             format!(
                 "## Part {i}\n\nPart {i} explains step {i} of restoring packages from the \
                  local cache, then from feed number {i}, with its own words about item {i}.\n\n"
@@ -305,8 +307,13 @@ fn mcp_http_tool_calls_stop_at_their_timeout() {
         "written after its timeout: {docs:?}"
     );
 
+    // 200 questions (the most a call takes) of about 300 words each: seconds of embedding on
+    // any machine, far past the timeout.
     let questions: Vec<String> = (0..200)
-        .map(|i| format!("how are packages restored from the local cache, case {i}"))
+        .map(|i| {
+            let words = format!("packages restored from the local cache case {i} ");
+            format!("how are {}", words.repeat(40))
+        })
         .collect();
     let (r, took) = mcp_http_tool(
         addr,
@@ -356,9 +363,13 @@ fn mcp_http_tool_calls_take_an_in_flight_slot() {
     );
     let addr = s.addr;
     let sid = mcp_session(addr);
-    // 200: the most one evaluation takes.
+    // 200 questions (the most a call takes) of about 300 words each: seconds of embedding on
+    // any machine, far past the timeout.
     let questions: Vec<String> = (0..200)
-        .map(|i| format!("how are packages restored from the local cache, case {i}"))
+        .map(|i| {
+            let words = format!("packages restored from the local cache case {i} ");
+            format!("how are {}", words.repeat(40))
+        })
         .collect();
     let start = Instant::now();
     let eval = std::thread::spawn({

@@ -8,24 +8,25 @@
 //! pulled it in. So `line_start`/`line_end` are always lines of the file at the result's
 //! `path`.
 
-use bib_store::line_span;
+use bib_store::LineIndex;
 
 /// Maps byte offsets of the chunked (possibly expanded) text to 1-based lines of the file.
-pub struct LineMap<'a> {
-    raw: &'a str,
+pub struct LineMap {
+    /// Line starts of the file as written.
+    raw: LineIndex,
     /// `(offset in the chunked text, offset in raw, literal)`: from that chunked offset on,
     /// the text is the file's own (`literal`: offsets advance together) or included (every
     /// offset maps to the directive's start in raw). Sorted by the first field.
     pieces: Vec<(usize, usize, bool)>,
 }
 
-impl<'a> LineMap<'a> {
+impl LineMap {
     /// `chunked` is the text the spans refer to; `raw` the file as written (same front-matter,
     /// so the same `body_offset`). Without includes the two are equal and the map is identity.
-    pub fn new(raw: &'a str, chunked: &str, body_offset: usize) -> Self {
+    pub fn new(raw: &str, chunked: &str, body_offset: usize) -> Self {
         if raw == chunked || body_offset > raw.len() || !raw.is_char_boundary(body_offset) {
             return Self {
-                raw,
+                raw: LineIndex::new(raw),
                 pieces: vec![(0, 0, true)],
             };
         }
@@ -52,7 +53,10 @@ impl<'a> LineMap<'a> {
             pieces.push((cur, seg_start, true));
             cur += seg.len();
         }
-        Self { raw, pieces }
+        Self {
+            raw: LineIndex::new(raw),
+            pieces,
+        }
     }
 
     fn raw_offset(&self, pos: usize) -> usize {
@@ -76,8 +80,8 @@ impl<'a> LineMap<'a> {
         } else {
             s
         };
-        let (a, _) = line_span(self.raw, s, s);
-        let (_, b) = line_span(self.raw, s.min(e), e.max(s));
+        let (a, _) = self.raw.span(s, s);
+        let (_, b) = self.raw.span(s.min(e), e.max(s));
         (a, b.max(a))
     }
 }

@@ -40,19 +40,54 @@ pub fn legacy_collection(last_run_record: Option<&Value>) -> String {
         .unwrap_or_else(|| DEFAULT_COLLECTION.to_string())
 }
 
-/// 1-based line numbers `(first, last)` of the byte span `start..end` in `text`. A span that
-/// ends with a newline ends on that newline's line; offsets past the end or inside a
-/// character are clamped, so this never panics.
+/// The line starts of one text, so that the lines of many spans of it (every chunk of a
+/// document) are found by binary search instead of recounting the newlines before each span,
+/// which made a large document's chunks quadratic in its size.
+#[derive(Debug, Clone)]
+pub struct LineIndex {
+    /// Byte offset of every `\n`, ascending.
+    newlines: Vec<usize>,
+    len: usize,
+}
+
+impl LineIndex {
+    pub fn new(text: &str) -> Self {
+        let newlines = text
+            .bytes()
+            .enumerate()
+            .filter_map(|(i, b)| (b == b'\n').then_some(i))
+            .collect();
+        Self {
+            newlines,
+            len: text.len(),
+        }
+    }
+
+    /// 1-based line of byte `pos`: one more than the newlines before it.
+    fn line_at(&self, pos: usize) -> u32 {
+        1 + self.newlines.partition_point(|&n| n < pos) as u32
+    }
+
+    /// 1-based line numbers `(first, last)` of the byte span `start..end`. A span that ends
+    /// with a newline ends on that newline's line; offsets past the end are clamped, so this
+    /// never panics.
+    pub fn span(&self, start: usize, end: usize) -> (u32, u32) {
+        let start = start.min(self.len);
+        let end = end.clamp(start, self.len);
+        let first = self.line_at(start);
+        // The last byte of the span decides its last line (a trailing newline stays on its line).
+        let last = if end > start {
+            self.line_at(end - 1)
+        } else {
+            first
+        };
+        (first, last)
+    }
+}
+
+/// [`LineIndex::span`] of one span of `text` (for many spans of one text, keep the index).
 pub fn line_span(text: &str, start: usize, end: usize) -> (u32, u32) {
-    let len = text.len();
-    let start = start.min(len);
-    let end = end.clamp(start, len);
-    let bytes = text.as_bytes();
-    let line_at = |pos: usize| 1 + bytes[..pos].iter().filter(|&&b| b == b'\n').count() as u32;
-    let first = line_at(start);
-    // The last byte of the span decides its last line (a trailing newline stays on its line).
-    let last = if end > start { line_at(end - 1) } else { first };
-    (first, last)
+    LineIndex::new(text).span(start, end)
 }
 
 /// The `qualified_name` of a document: `doc:<normalized path>`.
@@ -515,6 +550,22 @@ mod tests {
         assert_eq!(line_span(t, 5, 5), (3, 3));
         assert_eq!(line_span(t, 100, 200), (4, 4));
         assert_eq!(line_span("", 0, 0), (1, 1));
+    }
+
+    proptest::proptest! {
+        /// The index answers what counting the newlines before each offset answers.
+        #[test]
+        fn line_index_agrees_with_counting(
+            text in "[a\n\u{e9}]{0,60}",
+            start in 0usize..70,
+            end in 0usize..70,
+        ) {
+            let count = |pos: usize| 1 + text.as_bytes()[..pos].iter().filter(|&&b| b == b'\n').count() as u32;
+            let s = start.min(text.len());
+            let e = end.clamp(s, text.len());
+            let want = (count(s), if e > s { count(e - 1) } else { count(s) });
+            proptest::prop_assert_eq!(LineIndex::new(&text).span(start, end), want);
+        }
     }
 
     #[test]
