@@ -6,7 +6,8 @@
 //!
 //! - **Same lexical scores.** Postings hold `bib_store::lexical::term_counts` of each chunk
 //!   (the shared `bib_text::terms` function) with the chunk length; `lex_stats` (chunk count,
-//!   total length) is kept by triggers inside the writing transaction. A query is scored in
+//!   total length) and `term_df` (each term's document frequency) are kept by triggers inside
+//!   the writing transaction, so no read counts a posting list. A query is scored in
 //!   the database: one statement (one snapshot) aggregates its terms' postings with the
 //!   statistics by the formula of `bib_text::bm25::{idf, tf_factor}` and returns only the best
 //!   `limit` chunks. Scores equal the embedded store's to 1e-12 (the sums run in the

@@ -7,7 +7,8 @@
 //!
 //! The tables mirror the SQLite store: `documents`, `chunks` (vector in a pgvector `vector`
 //! column without a fixed dimension, plus `dims`), `postings` (term, chunk, tf, length) with
-//! `lex_stats` kept exact by triggers in the writing transaction, `embed_cache`, `runs` and
+//! `lex_stats` and `term_df` (each term's document frequency) kept exact by triggers in the
+//! writing transaction, `embed_cache`, `runs` and
 //! `query_log`. HNSW indexes need a fixed dimension, so they are partial expression indexes,
 //! one per dimension in use (`(embedding::vector(D)) vector_cosine_ops WHERE dims = D`),
 //! created by [`crate::PgStore`] the first time it stores vectors of a new dimension.
@@ -122,6 +123,41 @@ CREATE TABLE doc_sources (
 ALTER TABLE postings DROP CONSTRAINT postings_pkey,
     ADD PRIMARY KEY (term, chunk_id) INCLUDE (node_id, tf, dl);
 ALTER TABLE postings SET (autovacuum_vacuum_insert_scale_factor = 0.02);
+"#,
+    // 5: every term's document frequency, kept exact by statement triggers in the writing
+    // transaction (as `lex_stats`), so BM25 reads a term's weight without counting its
+    // posting list, and can leave the longest lists out of the scan (`BM25_SQL`, issue 20).
+    // Both triggers add signed counts in term order, so two writers lock the rows they share
+    // in the same order and cannot deadlock on them.
+    r#"
+CREATE TABLE term_df (
+    term text PRIMARY KEY,
+    df   bigint NOT NULL
+);
+INSERT INTO term_df (term, df) SELECT term, count(*) FROM postings GROUP BY term;
+CREATE FUNCTION bib_term_df_add() RETURNS trigger LANGUAGE plpgsql
+SET search_path FROM CURRENT AS $$
+BEGIN
+    INSERT INTO term_df (term, df)
+        SELECT term, count(*) FROM new_postings GROUP BY term ORDER BY term
+        ON CONFLICT (term) DO UPDATE SET df = term_df.df + EXCLUDED.df;
+    RETURN NULL;
+END $$;
+CREATE FUNCTION bib_term_df_remove() RETURNS trigger LANGUAGE plpgsql
+SET search_path FROM CURRENT AS $$
+BEGIN
+    INSERT INTO term_df (term, df)
+        SELECT term, -count(*) FROM old_postings GROUP BY term ORDER BY term
+        ON CONFLICT (term) DO UPDATE SET df = term_df.df + EXCLUDED.df;
+    DELETE FROM term_df WHERE df <= 0 AND term IN (SELECT term FROM old_postings);
+    RETURN NULL;
+END $$;
+CREATE TRIGGER postings_term_df_add AFTER INSERT ON postings
+    REFERENCING NEW TABLE AS new_postings
+    FOR EACH STATEMENT EXECUTE FUNCTION bib_term_df_add();
+CREATE TRIGGER postings_term_df_remove AFTER DELETE ON postings
+    REFERENCING OLD TABLE AS old_postings
+    FOR EACH STATEMENT EXECUTE FUNCTION bib_term_df_remove();
 "#,
 ];
 
