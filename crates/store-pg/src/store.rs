@@ -40,6 +40,29 @@ fn pg(op: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
     }
 }
 
+/// The text of [`BM25_SQL`] with `$where` before its grouping (one copy of the formula).
+macro_rules! bm25_sql {
+    ($where:literal) => {
+        concat!(
+            "SELECT p.chunk_id, \
+                    sum(w.idf * p.tf * ($2 + 1.0) / (p.tf + $2 * (1.0 - $3 + $3 * p.dl / w.avg))) \
+                    AS score \
+             FROM (\
+                 SELECT d.term, GREATEST(ln(1.0 + (s.n - d.df + 0.5) / (d.df + 0.5)), 1e-6) AS idf, \
+                        s.avg \
+                 FROM term_df d CROSS JOIN (\
+                     SELECT GREATEST(n_chunks, 1)::float8 AS n, \
+                            CASE WHEN n_chunks > 0 AND total_len > 0 \
+                                 THEN total_len::float8 / n_chunks ELSE 1.0 END AS avg \
+                     FROM lex_stats WHERE id = 1) s \
+                 WHERE d.term = ANY($1) AND d.df > 0) w \
+             JOIN postings p ON p.term = w.term ",
+            $where,
+            "GROUP BY p.chunk_id ORDER BY score DESC, p.chunk_id LIMIT $4"
+        )
+    };
+}
+
 /// BM25 over the postings of the query's distinct terms (`$1`), with `k1 = $2`, `b = $3`,
 /// best `$4` first (ties by chunk id). Document frequencies (`term_df`) count every document,
 /// as in the SQLite store: a filter narrows the hits, not the statistics. It is the formula
@@ -53,35 +76,10 @@ fn pg(op: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
 /// rarest lists scanned, the others looked up only for chunks that could still reach the
 /// top, a full pass when that top was not proven) ran slower there (4.5–9 ms): its CTEs and
 /// fallbacks cost more than the postings they saved.
-const BM25_SQL: &str = "\
-SELECT p.chunk_id, \
-       sum(w.idf * p.tf * ($2 + 1.0) / (p.tf + $2 * (1.0 - $3 + $3 * p.dl / w.avg))) AS score \
-FROM (\
-    SELECT d.term, GREATEST(ln(1.0 + (s.n - d.df + 0.5) / (d.df + 0.5)), 1e-6) AS idf, s.avg \
-    FROM term_df d CROSS JOIN (\
-        SELECT GREATEST(n_chunks, 1)::float8 AS n, \
-               CASE WHEN n_chunks > 0 AND total_len > 0 \
-                    THEN total_len::float8 / n_chunks ELSE 1.0 END AS avg \
-        FROM lex_stats WHERE id = 1) s \
-    WHERE d.term = ANY($1) AND d.df > 0) w \
-JOIN postings p ON p.term = w.term \
-GROUP BY p.chunk_id ORDER BY score DESC, p.chunk_id LIMIT $4";
+const BM25_SQL: &str = bm25_sql!("");
 
 /// [`BM25_SQL`] among the chunks of the documents `$5` only.
-const BM25_FILTERED_SQL: &str = "\
-SELECT p.chunk_id, \
-       sum(w.idf * p.tf * ($2 + 1.0) / (p.tf + $2 * (1.0 - $3 + $3 * p.dl / w.avg))) AS score \
-FROM (\
-    SELECT d.term, GREATEST(ln(1.0 + (s.n - d.df + 0.5) / (d.df + 0.5)), 1e-6) AS idf, s.avg \
-    FROM term_df d CROSS JOIN (\
-        SELECT GREATEST(n_chunks, 1)::float8 AS n, \
-               CASE WHEN n_chunks > 0 AND total_len > 0 \
-                    THEN total_len::float8 / n_chunks ELSE 1.0 END AS avg \
-        FROM lex_stats WHERE id = 1) s \
-    WHERE d.term = ANY($1) AND d.df > 0) w \
-JOIN postings p ON p.term = w.term \
-WHERE p.node_id = ANY($5) \
-GROUP BY p.chunk_id ORDER BY score DESC, p.chunk_id LIMIT $4";
+const BM25_FILTERED_SQL: &str = bm25_sql!("WHERE p.node_id = ANY($5) ");
 
 /// `"name"` with inner quotes doubled.
 fn quote_ident(name: &str) -> String {
