@@ -248,6 +248,17 @@ fn cpu_used_after(pid: u32, settle: Duration, window: Duration) -> u64 {
     cpu_ticks(pid).unwrap() - a
 }
 
+/// 200 questions (the most one evaluation takes) of about 300 words each: seconds of
+/// embedding on any machine, far past the tests' timeouts.
+fn long_questions() -> Vec<String> {
+    (0..200)
+        .map(|i| {
+            let words = format!("packages restored from the local cache case {i} ");
+            format!("how are {}", words.repeat(40))
+        })
+        .collect()
+}
+
 /// Issue 14, the `/mcp` side of "timeouts do not cancel": a tool call's answer goes out on an
 /// SSE stream, whose headers leave before the call runs, so the request guard's timer never
 /// fired for it: `bib_register_doc` went on and committed and `bib_eval_retrieval` kept the
@@ -307,14 +318,7 @@ fn mcp_http_tool_calls_stop_at_their_timeout() {
         "written after its timeout: {docs:?}"
     );
 
-    // 200 questions (the most a call takes) of about 300 words each: seconds of embedding on
-    // any machine, far past the timeout.
-    let questions: Vec<String> = (0..200)
-        .map(|i| {
-            let words = format!("packages restored from the local cache case {i} ");
-            format!("how are {}", words.repeat(40))
-        })
-        .collect();
+    let questions = long_questions();
     let (r, took) = mcp_http_tool(
         addr,
         &sid,
@@ -363,14 +367,7 @@ fn mcp_http_tool_calls_take_an_in_flight_slot() {
     );
     let addr = s.addr;
     let sid = mcp_session(addr);
-    // 200 questions (the most a call takes) of about 300 words each: seconds of embedding on
-    // any machine, far past the timeout.
-    let questions: Vec<String> = (0..200)
-        .map(|i| {
-            let words = format!("packages restored from the local cache case {i} ");
-            format!("how are {}", words.repeat(40))
-        })
-        .collect();
+    let questions = long_questions();
     let start = Instant::now();
     let eval = std::thread::spawn({
         let sid = sid.clone();

@@ -24,9 +24,10 @@ impl LineMap {
     /// `chunked` is the text the spans refer to; `raw` the file as written (same front-matter,
     /// so the same `body_offset`). Without includes the two are equal and the map is identity.
     pub fn new(raw: &str, chunked: &str, body_offset: usize) -> Self {
+        let index = LineIndex::new(raw);
         if raw == chunked || body_offset > raw.len() || !raw.is_char_boundary(body_offset) {
             return Self {
-                raw: LineIndex::new(raw),
+                raw: index,
                 pieces: vec![(0, 0, true)],
             };
         }
@@ -53,10 +54,7 @@ impl LineMap {
             pieces.push((cur, seg_start, true));
             cur += seg.len();
         }
-        Self {
-            raw: LineIndex::new(raw),
-            pieces,
-        }
+        Self { raw: index, pieces }
     }
 
     fn raw_offset(&self, pos: usize) -> usize {

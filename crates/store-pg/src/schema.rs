@@ -125,8 +125,8 @@ ALTER TABLE postings DROP CONSTRAINT postings_pkey,
 ALTER TABLE postings SET (autovacuum_vacuum_insert_scale_factor = 0.02);
 "#,
     // 5: every term's document frequency, kept exact by statement triggers in the writing
-    // transaction (as `lex_stats`), so BM25 reads a term's weight without counting its
-    // posting list, and can leave the longest lists out of the scan (`BM25_SQL`, issue 20).
+    // transaction (as `lex_stats`), so BM25 reads a term's weight and `/health` the number of
+    // terms without counting postings (issue 20).
     // Both triggers add signed counts in term order, so two writers lock the rows they share
     // in the same order and cannot deadlock on them.
     r#"

@@ -85,11 +85,6 @@ impl LineIndex {
     }
 }
 
-/// [`LineIndex::span`] of one span of `text` (for many spans of one text, keep the index).
-pub fn line_span(text: &str, start: usize, end: usize) -> (u32, u32) {
-    LineIndex::new(text).span(start, end)
-}
-
 /// The `qualified_name` of a document: `doc:<normalized path>`.
 pub fn qualified_name(path: &str) -> String {
     format!("doc:{path}")
@@ -541,8 +536,9 @@ mod tests {
     use serde_json::json;
 
     #[test]
-    fn line_span_counts_from_one_and_keeps_trailing_newline_on_its_line() {
+    fn line_spans_count_from_one_and_keep_trailing_newline_on_its_line() {
         let t = "a\nbb\nccc\n";
+        let line_span = |t: &str, s, e| LineIndex::new(t).span(s, e);
         assert_eq!(line_span(t, 0, 1), (1, 1));
         assert_eq!(line_span(t, 0, 2), (1, 1));
         assert_eq!(line_span(t, 2, 9), (2, 3));

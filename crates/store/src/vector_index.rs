@@ -251,19 +251,25 @@ impl VectorIndex {
         pass: &(dyn Fn(NodeId) -> bool + Sync),
         top: &mut TopRows,
     ) {
+        let TopRows {
+            depth,
+            best,
+            floor,
+            buf,
+        } = top;
         let mut start = rows.start;
         while start < rows.end {
             let end = (start + BLOCK).min(rows.end);
-            let scores = &mut top.buf[..end - start];
+            let scores = &mut buf[..end - start];
             g.codes.scores(qq, start..end, self.kernel, scores);
-            for (j, &s) in top.buf[..end - start].iter().enumerate() {
-                if s < top.floor || !pass(g.nodes[start + j]) {
+            for (j, &s) in scores.iter().enumerate() {
+                if s < *floor || !pass(g.nodes[start + j]) {
                     continue;
                 }
-                top.best.push((s, start + j));
-                if top.best.len() >= 2 * top.depth {
-                    keep_best(&mut top.best, top.depth);
-                    top.floor = top.best[top.depth - 1].0;
+                best.push((s, start + j));
+                if best.len() >= 2 * *depth {
+                    keep_best(best, *depth);
+                    *floor = best[*depth - 1].0;
                 }
             }
             start = end;
