@@ -170,9 +170,9 @@ fn now_flag_annotates_messages_without_timestamps() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(String::from_utf8_lossy(&out.stdout).contains("ayer (2026-08-06)"));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("lo arreglamos ayer [ayer = 2026-08-06]"));
     let out = bib(&["pack", "--budget", "500"], h, &[]);
-    assert!(!String::from_utf8_lossy(&out.stdout).contains("(2026-"));
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("2026-08-06"));
 }
 
 /// `relevant` in the middle of `filler` turns of small talk, then the live question.
@@ -281,7 +281,11 @@ fn cli_and_http_read_one_format_and_refuse_seconds() {
         String::from_utf8_lossy(&cli.stderr)
     );
     let cli: serde_json::Value = serde_json::from_slice(&cli.stdout).unwrap();
-    assert!(cli.to_string().contains("yesterday (2026-08-06)"), "{cli}");
+    assert!(
+        cli.to_string()
+            .contains("we deployed yesterday [yesterday = 2026-08-06]"),
+        "{cli}"
+    );
 
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("kb.sqlite");

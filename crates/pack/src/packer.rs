@@ -12,7 +12,7 @@ use regex::Regex;
 use rustc_hash::{FxHashMap, FxHashSet};
 use serde::Serialize;
 
-use crate::dates::annotate_dates;
+use crate::dates::annotate_dates_with;
 use crate::lang::Lang;
 use crate::ledger::{build_ledger_pairs, render_card};
 use crate::options::{autotune, PackOptions};
@@ -510,7 +510,7 @@ impl Packer {
                 return a.clone();
             }
         }
-        let a: Option<Arc<str>> = annotate_dates(c, r).map(Arc::from);
+        let a: Option<Arc<str>> = annotate_dates_with(c, r, o.date_notes).map(Arc::from);
         self.annotations
             .entry(c.into())
             .or_default()

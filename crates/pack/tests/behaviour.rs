@@ -128,7 +128,10 @@ fn dates_use_the_messages_own_timestamp_else_now_else_nothing() {
         Message::new("user", "y hoy lo probamos"),
     ];
     let p = Packer::default().pack(&h, 1000);
-    assert_eq!(p.messages[0].content, "lo desplegamos ayer (2026-08-06)");
+    assert_eq!(
+        p.messages[0].content,
+        "lo desplegamos ayer [ayer = 2026-08-06]"
+    );
     assert_eq!(
         p.messages[1].content, "y hoy lo probamos",
         "no timestamp, no now: no date"
@@ -138,7 +141,10 @@ fn dates_use_the_messages_own_timestamp_else_now_else_nothing() {
         ..PackOptions::default()
     };
     let p = Packer::new(o).pack(&h, 1000);
-    assert_eq!(p.messages[1].content, "y hoy (2026-08-08) lo probamos");
+    assert_eq!(
+        p.messages[1].content,
+        "y hoy lo probamos [hoy = 2026-08-08]"
+    );
 }
 
 #[test]
