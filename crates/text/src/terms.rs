@@ -70,7 +70,7 @@ pub enum Language {
     En,
 }
 
-/// How the term function turns words into terms. Parse one from `v1`, `v2`, `default` or a
+/// How the term function turns words into terms. Parse one from `v1`, `v2`, `v3`, `default` or a
 /// list such as `stem=snowball,fold=1,stop=1,lang=detect,surface=1`, optionally led by a preset
 /// (`v1,fold=1`); keys not given keep the preset's (else the default's) value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -84,6 +84,9 @@ pub struct TermConfig {
     pub lang: Language,
     /// Emit the word itself besides its stems.
     pub surface: bool,
+    /// Split identifiers at `_` too (`db_port` → `db_port`, `db`, `port`), as at `.`, `/`, `-`:
+    /// a question that says "port" finds `DB_PORT=5433`.
+    pub snake: bool,
 }
 
 impl TermConfig {
@@ -95,6 +98,7 @@ impl TermConfig {
         stop: false,
         lang: Language::Detect,
         surface: true,
+        snake: false,
     };
 
     /// Snowball stems (Spanish and English both), accent folding, stop words (issue 15).
@@ -105,6 +109,14 @@ impl TermConfig {
         stop: true,
         lang: Language::Both,
         surface: true,
+        snake: false,
+    };
+
+    /// V2 with identifiers also split at `_` (`DB_PORT`, `SHELL_TIMEOUT_MS`): agent sessions
+    /// and configuration name things in snake case, and people ask for the words.
+    pub const V3: TermConfig = TermConfig {
+        snake: true,
+        ..Self::V2
     };
 
     /// The full, explicit description stored with a knowledge base (never a preset name, so a
@@ -122,11 +134,14 @@ impl TermConfig {
             Language::Es => "es",
             Language::En => "en",
         };
+        // `snake` is written only when on, so ids stored before the key existed still read
+        // back as the function they were built with (see `parse`).
         format!(
-            "stem={stem},fold={},stop={},lang={lang},surface={},rev={REVISION}",
+            "stem={stem},fold={},stop={},lang={lang},surface={}{},rev={REVISION}",
             u8::from(self.fold),
             u8::from(self.stop),
-            u8::from(self.surface)
+            u8::from(self.surface),
+            if self.snake { ",snake=1" } else { "" }
         )
     }
 
@@ -139,6 +154,7 @@ impl TermConfig {
         let preset = |name: &str| match name.to_ascii_lowercase().as_str() {
             "v1" | "legacy" => Some(Self::V1),
             "v2" => Some(Self::V2),
+            "v3" => Some(Self::V3),
             "default" | "" => Some(Self::default()),
             _ => None,
         };
@@ -151,6 +167,7 @@ impl TermConfig {
             }
             None => Self::default(),
         };
+        let (mut snake_given, mut stored_id) = (false, false);
         for part in parts.filter(|p| !p.is_empty()) {
             let (k, v) = part
                 .split_once('=')
@@ -191,7 +208,12 @@ impl TermConfig {
                 "fold" => c.fold = flag(&v)?,
                 "stop" => c.stop = flag(&v)?,
                 "surface" => c.surface = flag(&v)?,
+                "snake" => {
+                    c.snake = flag(&v)?;
+                    snake_given = true;
+                }
                 "rev" => {
+                    stored_id = true;
                     if v != REVISION.to_string() {
                         return Err(bad(format!(
                             "revision {v} of the stop lists is not this build's ({REVISION}); \
@@ -202,13 +224,17 @@ impl TermConfig {
                 other => return Err(bad(format!("unknown key `{other}`"))),
             }
         }
+        // A stored id is a full description: one without `snake` was built without it.
+        if stored_id && !snake_given {
+            c.snake = false;
+        }
         Ok(c)
     }
 }
 
 impl Default for TermConfig {
     fn default() -> Self {
-        Self::V2
+        Self::V3
     }
 }
 
@@ -430,14 +456,19 @@ fn push(out: &mut Vec<String>, t: &str) {
 
 /// The terms of one token, each once.
 fn emit_token(out: &mut Vec<String>, tok: &str, cfg: &TermConfig, langs: &[Algorithm]) {
-    if tok.contains(['.', '/', '-']) {
+    let seps: &[char] = if cfg.snake {
+        &['.', '/', '-', '_']
+    } else {
+        &['.', '/', '-']
+    };
+    if tok.contains(seps) {
         let whole = if cfg.fold {
             fold_accents(tok)
         } else {
             Cow::Borrowed(tok)
         };
         push(out, &whole);
-        for part in tok.split(['.', '/', '-']) {
+        for part in tok.split(seps) {
             emit_word(out, part, cfg, langs, true);
         }
     } else {
@@ -757,6 +788,7 @@ mod tests {
     fn v2_surface_off_and_language_choice() {
         let stem_only = TermConfig {
             surface: false,
+            snake: false,
             lang: Language::En,
             ..TermConfig::V2
         };
@@ -765,6 +797,7 @@ mod tests {
         let both = TermConfig {
             lang: Language::Both,
             surface: false,
+            snake: false,
             ..TermConfig::V2
         };
         let t = terms_with("versiones", &both);
@@ -805,6 +838,7 @@ mod tests {
                 stem: Stemming::Both,
                 lang: Language::Es,
                 surface: false,
+                snake: false,
                 ..TermConfig::V2
             },
         ] {
@@ -848,6 +882,7 @@ mod tests {
                 stop,
                 lang: [Language::Detect, Language::Both, Language::Es, Language::En][lang],
                 surface: true,
+                snake: false,
             };
             let counts = term_counts_with(&s, &cfg);
             let distinct = terms_with(&s, &cfg);
@@ -861,5 +896,26 @@ mod tests {
                 let _ = stemmer(alg).stem(&w);
             }
         }
+    }
+
+    #[test]
+    fn snake_case_identifiers_split_only_when_asked() {
+        let on = TermConfig {
+            snake: true,
+            ..TermConfig::V2
+        };
+        let t = terms_with("DB_PORT=5433", &on);
+        for w in ["db_port", "db", "port", "5433"] {
+            assert!(t.iter().any(|x| x == w), "{w} in {t:?}");
+        }
+        let off = terms_with("DB_PORT=5433", &TermConfig::V2);
+        assert!(!off.iter().any(|x| x == "port"), "{off:?}");
+        // the id round-trips, and an id stored before the key existed reads as off
+        assert_eq!(TermConfig::parse(&on.id()).unwrap(), on);
+        assert!(on.id().contains("snake=1"));
+        let old = "stem=snowball,fold=1,stop=1,lang=both,surface=1,rev=1";
+        assert_eq!(TermConfig::V2.id(), old);
+        assert!(!TermConfig::parse(old).unwrap().snake);
+        assert!(TermConfig::parse("v2,snake=1").unwrap().snake);
     }
 }
