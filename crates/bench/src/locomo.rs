@@ -68,6 +68,20 @@ pub struct Args {
     /// Write the full report as JSON here.
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Write every question whose evidence was not all recalled here, as JSONL (packer,
+    /// budget, category, question, the missed turns' ids and text), to see what is missed.
+    #[arg(long)]
+    failures: Option<PathBuf>,
+}
+
+/// One question whose evidence was not all in the pack.
+#[derive(Debug, Clone, serde::Serialize)]
+struct Miss {
+    packer: String,
+    budget: usize,
+    category: String,
+    question: String,
+    missed: Vec<(String, String)>,
 }
 
 /// One packer configuration's result at one budget.
@@ -83,6 +97,8 @@ struct Row {
     max_output_tokens: usize,
     over_budget: usize,
     ms_per_pack: f64,
+    #[serde(skip)]
+    misses: Vec<Miss>,
 }
 
 struct Qa {
@@ -267,6 +283,7 @@ fn run_ours(
         (0usize, 0.0f64, 0usize, 0usize, 0usize, 0usize, 0usize);
     let mut ns = 0u128;
     let mut cats: BTreeMap<String, (f64, usize)> = BTreeMap::new();
+    let mut misses = Vec::new();
     for conv in convs {
         // one session per conversation, indexed as it is written (outside the timing, as a
         // live session would have done turn by turn); the question is pushed, packed, popped
@@ -290,11 +307,22 @@ fn run_ours(
                 .collect::<Vec<_>>()
                 .join("\n");
             let out = norm(&joined);
-            let found = qa
+            let missed: Vec<(String, String)> = qa
                 .evidence
                 .iter()
-                .filter(|d| out.contains(conv.text_of[*d].as_str()))
-                .count();
+                .filter(|d| !out.contains(conv.text_of[*d].as_str()))
+                .map(|d| (d.clone(), conv.text_of[d].clone()))
+                .collect();
+            let found = qa.evidence.len() - missed.len();
+            if !missed.is_empty() {
+                misses.push(Miss {
+                    packer: name.to_owned(),
+                    budget,
+                    category: qa.category.clone(),
+                    question: qa.question.clone(),
+                    missed,
+                });
+            }
             let rec = found as f64 / qa.evidence.len() as f64;
             n += 1;
             sum += rec;
@@ -325,6 +353,7 @@ fn run_ours(
         max_output_tokens: max_tok,
         over_budget: over,
         ms_per_pack: ns as f64 / 1e6 / n.max(1) as f64,
+        misses,
     }
 }
 
@@ -373,6 +402,7 @@ fn run_reference(args: &Args, budgets: &[usize]) -> anyhow::Result<Vec<Row>> {
             max_output_tokens: 0,
             over_budget: 0,
             ms_per_pack: f("ms_per_pack"),
+            misses: Vec::new(),
         });
     }
     Ok(rows)
@@ -405,6 +435,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if let Some(path) = &args.out {
         std::fs::write(path, serde_json::to_string_pretty(&rows)?)
             .with_context(|| format!("writing {}", path.display()))?;
+    }
+    if let Some(path) = &args.failures {
+        let mut text = String::new();
+        for m in rows.iter().flat_map(|r| &r.misses) {
+            text.push_str(&serde_json::to_string(m)?);
+            text.push('\n');
+        }
+        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
 }

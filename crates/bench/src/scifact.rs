@@ -54,7 +54,7 @@ pub struct Args {
     /// Skip the sentence-level vector rows (they embed every abstract sentence once).
     #[arg(long)]
     no_sentences: bool,
-    /// Term function of the BM25 index (`v1`, `v2`, `default` or a `key=value` list).
+    /// Term function of the BM25 index (`v1`, `v2`, `v3`, `default` or a `key=value` list).
     #[arg(long, value_name = "SPEC", default_value = "default")]
     terms: String,
     /// Rows through the product's ranking (`Retriever::search`, convex fusion over top-100

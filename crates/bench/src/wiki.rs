@@ -106,7 +106,7 @@ pub struct Args {
     /// `default`, or weights such as `field=0.2,phrase=0.3`.
     #[arg(long = "signals", value_name = "SPEC", default_value = "default")]
     signals: Vec<String>,
-    /// Term function the wiki stores are indexed with (`v1`, `v2`, `default` or a `key=value`
+    /// Term function the wiki stores are indexed with (`v1`, `v2`, `v3`, `default` or a `key=value`
     /// list); a store built with another one is reindexed (postings only).
     #[arg(long, value_name = "SPEC", default_value = "default")]
     terms: String,

@@ -22,10 +22,11 @@ Input (stdin or --input), the same for `bib pack`, HTTP POST /pack and MCP bib_p
     (\"2026-08-07T12:00:00Z\") or epoch milliseconds. Epoch seconds are refused (the error
     gives the milliseconds), so a time is never misread as 1970.
 
-Output: {\"messages\": [{role, content}], \"stats\": {...}}. Left-out lines become a note in
+Output: {\"messages\": [{role, content, ts?}], \"stats\": {...}}. Left-out lines become a note in
 their message; left-out messages become `system` notes in their place (one per run when the
 budget has room, else one where the first run was), in the history's language
-(\"[…7 earlier messages omitted…]\").
+(\"[…7 earlier messages omitted…]\"). Kept lines keep their words; a relative date in a
+message with a time gets a note at the end of its line (\"… yesterday [yesterday = 2026-08-06]\").
 
 Examples:
   bib pack --budget 2000 < chat.json
