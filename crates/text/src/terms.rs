@@ -87,6 +87,11 @@ pub struct TermConfig {
     /// Split identifiers at `_` too (`db_port` → `db_port`, `db`, `port`), as at `.`, `/`, `-`:
     /// a question that says "port" finds `DB_PORT=5433`.
     pub snake: bool,
+    /// Split camelCase identifiers into their words too (`packageSourceCredentials` →
+    /// `package`, `source`, `credentials` besides the whole). Off in every preset: on the wiki
+    /// dev sets it cost 4 top-10 answers in Spanish and 1 top-5 on golden_en, and gained none
+    /// on the probes (BENCHMARKS.md); `camel=1` turns it on for comparison.
+    pub camel: bool,
 }
 
 impl TermConfig {
@@ -99,6 +104,7 @@ impl TermConfig {
         lang: Language::Detect,
         surface: true,
         snake: false,
+        camel: false,
     };
 
     /// Snowball stems (Spanish and English both), accent folding, stop words (issue 15).
@@ -110,6 +116,7 @@ impl TermConfig {
         lang: Language::Both,
         surface: true,
         snake: false,
+        camel: false,
     };
 
     /// V2 with identifiers also split at `_` (`DB_PORT`, `SHELL_TIMEOUT_MS`): agent sessions
@@ -134,14 +141,19 @@ impl TermConfig {
             Language::Es => "es",
             Language::En => "en",
         };
-        // `snake` is written only when on, so ids stored before the key existed still read
+        // `snake` and `camel` are written only when on, so ids stored before the key existed still read
         // back as the function they were built with (see `parse`).
         format!(
             "stem={stem},fold={},stop={},lang={lang},surface={}{},rev={REVISION}",
             u8::from(self.fold),
             u8::from(self.stop),
             u8::from(self.surface),
-            if self.snake { ",snake=1" } else { "" }
+            match (self.snake, self.camel) {
+                (false, false) => "",
+                (true, false) => ",snake=1",
+                (false, true) => ",camel=1",
+                (true, true) => ",snake=1,camel=1",
+            }
         )
     }
 
@@ -167,7 +179,7 @@ impl TermConfig {
             }
             None => Self::default(),
         };
-        let (mut snake_given, mut stored_id) = (false, false);
+        let (mut snake_given, mut camel_given, mut stored_id) = (false, false, false);
         for part in parts.filter(|p| !p.is_empty()) {
             let (k, v) = part
                 .split_once('=')
@@ -212,6 +224,10 @@ impl TermConfig {
                     c.snake = flag(&v)?;
                     snake_given = true;
                 }
+                "camel" => {
+                    c.camel = flag(&v)?;
+                    camel_given = true;
+                }
                 "rev" => {
                     stored_id = true;
                     if v != REVISION.to_string() {
@@ -227,6 +243,9 @@ impl TermConfig {
         // A stored id is a full description: one without `snake` was built without it.
         if stored_id && !snake_given {
             c.snake = false;
+        }
+        if stored_id && !camel_given {
+            c.camel = false;
         }
         Ok(c)
     }
@@ -312,11 +331,20 @@ pub fn term_counts_with(text: &str, cfg: &TermConfig) -> Vec<(String, u32)> {
     let mut of_token: Vec<usize> = Vec::new();
     let mut buf: Vec<String> = Vec::new();
     for tok in toks {
-        let range = match seen.get(tok) {
+        // With `camel`, a token's terms depend on its case too: it is memoised as written.
+        let orig = cfg
+            .camel
+            .then(|| original_case(text, &lower, tok))
+            .flatten();
+        let key = orig.unwrap_or(tok);
+        let range = match seen.get(key) {
             Some(r) => r.clone(),
             None => {
                 buf.clear();
                 emit_token(&mut buf, tok, cfg, langs);
+                if let Some(o) = orig {
+                    emit_camel_parts(&mut buf, o, cfg, langs);
+                }
                 let start = of_token.len();
                 for t in buf.drain(..) {
                     let i = *pos.entry(t).or_insert_with_key(|t| {
@@ -325,7 +353,7 @@ pub fn term_counts_with(text: &str, cfg: &TermConfig) -> Vec<(String, u32)> {
                     });
                     of_token.push(i);
                 }
-                seen.insert(tok, start..of_token.len());
+                seen.insert(key, start..of_token.len());
                 start..of_token.len()
             }
         };
@@ -451,6 +479,43 @@ fn languages(mode: Language, toks: &[&str]) -> &'static [Algorithm] {
 fn push(out: &mut Vec<String>, t: &str) {
     if utf16_len(t) >= 2 && !out.iter().any(|x| x == t) {
         out.push(t.to_owned());
+    }
+}
+
+/// `tok` (a slice of `lower`) as `text` wrote it, when it has a lower-to-upper hump and
+/// lower-casing kept the byte offsets (always for ASCII); else `None`.
+fn original_case<'a>(text: &'a str, lower: &str, tok: &str) -> Option<&'a str> {
+    if text.len() != lower.len() {
+        return None;
+    }
+    let at = (tok.as_ptr() as usize).checked_sub(lower.as_ptr() as usize)?;
+    let orig = text.get(at..at + tok.len())?;
+    let hump = orig
+        .chars()
+        .zip(orig.chars().skip(1))
+        .any(|(a, b)| a.is_lowercase() && b.is_uppercase());
+    (hump && orig.to_lowercase() == tok).then_some(orig)
+}
+
+/// The words of a camelCase identifier (`packageSourceCredentials`, `XMLHttpRequest`,
+/// `net8PackageRoot`), each analysed as a compound part.
+fn emit_camel_parts(out: &mut Vec<String>, orig: &str, cfg: &TermConfig, langs: &[Algorithm]) {
+    for piece in orig.split(|c: char| !c.is_alphanumeric()) {
+        let chars: Vec<(usize, char)> = piece.char_indices().collect();
+        let mut start = 0;
+        for k in 1..chars.len() {
+            let (i, c) = chars[k];
+            let prev = chars[k - 1].1;
+            let next_lower = chars.get(k + 1).is_some_and(|&(_, n)| n.is_lowercase());
+            // a hump (`eS`) or the last capital of an acronym before a word (`LHt` in XMLHttp)
+            if c.is_uppercase() && (prev.is_lowercase() || (prev.is_uppercase() && next_lower)) {
+                emit_word(out, &piece[start..i].to_lowercase(), cfg, langs, true);
+                start = i;
+            }
+        }
+        if start > 0 {
+            emit_word(out, &piece[start..].to_lowercase(), cfg, langs, true);
+        }
     }
 }
 
@@ -656,6 +721,13 @@ mod tests {
         for tok in toks {
             let mut buf = Vec::new();
             emit_token(&mut buf, tok, cfg, langs);
+            if let Some(o) = cfg
+                .camel
+                .then(|| original_case(text, &lower, tok))
+                .flatten()
+            {
+                emit_camel_parts(&mut buf, o, cfg, langs);
+            }
             for t in buf {
                 match order.iter_mut().find(|(x, _)| *x == t) {
                     Some(e) => e.1 += 1,
@@ -671,11 +743,12 @@ mod tests {
         #[test]
         fn memoized_counts_equal_token_by_token(
             words in proptest::collection::vec(
-                "(running|runs|Canción|canciones|nuget\\.config|dotnet-cli|the|de|a/b|ÁRBOL|árboles|x)",
+                "(running|runs|Canción|canciones|nuget\\.config|dotnet-cli|the|de|a/b|ÁRBOL|árboles|x|DB_PORT|packageSource|PackageSource|packagesource|XMLHttp|ÁrbolGrande)",
                 0..40),
         ) {
             let text = words.join(" ");
-            for cfg in [TermConfig::V1, TermConfig::V2, TermConfig::default()] {
+            let camel = TermConfig { camel: true, ..TermConfig::V3 };
+            for cfg in [TermConfig::V1, TermConfig::V2, TermConfig::default(), camel] {
                 prop_assert_eq!(term_counts_with(&text, &cfg), term_counts_unmemoized(&text, &cfg));
             }
         }
@@ -789,6 +862,7 @@ mod tests {
         let stem_only = TermConfig {
             surface: false,
             snake: false,
+            camel: false,
             lang: Language::En,
             ..TermConfig::V2
         };
@@ -798,6 +872,7 @@ mod tests {
             lang: Language::Both,
             surface: false,
             snake: false,
+            camel: false,
             ..TermConfig::V2
         };
         let t = terms_with("versiones", &both);
@@ -839,6 +914,7 @@ mod tests {
                 lang: Language::Es,
                 surface: false,
                 snake: false,
+                camel: false,
                 ..TermConfig::V2
             },
         ] {
@@ -875,14 +951,15 @@ mod tests {
         /// No panic on any text (the stemmers included), and the distinct terms are the
         /// counted ones.
         #[test]
-        fn any_text_any_config(s in "\\PC{0,60}", stem in 0usize..4, fold: bool, stop: bool, lang in 0usize..4) {
+        fn any_text_any_config(s in "\\PC{0,60}", stem in 0usize..4, fold: bool, stop: bool, lang in 0usize..4, snake: bool, camel: bool) {
             let cfg = TermConfig {
                 stem: [Stemming::None, Stemming::Prefix, Stemming::Snowball, Stemming::Both][stem],
                 fold,
                 stop,
                 lang: [Language::Detect, Language::Both, Language::Es, Language::En][lang],
                 surface: true,
-                snake: false,
+                snake,
+                camel,
             };
             let counts = term_counts_with(&s, &cfg);
             let distinct = terms_with(&s, &cfg);
@@ -917,5 +994,37 @@ mod tests {
         assert_eq!(TermConfig::V2.id(), old);
         assert!(!TermConfig::parse(old).unwrap().snake);
         assert!(TermConfig::parse("v2,snake=1").unwrap().snake);
+    }
+
+    #[test]
+    fn camel_case_identifiers_split_only_when_asked() {
+        let on = TermConfig {
+            camel: true,
+            ..TermConfig::V3
+        };
+        let t = terms_with("set packageSourceCredentials and XMLHttpRequest", &on);
+        for w in [
+            "packagesourcecredentials",
+            "package",
+            "source",
+            "credentials",
+            "xml",
+            "http",
+        ] {
+            assert!(t.iter().any(|x| x == w), "{w} in {t:?}");
+        }
+        let off = terms_with("packageSourceCredentials", &TermConfig::V2);
+        assert!(!off.iter().any(|x| x == "credentials"), "{off:?}");
+        // lower-case text has no humps; the query side finds the parts by its own words
+        assert!(!terms_with("packagesourcecredentials", &on)
+            .iter()
+            .any(|x| x == "credentials"));
+        assert_eq!(TermConfig::parse(&on.id()).unwrap(), on);
+        assert!(!TermConfig::V3.camel);
+        assert!(
+            !TermConfig::parse("stem=snowball,fold=1,stop=1,lang=both,surface=1,snake=1,rev=1")
+                .unwrap()
+                .camel
+        );
     }
 }
