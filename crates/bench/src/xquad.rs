@@ -67,6 +67,10 @@ pub struct Args {
     /// Write the report as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Term function of the paragraph index and the trimmer's lexical side (`v1`, `v2`, `v3`,
+    /// `default` or a `key=value` list).
+    #[arg(long, value_name = "SPEC", default_value = "default")]
+    terms: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -305,7 +309,7 @@ fn embed_and_index_paragraphs(
         &setup.a.cache_dir,
         &format!("xquad-{lang}"),
     )?;
-    let mut ix = MemoryIndex::new();
+    let mut ix = MemoryIndex::with_terms(setup.a.terms.parse()?);
     add_one_chunk_per_document(
         &mut ix,
         ld.paras
