@@ -171,7 +171,7 @@ fn help_has_examples_and_names_each_settings_key() {
     assert!(help.contains("Examples:"), "{help}");
     for note in [
         "[env: BIB_STORE] [config: store]",
-        "[default: calibrated per model: use-m3 0.21, e5-small 0.82] [env: RETRIEVAL_TRIM_THRESHOLD] [config: ask.trim_threshold]",
+        "[default: calibrated per model: use-m3 0.214, e5-small 0.82] [env: RETRIEVAL_TRIM_THRESHOLD] [config: ask.trim_threshold]",
         "[env: BIB_CONFIG]",
         "- bm25:   keywords only; loads no embedding model",
     ] {

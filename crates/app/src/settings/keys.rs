@@ -153,11 +153,11 @@ pub const KEYS: &[Key] = &[
     Key::new(
         "ask.trim_threshold",
         "Lowest sentence-to-question similarity (cosine) that trimming keeps. Unset: the value \
-         calibrated for the knowledge base's model (use-m3 0.21, e5-small 0.82).",
+         calibrated for the knowledge base's model (use-m3 0.214, e5-small 0.82).",
     )
     .env("RETRIEVAL_TRIM_THRESHOLD", EnvKind::Number)
-    .example("0.21")
-    .unset_means("calibrated per model: use-m3 0.21, e5-small 0.82")
+    .example("0.214")
+    .unset_means("calibrated per model: use-m3 0.214, e5-small 0.82")
     .flags(&["trim-threshold"]),
     Key::new(
         "ask.trim_window",
