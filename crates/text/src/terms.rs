@@ -1020,7 +1020,12 @@ mod tests {
             .iter()
             .any(|x| x == "credentials"));
         assert_eq!(TermConfig::parse(&on.id()).unwrap(), on);
-        assert!(!TermConfig::V3.camel);
+        // off by default: the default term function keeps the identifier whole
+        assert!(
+            !terms_with("packageSourceCredentials", &TermConfig::default())
+                .iter()
+                .any(|x| x == "credentials")
+        );
         assert!(
             !TermConfig::parse("stem=snowball,fold=1,stop=1,lang=both,surface=1,snake=1,rev=1")
                 .unwrap()
