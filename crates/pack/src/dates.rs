@@ -307,7 +307,12 @@ pub fn annotate_dates_with(text: &str, ref_ms: i64, place: DateNotes) -> Option<
         return None;
     }
     let r = date_of_ms(ref_ms)?;
-    let hits = resolved_hits(text, r, place);
+    let code: Vec<(usize, usize)> = c
+        .code_span
+        .find_iter(text)
+        .map(|m| (m.start(), m.end()))
+        .collect();
+    let hits = resolved_hits(text, &code, r, place);
     if hits.is_empty() {
         return None;
     }
@@ -325,11 +330,6 @@ pub fn annotate_dates_with(text: &str, ref_ms: i64, place: DateNotes) -> Option<
             out.push_str(&text[last..]);
         }
         DateNotes::LineEnd => {
-            let code: Vec<(usize, usize)> = c
-                .code_span
-                .find_iter(text)
-                .map(|m| (m.start(), m.end()))
-                .collect();
             let mut last = 0;
             let mut k = 0;
             while k < hits.len() {
@@ -362,15 +362,11 @@ struct Hit {
     value: String,
 }
 
-/// The expressions of `text` outside code (and outside line-end notes already written) that
-/// resolve on day `r`, in text order.
-fn resolved_hits(text: &str, r: NaiveDate, place: DateNotes) -> Vec<Hit> {
+/// The expressions of `text` outside its `code` spans (and outside line-end notes already
+/// written) that resolve on day `r`, in text order.
+fn resolved_hits(text: &str, code: &[(usize, usize)], r: NaiveDate, place: DateNotes) -> Vec<Hit> {
     let c = compiled();
-    let mut literal: Vec<(usize, usize)> = c
-        .code_span
-        .find_iter(text)
-        .map(|m| (m.start(), m.end()))
-        .collect();
+    let mut literal = code.to_vec();
     if place == DateNotes::LineEnd {
         literal.extend(c.note.find_iter(text).map(|m| (m.start(), m.end())));
         literal.sort_unstable();

@@ -141,19 +141,15 @@ impl TermConfig {
             Language::Es => "es",
             Language::En => "en",
         };
-        // `snake` and `camel` are written only when on, so ids stored before the key existed still read
-        // back as the function they were built with (see `parse`).
+        // `snake` and `camel` are written only when on, so ids stored before the keys existed
+        // still read back as the function they were built with (see `parse`).
         format!(
-            "stem={stem},fold={},stop={},lang={lang},surface={}{},rev={REVISION}",
+            "stem={stem},fold={},stop={},lang={lang},surface={}{}{},rev={REVISION}",
             u8::from(self.fold),
             u8::from(self.stop),
             u8::from(self.surface),
-            match (self.snake, self.camel) {
-                (false, false) => "",
-                (true, false) => ",snake=1",
-                (false, true) => ",camel=1",
-                (true, true) => ",snake=1,camel=1",
-            }
+            if self.snake { ",snake=1" } else { "" },
+            if self.camel { ",camel=1" } else { "" },
         )
     }
 
@@ -240,12 +236,10 @@ impl TermConfig {
                 other => return Err(bad(format!("unknown key `{other}`"))),
             }
         }
-        // A stored id is a full description: one without `snake` was built without it.
-        if stored_id && !snake_given {
-            c.snake = false;
-        }
-        if stored_id && !camel_given {
-            c.camel = false;
+        // A stored id is a full description: one without `snake` or `camel` was built without.
+        if stored_id {
+            c.snake &= snake_given;
+            c.camel &= camel_given;
         }
         Ok(c)
     }
