@@ -589,6 +589,8 @@ fn short_spec(s: &Signals) -> String {
         ("sentence", s.sentence),
         ("sentence_lex", s.sentence_lex),
         ("doc", s.doc),
+        ("prf", s.prf),
+        ("prf_vec", s.prf_vec),
     ]
     .iter()
     .filter(|(_, w)| *w > 0.0)

@@ -29,6 +29,7 @@ pub mod filter;
 pub mod fusion;
 pub mod index;
 pub mod log;
+pub mod prf;
 pub mod relevance;
 mod rescore;
 pub mod retrieve;

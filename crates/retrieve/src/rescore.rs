@@ -11,6 +11,7 @@ use bib_text::terms::{term_sequence_with, terms_with, TermConfig};
 
 use crate::error::RetrieveError;
 use crate::index::{ChunkId, ChunkRecord};
+use crate::prf;
 use crate::retrieve::{RetrieveOptions, Retriever, ScoredHit};
 use crate::signals::{
     best_other_of_doc, field_text, min_max, normalize_exact, phrase_score, ExactItem, QueryTerms,
@@ -47,6 +48,9 @@ impl Retriever<'_> {
         self.sentence_parts(query, &sig, qv, &cfg, &recs, &mut fused[..depth])?;
         for h in fused[..depth].iter_mut() {
             h.score = h.explain.fused + h.explain.contributions();
+        }
+        if sig.prf > 0.0 || sig.prf_vec > 0.0 {
+            self.feedback_parts(query, &sig, &cfg, &recs, &mut fused[..depth])?;
         }
         if sig.doc > 0.0 {
             doc_parts(sig.doc, &recs, &mut fused[..depth]);
@@ -203,6 +207,89 @@ impl Retriever<'_> {
             at += m;
         }
         Ok(out)
+    }
+}
+
+impl Retriever<'_> {
+    /// The pseudo-relevance feedback parts ([`crate::prf`]): the `sig.prf_docs` best hits by
+    /// their scores so far are the feedback; every hit gains `prf ×` its BM25 of their
+    /// expansion terms and `prf_vec ×` its scaled cosine to their mean vector.
+    fn feedback_parts(
+        &self,
+        query: &str,
+        sig: &Signals,
+        cfg: &TermConfig,
+        recs: &[Option<&ChunkRecord>],
+        hits: &mut [ScoredHit],
+    ) -> Result<(), RetrieveError> {
+        let mut order: Vec<usize> = (0..hits.len()).filter(|&i| recs[i].is_some()).collect();
+        order.sort_by(|&a, &b| hits[b].score.total_cmp(&hits[a].score).then(a.cmp(&b)));
+        let fb: Vec<usize> = order.into_iter().take(sig.prf_docs.max(1)).collect();
+        if fb.is_empty() {
+            return Ok(());
+        }
+        let mut parts: Vec<(Option<SignalPart>, Option<SignalPart>)> =
+            vec![(None, None); hits.len()];
+        if sig.prf > 0.0 {
+            let seqs: Vec<Vec<String>> = recs
+                .iter()
+                .map(|r| r.map_or_else(Vec::new, |r| term_sequence_with(&r.text(), cfg)))
+                .collect();
+            let mut vocab: Vec<String> = fb.iter().flat_map(|&i| seqs[i].iter().cloned()).collect();
+            vocab.sort();
+            vocab.dedup();
+            let (n, dfs) = self.index.doc_freqs(&vocab)?;
+            let df_of: HashMap<&str, usize> = vocab
+                .iter()
+                .map(String::as_str)
+                .zip(dfs.iter().copied())
+                .collect();
+            let df = |t: &str| (n, df_of.get(t).copied().unwrap_or(0));
+            let feedback: Vec<(&[String], f64)> = fb
+                .iter()
+                .map(|&i| (seqs[i].as_slice(), hits[i].score))
+                .collect();
+            let model = prf::feedback_terms(&feedback, &terms_with(query, cfg), sig.prf_terms, &df);
+            let cands: Vec<&[String]> = seqs.iter().map(Vec::as_slice).collect();
+            for (i, (v, held)) in prf::feedback_scores(&model, &cands, &df)
+                .into_iter()
+                .enumerate()
+            {
+                if recs[i].is_some() {
+                    parts[i].0 = Some(SignalPart::new(v, sig.prf, held, None));
+                }
+            }
+        }
+        if sig.prf_vec > 0.0 {
+            let ids: Vec<ChunkId> = hits.iter().map(|h| h.id).collect();
+            let vecs: HashMap<ChunkId, Vec<f32>> = self.index.vectors(&ids)?.into_iter().collect();
+            let fb_vecs: Vec<&[f32]> = fb
+                .iter()
+                .filter_map(|&i| vecs.get(&hits[i].id).map(Vec::as_slice))
+                .collect();
+            if let Some(c) = prf::centroid(&fb_vecs) {
+                let raw: Vec<f64> = hits
+                    .iter()
+                    .map(|h| {
+                        vecs.get(&h.id)
+                            .map_or(f64::NAN, |v| f64::from(bib_embed::cosine(v, &c)))
+                    })
+                    .collect();
+                for (i, v) in min_max(&raw).into_iter().enumerate() {
+                    if raw[i].is_finite() {
+                        parts[i].1 =
+                            Some(SignalPart::new(v, sig.prf_vec, Vec::new(), Some(raw[i])));
+                    }
+                }
+            }
+        }
+        for (h, (lex, dense)) in hits.iter_mut().zip(parts) {
+            h.score += lex.as_ref().map_or(0.0, |p| p.contribution)
+                + dense.as_ref().map_or(0.0, |p| p.contribution);
+            h.explain.prf = lex;
+            h.explain.prf_vec = dense;
+        }
+        Ok(())
     }
 }
 
@@ -383,20 +470,32 @@ mod tests {
             sentence: 0.3,
             sentence_lex: 0.3,
             doc: 0.3,
+            prf: 0.3,
+            prf_vec: 0.3,
+            prf_docs: 2,
+            prf_terms: 5,
             depth: 10,
             exact_candidates: 5,
         };
         for res in [run(q, all), run("nuspec", all)] {
             for c in &res.chunks {
                 let x = &c.explain;
-                let parts: f64 = [&x.field, &x.phrase, &x.sentence, &x.sentence_lex, &x.doc]
-                    .iter()
-                    .filter_map(|p| p.as_ref().map(|p| p.contribution))
-                    .sum();
+                let parts: f64 = [
+                    &x.field,
+                    &x.phrase,
+                    &x.sentence,
+                    &x.sentence_lex,
+                    &x.doc,
+                    &x.prf,
+                    &x.prf_vec,
+                ]
+                .iter()
+                .filter_map(|p| p.as_ref().map(|p| p.contribution))
+                .sum();
                 assert!((x.fused + parts - c.score).abs() < 1e-12, "{x:?}");
                 assert_eq!(x.final_score, c.score);
                 assert!(x.field.is_some() && x.sentence.is_some() && x.doc.is_some());
-                assert!(x.sentence_lex.is_some());
+                assert!(x.sentence_lex.is_some() && x.prf.is_some() && x.prf_vec.is_some());
                 assert_eq!(
                     x.phrase.is_some(),
                     res.query == q,

@@ -42,6 +42,15 @@ pub struct Signals {
     pub sentence_lex: f64,
     /// Best other candidate of the same document.
     pub doc: f64,
+    /// Pseudo-relevance feedback, lexical: the BM25 of the best candidates' expansion terms
+    /// ([`crate::prf`]).
+    pub prf: f64,
+    /// Pseudo-relevance feedback, dense: cosine to the best candidates' mean vector.
+    pub prf_vec: f64,
+    /// Candidates taken as relevant by the feedback signals.
+    pub prf_docs: usize,
+    /// Expansion terms kept by the lexical feedback signal.
+    pub prf_terms: usize,
     /// Fused candidates re-scored (the rest keep their fused score).
     pub depth: usize,
     /// BM25 candidates fetched per exact item of the question (0: none).
@@ -56,6 +65,10 @@ impl Signals {
         sentence: 0.0,
         sentence_lex: 0.0,
         doc: 0.0,
+        prf: 0.0,
+        prf_vec: 0.0,
+        prf_docs: 3,
+        prf_terms: 10,
         depth: 30,
         exact_candidates: 0,
     };
@@ -67,6 +80,8 @@ impl Signals {
             || self.sentence > 0.0
             || self.sentence_lex > 0.0
             || self.doc > 0.0
+            || self.prf > 0.0
+            || self.prf_vec > 0.0
     }
 
     /// Parse `off`, `default`, or `key=value` pairs over the default (`field=0.2,doc=0`).
@@ -104,12 +119,16 @@ impl Signals {
                 "sentence" => out.sentence = num()?,
                 "sentence_lex" => out.sentence_lex = num()?,
                 "doc" => out.doc = num()?,
+                "prf" => out.prf = num()?,
+                "prf_vec" => out.prf_vec = num()?,
+                "prf_docs" => out.prf_docs = int()?.max(1),
+                "prf_terms" => out.prf_terms = int()?,
                 "depth" => out.depth = int()?,
                 "exact_candidates" | "exact" => out.exact_candidates = int()?,
                 other => {
                     return Err(bad(format!(
                         "unknown signal `{other}` (field, phrase, sentence, sentence_lex, doc, \
-                         depth, exact_candidates)"
+                         prf, prf_vec, prf_docs, prf_terms, depth, exact_candidates)"
                     )))
                 }
             }
@@ -120,12 +139,17 @@ impl Signals {
     /// The canonical `key=value` form.
     pub fn spec(&self) -> String {
         format!(
-            "field={},phrase={},sentence={},sentence_lex={},doc={},depth={},exact_candidates={}",
+            "field={},phrase={},sentence={},sentence_lex={},doc={},prf={},prf_vec={},prf_docs={},\
+             prf_terms={},depth={},exact_candidates={}",
             self.field,
             self.phrase,
             self.sentence,
             self.sentence_lex,
             self.doc,
+            self.prf,
+            self.prf_vec,
+            self.prf_docs,
+            self.prf_terms,
             self.depth,
             self.exact_candidates
         )
@@ -152,6 +176,10 @@ impl Default for Signals {
             sentence: 0.3,
             sentence_lex: 0.0,
             doc: 0.1,
+            prf: 0.0,
+            prf_vec: 0.0,
+            prf_docs: 3,
+            prf_terms: 10,
             depth: 30,
             exact_candidates: 20,
         }
@@ -235,6 +263,10 @@ pub struct Explain {
     pub sentence_lex: Option<SignalPart>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub doc: Option<SignalPart>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prf: Option<SignalPart>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prf_vec: Option<SignalPart>,
     /// The final score (`fused` + every contribution).
     #[serde(rename = "final")]
     pub final_score: f64,
@@ -249,6 +281,8 @@ impl Explain {
             &self.sentence,
             &self.sentence_lex,
             &self.doc,
+            &self.prf,
+            &self.prf_vec,
         ]
         .iter()
         .filter_map(|p| p.as_ref().map(|p| p.contribution))

@@ -466,6 +466,8 @@ fn explain_lines(e: &bib_retrieve::signals::Explain) -> Vec<String> {
         ("sentence", &e.sentence),
         ("sent-bm25", &e.sentence_lex),
         ("doc", &e.doc),
+        ("prf", &e.prf),
+        ("prf-vec", &e.prf_vec),
     ] {
         let Some(p) = part else { continue };
         let mut l = format!(
