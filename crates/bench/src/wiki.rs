@@ -74,6 +74,9 @@ pub struct Args {
     /// BM25 weight α of convex fusion [default: the product default].
     #[arg(long)]
     fusion_alpha: Option<f64>,
+    /// Length of each list (BM25, vector) before fusion [default: the product default]
+    #[arg(long)]
+    candidates: Option<usize>,
     /// Cut-offs of the top-k table.
     #[arg(long, value_delimiter = ',', default_value = "1,3,5,10")]
     ks: Vec<usize>,
@@ -366,6 +369,10 @@ impl WikiRun<'_> {
                 fusion: self.fusion,
                 convex_alpha: self.alpha,
                 signals: *sig,
+                candidates: self
+                    .a
+                    .candidates
+                    .unwrap_or(RetrieveOptions::default().candidates),
                 ..RetrieveOptions::default()
             };
             let trimmed = (!a.no_trimmed).then_some(self.trim);
