@@ -189,6 +189,8 @@ struct Item {
     q_hit: bool,
     dup: bool,
     pin: bool,
+    /// Said by the one speaker the question names.
+    by_named: bool,
 }
 
 /// How [`Packer::render`] notes fully omitted messages.
@@ -345,6 +347,48 @@ fn full_target_key(call: &str) -> Option<String> {
 }
 
 /// `clampMsg`: cut messages longer than `max_chars` UTF-16 units in the middle (70 % head).
+/// A relevance `r` in [0, 1] lifted by `w` for a line of the speaker the question names
+/// ([`PackOptions::speaker_weight`]), still in [0, 1].
+fn speaker_lift(r: f64, it: &Item, w: f64) -> f64 {
+    if w <= 0.0 {
+        return r;
+    }
+    (r + if it.by_named { w } else { 0.0 }) / (1.0 + w)
+}
+
+/// The speaker of a `Name: text` message (a name of one to three capitalised words).
+fn speaker_of(content: &str) -> Option<&str> {
+    let (name, _) = content.split_once(": ")?;
+    let words: Vec<&str> = name.split_whitespace().collect();
+    let ok = !words.is_empty()
+        && words.len() <= 3
+        && name.len() <= 40
+        && words
+            .iter()
+            .all(|w| w.chars().next().is_some_and(char::is_uppercase));
+    ok.then_some(name)
+}
+
+/// The one speaker of the history the question names (none when it names several or none).
+fn named_speaker<'a>(speakers: &[Option<&'a str>], query: &str) -> Option<&'a str> {
+    let mut names: Vec<&str> = speakers.iter().flatten().copied().collect();
+    names.sort_unstable();
+    names.dedup();
+    if names.len() < 2 {
+        return None;
+    }
+    let q = query.to_lowercase();
+    let words: Vec<&str> = q.split(|c: char| !c.is_alphanumeric()).collect();
+    let hit: Vec<&str> = names
+        .into_iter()
+        .filter(|n| {
+            let first = n.split_whitespace().next().unwrap_or("").to_lowercase();
+            words.contains(&first.as_str())
+        })
+        .collect();
+    (hit.len() == 1).then(|| hit[0])
+}
+
 fn clamp_content(c: &str, max_chars: usize) -> Option<String> {
     let len = utf16_len(c);
     if len <= max_chars {
@@ -589,8 +633,9 @@ impl Packer {
         if lexical {
             let max_bm = ctx.items.iter().map(|it| it.bm).fold(0.0, f64::max);
             let max_bm = if max_bm == 0.0 { 1.0 } else { max_bm };
+            let w = self.opts.speaker_weight;
             for it in &mut ctx.items {
-                let rel = (it.bm > 0.0 && !it.stale).then(|| it.bm / max_bm);
+                let rel = (it.bm > 0.0 && !it.stale).then(|| speaker_lift(it.bm / max_bm, it, w));
                 it.score = stratum_score(it, rel, ctx.rec_tie);
             }
         }
@@ -848,9 +893,13 @@ impl Packer {
             FxHashSet::default()
         };
         let n_msg = (ctx.old.len().saturating_sub(1)).max(1) as f64;
+        let speakers: Vec<Option<&str>> =
+            ctx.old.iter().map(|&i| speaker_of(contents[i])).collect();
+        let named = named_speaker(&speakers, &ctx.query);
         let mut items = Vec::new();
         for (mi, &mid) in ctx.old_msg.iter().enumerate() {
             let is_stale = stale.contains(&mi);
+            let by_named = named.is_some() && speakers[mi] == named;
             for (li, &line) in self.msgs[mid as usize].lines.iter().enumerate() {
                 items.push(Item {
                     line,
@@ -863,6 +912,7 @@ impl Packer {
                     q_hit: false,
                     dup: false,
                     pin: false,
+                    by_named,
                 });
             }
         }
@@ -983,9 +1033,10 @@ impl Packer {
         let fused = rrf_fuse_weighted(&weighted, self.opts.rrf_k);
         let max_f = fused.values().copied().fold(0.0, f64::max);
         let max_f = if max_f == 0.0 { 1.0 } else { max_f };
+        let w = self.opts.speaker_weight;
         for (i, it) in ctx.items.iter_mut().enumerate() {
             let rel = (!it.stale && (it.bm > 0.0 || it.sem > 0.0))
-                .then(|| fused.get(&i).copied().unwrap_or(0.0) / max_f);
+                .then(|| speaker_lift(fused.get(&i).copied().unwrap_or(0.0) / max_f, it, w));
             it.score = stratum_score(it, rel, ctx.rec_tie);
         }
         Ok(compared)
@@ -1920,5 +1971,65 @@ impl Session {
             .collect();
         self.packer
             .run_prepared(&self.history, &contents, &self.ids, budget, e)
+    }
+}
+
+#[cfg(test)]
+mod speaker_tests {
+    use super::*;
+
+    #[test]
+    fn a_speaker_is_a_short_capitalised_name_before_a_colon() {
+        assert_eq!(
+            speaker_of("Caroline: I went to the group"),
+            Some("Caroline")
+        );
+        assert_eq!(speaker_of("Ana María López: hola"), Some("Ana María López"));
+        assert_eq!(speaker_of("note: lower case is not a name"), None);
+        assert_eq!(speaker_of("The build failed at 10: 30 today"), None);
+        assert_eq!(speaker_of("no colon at all"), None);
+    }
+
+    #[test]
+    fn only_one_named_speaker_of_several_counts() {
+        let s = [Some("Caroline"), Some("Melanie"), None, Some("Caroline")];
+        assert_eq!(
+            named_speaker(&s, "What did Caroline paint?"),
+            Some("Caroline")
+        );
+        assert_eq!(
+            named_speaker(&s, "what did caroline paint"),
+            Some("Caroline")
+        );
+        assert_eq!(named_speaker(&s, "Did Melanie and Caroline meet?"), None);
+        assert_eq!(named_speaker(&s, "Who painted the sunrise?"), None);
+        // A history with one speaker gives the name no information.
+        assert_eq!(named_speaker(&[Some("Caroline")], "Caroline?"), None);
+        // Part of a word is no name.
+        assert_eq!(named_speaker(&s, "Carolines?"), None);
+    }
+
+    #[test]
+    fn the_lift_keeps_relevance_in_the_unit_interval_and_the_order_otherwise() {
+        let item = |by_named| Item {
+            line: 0,
+            first: false,
+            stale: false,
+            bm: 0.0,
+            sem: 0.0,
+            rec: 0.0,
+            score: 0.0,
+            q_hit: false,
+            dup: false,
+            pin: false,
+            by_named,
+        };
+        let (named, other) = (item(true), item(false));
+        assert_eq!(speaker_lift(0.7, &other, 0.0), 0.7);
+        assert_eq!(speaker_lift(0.7, &named, 0.0), 0.7);
+        assert!((speaker_lift(1.0, &named, 0.2) - 1.0).abs() < 1e-12);
+        assert!(speaker_lift(0.6, &named, 0.2) > speaker_lift(0.7, &other, 0.2));
+        assert!(speaker_lift(0.5, &other, 0.2) < speaker_lift(0.6, &other, 0.2));
+        assert!(speaker_lift(0.0, &other, 0.2) >= 0.0);
     }
 }
