@@ -80,8 +80,25 @@ impl<'a> ModelSpec<'a> {
     }
 }
 
-/// The client settings of endpoint model `name` (the id `id`): the `[embed]` endpoint, and the
-/// width of the id, else `[embed] dimensions`.
+/// The id to build a knowledge base with when `id` is asked for (`bib ingest --model`,
+/// `[ingest] model`): an `openai:<name>` id without a width gets `[embed] dimensions`, if set
+/// (`openai:<name>@<width>`). Loading reads the width from the id alone, so a knowledge base
+/// keeps the width it was built with whatever `dimensions` says later.
+pub fn requested_model(id: &str, embed: &EmbedSettings) -> String {
+    match (ModelSpec::parse(id), embed.dimensions) {
+        (
+            Ok(ModelSpec::Endpoint {
+                name,
+                dimensions: None,
+            }),
+            Some(d),
+        ) => format!("{ID_PREFIX}{name}@{d}"),
+        _ => id.to_string(),
+    }
+}
+
+/// The client settings of endpoint model `name` (the id `id`, whose width is `dimensions`):
+/// the `[embed]` endpoint and key.
 pub fn endpoint_config(
     id: &str,
     name: &str,
@@ -98,7 +115,7 @@ pub fn endpoint_config(
         base_url: base_url.to_string(),
         model: name.to_string(),
         api_key: embed.api_key.clone().filter(|k| !k.trim().is_empty()),
-        dimensions: dimensions.or(embed.dimensions),
+        dimensions,
         ..OpenAiConfig::default()
     })
 }
@@ -185,11 +202,11 @@ mod tests {
         };
         let cfg = endpoint_config("openai:m", "m", None, &embed).unwrap();
         assert_eq!(cfg.endpoint(), "http://127.0.0.1:11434/v1/embeddings");
+        // The width is the id's alone: a knowledge base keeps the width it was built with.
         assert_eq!(
             (cfg.model.as_str(), cfg.api_key.as_deref(), cfg.dimensions),
-            ("m", Some("k"), Some(768))
+            ("m", Some("k"), None)
         );
-        // The id's width wins: a knowledge base keeps the width it was built with.
         let cfg = endpoint_config("openai:m@256", "m", Some(256), &embed).unwrap();
         assert_eq!(cfg.dimensions, Some(256));
         assert_eq!(OpenAiEmbedder::new(cfg).model_id(), "openai:m@256");
@@ -205,6 +222,26 @@ mod tests {
         .unwrap();
         assert_eq!((cfg.api_key.as_deref(), cfg.dimensions), (None, None));
         assert_eq!(OpenAiEmbedder::new(cfg).model_id(), "openai:m");
+    }
+
+    #[test]
+    fn a_new_build_records_the_width_it_asks_for() {
+        let wide = EmbedSettings {
+            dimensions: Some(768),
+            ..EmbedSettings::default()
+        };
+        assert_eq!(requested_model("openai:m", &wide), "openai:m@768");
+        assert_eq!(requested_model("openai:m@256", &wide), "openai:m@256");
+        assert_eq!(requested_model("e5-small", &wide), "e5-small");
+        assert_eq!(requested_model("bogus", &wide), "bogus");
+        let own = EmbedSettings::default();
+        assert_eq!(requested_model("openai:m", &own), "openai:m");
+        let Ok(ModelSpec::Endpoint { dimensions, .. }) =
+            ModelSpec::parse(&requested_model("openai:m", &wide))
+        else {
+            panic!("an endpoint model");
+        };
+        assert_eq!(dimensions, Some(768));
     }
 
     #[test]

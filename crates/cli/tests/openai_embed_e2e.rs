@@ -24,6 +24,8 @@ struct Seen {
     path: String,
     model: String,
     inputs: Vec<String>,
+    /// The width asked for, if any.
+    dimensions: Option<u64>,
 }
 
 /// A running endpoint: its base URL (no `/v1`) and what it received.
@@ -97,14 +99,20 @@ fn answer(stream: TcpStream, model: &dyn Embedder, log: &Mutex<Vec<Seen>>) -> st
             path: path.clone(),
             model: body["model"].as_str().unwrap_or_default().to_string(),
             inputs: inputs.clone(),
+            dimensions: body["dimensions"].as_u64(),
         });
+        let width = body["dimensions"].as_u64().map(|d| d as usize);
         let texts: Vec<&str> = inputs.iter().map(String::as_str).collect();
         match model.embed(&texts, EmbedKind::Passage) {
             Ok(vectors) => {
                 let mut data: Vec<Value> = vectors
                     .into_iter()
                     .enumerate()
-                    .map(|(i, v)| json!({"object": "embedding", "index": i, "embedding": v}))
+                    // A width asked for cuts the vector, as shortening models do.
+                    .map(|(i, mut v)| {
+                        v.truncate(width.unwrap_or(v.len()));
+                        json!({"object": "embedding", "index": i, "embedding": v})
+                    })
                     .collect();
                 data.reverse();
                 (
@@ -291,6 +299,63 @@ fn ingest_status_and_ask_through_an_openai_compatible_endpoint() {
     );
     assert!(!o.status.success());
     assert!(text(&o).contains("BIB_EMBED_BASE_URL"), "{}", text(&o));
+}
+
+#[test]
+fn a_width_asked_for_is_recorded_in_the_model_id_and_kept() {
+    let t = tempfile::tempdir().unwrap();
+    let cwd = t.path();
+    let Some(model) = endpoint_model(cwd) else {
+        return;
+    };
+    let endpoint = start_endpoint(model);
+    let wiki = wiki(cwd);
+    let store = cwd.join("kb.sqlite");
+    let url = endpoint.url.as_str();
+    let o = ingest(
+        cwd,
+        &wiki,
+        &store,
+        "openai:test-model",
+        &[("BIB_EMBED_BASE_URL", url), ("BIB_EMBED_DIMENSIONS", "128")],
+    );
+    assert!(o.status.success(), "ingest failed: {}", text(&o));
+    let at_ingest = endpoint.seen();
+    assert!(
+        at_ingest.iter().all(|s| s.dimensions == Some(128)),
+        "{at_ingest:?}"
+    );
+    let o = bib(cwd, &["status", "--store", store.to_str().unwrap()], &[]);
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("model: openai:test-model@128"),
+        "{}",
+        text(&o)
+    );
+    // A later ask gets the width from the knowledge base, whatever the settings say now.
+    let q = "How long does the fast railway journey between the two Spanish cities take?";
+    let o = bib(
+        cwd,
+        &[
+            "ask",
+            q,
+            "--json",
+            "--mode",
+            "vector",
+            "--store",
+            store.to_str().unwrap(),
+        ],
+        &[("BIB_EMBED_BASE_URL", url), ("BIB_EMBED_DIMENSIONS", "64")],
+    );
+    assert!(o.status.success(), "ask failed: {}", text(&o));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["results"][0]["path"], "trains.md", "{v:#}");
+    let asked = &endpoint.seen()[at_ingest.len()..];
+    assert!(
+        asked
+            .iter()
+            .any(|s| s.dimensions == Some(128) && s.inputs.iter().any(|i| i == q)),
+        "{asked:?}"
+    );
 }
 
 #[test]

@@ -237,7 +237,7 @@ pub const KEYS: &[Key] = &[
     .example("\"sk-...\""),
     Key::new(
         "embed.dimensions",
-        "Vector width asked of that endpoint for a new knowledge base (models that can shorten theirs); recorded in its model id as `openai:<name>@<width>`. Unset: the model's own.",
+        "Vector width asked of that endpoint when a knowledge base is built with `--model openai:<name>` (models that can shorten theirs); recorded in its model id as `openai:<name>@<width>`, so it changes nothing for one already built. Unset: the model's own.",
     )
     .env("BIB_EMBED_DIMENSIONS", EnvKind::Count)
     .example("768"),

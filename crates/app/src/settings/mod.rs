@@ -221,7 +221,8 @@ pub struct EmbedSettings {
     pub base_url: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub api_key: Option<String>,
-    /// Width asked of the endpoint when the model id does not carry one (`@<width>`).
+    /// Width asked of the endpoint by a new build (`bib ingest --model openai:<name>`), which
+    /// records it in its model id (`@<width>`); loading reads the width from the id alone.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dimensions: Option<usize>,
 }

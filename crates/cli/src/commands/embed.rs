@@ -122,7 +122,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     // No `--config` flag here (its `--model` is not `ingest.model`): the endpoint of an
     // `openai:` model comes from BIB_CONFIG or ./bib.toml and the environment.
     let settings = crate::settings::ConfigArg { config: None }.resolve(|_| ())?;
-    let embedder = bib_app::model::load_embedder(&args.model, &settings.embed)
+    let model = bib_app::model::requested_model(&args.model, &settings.embed);
+    let embedder = bib_app::model::load_embedder(&model, &settings.embed)
         .with_context(|| format!("loading the embedding model `{}`", args.model))?;
     let kind = if args.query {
         EmbedKind::Query

@@ -200,7 +200,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let store = settings.store.open()?;
     let store = store.as_ref();
     let model = match &settings.ingest.model {
-        Some(m) => m.clone(),
+        // A width asked for in [embed] becomes part of a new build's model id.
+        Some(m) => bib_app::model::requested_model(m, &settings.embed),
         None => bib_app::model::store_model(store)?,
     };
     // The one loader: it names the known models for an unknown id, says how to install a
