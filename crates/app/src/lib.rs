@@ -13,6 +13,7 @@ pub mod settings;
 pub mod store;
 
 pub use settings::{
-    AskSettings, ConfigError, IngestSettings, LlmSettings, ModelFallback, ServeSettings, Settings,
+    AskSettings, ConfigError, EmbedSettings, IngestSettings, LlmSettings, ModelFallback,
+    ServeSettings, Settings,
 };
 pub use store::{OpenError, StoreSpec};

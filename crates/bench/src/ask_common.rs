@@ -155,7 +155,7 @@ pub fn scifact_embedded(
         ..
     } = load_scifact(&data_dir(data).join("scifact"))?;
     qs.truncate(queries);
-    let embedder = bib_app::model::load_embedder(bib_embed::DEFAULT_MODEL)?;
+    let embedder = crate::load_embedder(bib_embed::DEFAULT_MODEL)?;
     let texts: Vec<String> = docs.iter().map(SciDoc::embed_text).collect();
     let vecs = embed_corpus_cached(embedder.as_ref(), &texts, cache_dir, "scifact")?;
     Ok(EmbeddedSciFact {

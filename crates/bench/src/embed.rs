@@ -49,7 +49,7 @@ pub struct Args {
 }
 
 fn load(model: &str) -> anyhow::Result<Box<dyn Embedder>> {
-    Ok(bib_embed::load_installed(model)?)
+    crate::load_embedder(model)
 }
 
 /// `count` windows of `words` consecutive words, cycling over the corpus.

@@ -118,6 +118,14 @@ enum Bench {
     Xquad(xquad::Args),
 }
 
+/// The embedding model `id` as the product loads it (`bib_app::model::load_embedder`): an
+/// installed model, or `openai:<name>` of the `[embed]` endpoint, with the settings read as
+/// every command reads them (environment, BIB_CONFIG or ./bib.toml).
+pub(crate) fn load_embedder(id: &str) -> anyhow::Result<Box<dyn bib_embed::Embedder>> {
+    let settings = bib_app::Settings::resolve(None, &|k| std::env::var(k).ok(), |_| ())?;
+    Ok(bib_app::model::load_embedder(id, &settings.embed)?)
+}
+
 pub fn run(args: Args) -> anyhow::Result<()> {
     match args.bench {
         Bench::Embed(a) => embed::run(a),

@@ -32,7 +32,7 @@ pub(crate) fn load_hybrid_embedder(
     if !hybrid {
         return Ok(None);
     }
-    let e = bib_embed::load_installed(model)
+    let e = crate::load_embedder(model)
         .with_context(|| format!("loading the embedding model {model} for --hybrid"))?;
     // One cache across sessions and budgets: each turn and question is embedded once.
     Ok(Some(Box::new(bib_embed::CachedEmbedder::new(

@@ -98,7 +98,7 @@ fn fires(qs: &[&Scored], floor: f64) -> String {
 pub fn run(a: Args) -> anyhow::Result<()> {
     let data = data_dir(a.data.clone()).join("wiki");
     let floors = parse_sweep(&a.sweep)?;
-    let embedder = bib_app::model::load_embedder(&a.model)?;
+    let embedder = crate::load_embedder(&a.model)?;
     let cmd = command_line();
     println!("command: {cmd}");
     let in_force = floor_for(&a.model);

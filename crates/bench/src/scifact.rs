@@ -218,7 +218,7 @@ fn load_and_embed_scifact_corpus(a: &Args, data: &Path) -> anyhow::Result<Embedd
         queries.len()
     );
 
-    let embedder = bib_app::model::load_embedder(&a.model)?;
+    let embedder = crate::load_embedder(&a.model)?;
     let texts: Vec<String> = docs.iter().map(SciDoc::embed_text).collect();
     let vecs = embed_corpus_cached(embedder.as_ref(), &texts, &a.cache_dir, "scifact")?;
     Ok(EmbeddedCorpus {

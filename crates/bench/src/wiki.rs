@@ -229,7 +229,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let (mode, fusion) = (a.mode, a.fusion);
     let ks = sorted_distinct_cutoffs(&a)?;
     let wanted = wanted_set_names(&a)?;
-    let embedder = bib_app::model::load_embedder(&a.model)?;
+    let embedder = crate::load_embedder(&a.model)?;
     let d = RetrieveOptions::default();
     let alpha = a.fusion_alpha.unwrap_or(d.convex_alpha);
     anyhow::ensure!(

@@ -255,7 +255,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
 fn parse_settings_and_load_model(a: &Args) -> anyhow::Result<XquadSetup<'_>> {
     let data = data_dir(a.data.clone()).join("xquad");
     let thresholds = parse_sweep(&a.sweep)?;
-    let embedder = bib_app::model::load_embedder(&a.model)?;
+    let embedder = crate::load_embedder(&a.model)?;
     let cache = EmbeddingCache::default();
     // (scorer, window, lexical_top, min_sentences)
     let variants: Vec<TrimVariant> = a

@@ -120,7 +120,7 @@ mod tests {
         let d = toml::Table::try_from(Settings::default()).unwrap();
         assert_eq!(
             note("trim-threshold", true, &d).unwrap(),
-            "[default: calibrated per model: use-m3 0.214, e5-small 0.82] \
+            "[default: calibrated per model: use-m3 0.214, e5-small 0.82, others 0.214] \
              [env: RETRIEVAL_TRIM_THRESHOLD] [config: ask.trim_threshold]"
         );
         assert_eq!(

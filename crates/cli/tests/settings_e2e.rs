@@ -142,16 +142,22 @@ fn config_prints_defaults_that_parse_back_and_the_merged_settings() {
     // Precedence: flag > environment > file.
     std::fs::write(
         cwd.join("bib.toml"),
-        "store = \"file.sqlite\"\n[ask]\ntrim = false\ntop_k = 3\n[llm]\napi_key = \"sk-file\"\n",
+        "store = \"file.sqlite\"\n[ask]\ntrim = false\ntop_k = 3\n[llm]\napi_key = \"sk-file\"\n[embed]\napi_key = \"sk-embed-file\"\n",
     )
     .unwrap();
-    let env = [("BIB_STORE", "env.sqlite"), ("RETRIEVAL_TRIM", "1")];
+    let env = [
+        ("BIB_STORE", "env.sqlite"),
+        ("RETRIEVAL_TRIM", "1"),
+        ("OPENAI_API_KEY", "sk-embed-env"),
+    ];
     let o = bib(cwd, &["config"], &env);
     let s = Settings::from_toml(&String::from_utf8_lossy(&o.stdout), "shown".as_ref()).unwrap();
     assert_eq!(s.store, bib_app::StoreSpec::parse("env.sqlite"));
     assert!(s.ask.trim, "the environment beats the file");
     assert_eq!(s.ask.top_k, 3, "the file beats the defaults");
     assert!(!text(&o).contains("sk-file"), "secrets are hidden");
+    assert!(!text(&o).contains("sk-embed"), "the endpoint's key too");
+    assert_eq!(s.embed.api_key.as_deref(), Some("(set)"), "{}", text(&o));
     let o = bib(cwd, &["config", "--store", "flag.sqlite"], &env);
     let s = Settings::from_toml(&String::from_utf8_lossy(&o.stdout), "shown".as_ref()).unwrap();
     assert_eq!(
@@ -171,7 +177,7 @@ fn help_has_examples_and_names_each_settings_key() {
     assert!(help.contains("Examples:"), "{help}");
     for note in [
         "[env: BIB_STORE] [config: store]",
-        "[default: calibrated per model: use-m3 0.214, e5-small 0.82] [env: RETRIEVAL_TRIM_THRESHOLD] [config: ask.trim_threshold]",
+        "[default: calibrated per model: use-m3 0.214, e5-small 0.82, others 0.214] [env: RETRIEVAL_TRIM_THRESHOLD] [config: ask.trim_threshold]",
         "[env: BIB_CONFIG]",
         "- bm25:   keywords only; loads no embedding model",
     ] {

@@ -28,8 +28,9 @@ pub use models::{model_dir, DEFAULT_MODEL};
 pub use openai::{OpenAiConfig, OpenAiEmbedder};
 pub use use_m3::UseM3;
 
-/// Load the installed model `id` (one of [`models::MODELS`]): the one place a model id becomes
-/// an [`Embedder`], for ingest, ask, eval, the servers, `bib embed` and the benchmarks.
+/// Load the installed model `id` (one of [`models::MODELS`]). The product reaches it through
+/// `bib_app::model::load_embedder`, the one place a model id (installed or `openai:<name>`,
+/// the endpoint of [`openai`]) and the settings become an [`Embedder`].
 pub fn load_installed(id: &str) -> Result<Box<dyn Embedder>, EmbedError> {
     match id {
         "use-m3" => Ok(Box::new(UseM3::load_default()?)),

@@ -1,8 +1,9 @@
 //! `openai`: any OpenAI-compatible `/v1/embeddings` endpoint (OpenAI, Ollama, TEI, vLLM,
 //! LM Studio, …) over a blocking HTTP client.
 //!
-//! Configuration comes from [`OpenAiConfig`] (or the environment via
-//! [`OpenAiConfig::from_env`]). Requests are split into batches of at most
+//! Configuration comes from [`OpenAiConfig`]; the product builds it from the `[embed]` settings
+//! (`bib_app::model::load_embedder`, the one place a model id becomes an embedder), so this crate
+//! reads no environment. Requests are split into batches of at most
 //! [`OpenAiConfig::max_batch`] inputs; 429 and 5xx answers and transport errors are retried with
 //! exponential backoff (honouring `Retry-After` when the server sends one). Returned vectors are
 //! re-normalised to unit length, since not every server normalises.
@@ -55,39 +56,6 @@ impl Default for OpenAiConfig {
 }
 
 impl OpenAiConfig {
-    /// Settings from `BIB_OPENAI_BASE_URL`, `BIB_OPENAI_API_KEY` (or `OPENAI_API_KEY`),
-    /// `BIB_EMBED_MODEL`, `BIB_EMBED_DIMENSIONS` and `BIB_EMBED_MAX_TOKENS`; anything unset keeps
-    /// its default.
-    pub fn from_env() -> Result<Self, EmbedError> {
-        Self::from_lookup(|k| std::env::var(k).ok().filter(|v| !v.is_empty()))
-    }
-
-    /// As [`from_env`](Self::from_env), reading variables through `get`.
-    pub fn from_lookup(get: impl Fn(&str) -> Option<String>) -> Result<Self, EmbedError> {
-        let mut cfg = Self::default();
-        if let Some(v) = get("BIB_OPENAI_BASE_URL") {
-            cfg.base_url = v;
-        }
-        cfg.api_key = get("BIB_OPENAI_API_KEY").or_else(|| get("OPENAI_API_KEY"));
-        if let Some(v) = get("BIB_EMBED_MODEL") {
-            cfg.model = v;
-        }
-        let number = |name: &str| -> Result<Option<usize>, EmbedError> {
-            get(name)
-                .map(|v| {
-                    v.trim().parse::<usize>().map_err(|_| {
-                        EmbedError::Other(format!("{name} must be a positive integer, got `{v}`"))
-                    })
-                })
-                .transpose()
-        };
-        cfg.dimensions = number("BIB_EMBED_DIMENSIONS")?;
-        if let Some(n) = number("BIB_EMBED_MAX_TOKENS")? {
-            cfg.max_input_tokens = n;
-        }
-        Ok(cfg)
-    }
-
     /// The full embeddings URL.
     pub fn endpoint(&self) -> String {
         let base = self.base_url.trim_end_matches('/');
@@ -98,6 +66,13 @@ impl OpenAiConfig {
         }
     }
 }
+
+/// The prefix of an endpoint model's id: `openai:<model>`, or `openai:<model>@<dimensions>`
+/// when a width is requested ([`OpenAiEmbedder::new`] makes it, a knowledge base records it).
+pub const ID_PREFIX: &str = "openai:";
+
+/// Retries of [`OpenAiEmbedder::probe`] (after the first attempt).
+pub const PROBE_RETRIES: u32 = 2;
 
 /// Embedder backed by an OpenAI-compatible HTTP endpoint.
 pub struct OpenAiEmbedder {
@@ -143,8 +118,8 @@ impl OpenAiEmbedder {
     pub fn new(cfg: OpenAiConfig) -> Self {
         let agent = ureq::AgentBuilder::new().timeout(cfg.timeout).build();
         let model_id = match cfg.dimensions {
-            Some(d) => format!("openai:{}@{d}", cfg.model),
-            None => format!("openai:{}", cfg.model),
+            Some(d) => format!("{ID_PREFIX}{}@{d}", cfg.model),
+            None => format!("{ID_PREFIX}{}", cfg.model),
         };
         let dims = OnceLock::new();
         if let Some(d) = cfg.dimensions {
@@ -158,21 +133,23 @@ impl OpenAiEmbedder {
         }
     }
 
-    /// Settings from the environment ([`OpenAiConfig::from_env`]).
-    pub fn from_env() -> Result<Self, EmbedError> {
-        Ok(Self::new(OpenAiConfig::from_env()?))
-    }
-
-    /// Embed one short text to learn the output width; returns it.
+    /// Embed one short text: checks that the endpoint answers (with the configured width, when
+    /// one is set) and learns the width; returns it. At most [`PROBE_RETRIES`] retries, so an
+    /// endpoint that is down is reported in about a second, not after the full backoff that
+    /// protects a long ingest from a passing failure.
     pub fn probe(&self) -> Result<usize, EmbedError> {
-        if let Some(d) = self.dims.get() {
-            return Ok(*d);
-        }
-        let v = self.request(&["dimension probe"])?;
+        let v = self.request_with(
+            &["dimension probe"],
+            self.cfg.max_retries.min(PROBE_RETRIES),
+        )?;
         Ok(v.first().map_or(0, Vec::len))
     }
 
     fn request(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        self.request_with(texts, self.cfg.max_retries)
+    }
+
+    fn request_with(&self, texts: &[&str], max_retries: u32) -> Result<Vec<Vec<f32>>, EmbedError> {
         let body = serde_json::to_string(&Request {
             model: &self.cfg.model,
             input: texts,
@@ -210,7 +187,7 @@ impl OpenAiEmbedder {
                 }
                 Err(ureq::Error::Transport(t)) => (None, Box::new(t)),
             };
-            if attempt >= self.cfg.max_retries {
+            if attempt >= max_retries {
                 let context = format!(
                     "embedding endpoint {url}: giving up after {} attempts",
                     attempt + 1
@@ -324,30 +301,5 @@ mod tests {
         assert_eq!(cfg.endpoint(), "http://localhost:11434/v1/embeddings");
         cfg.base_url = "https://api.example.com/v1/".into();
         assert_eq!(cfg.endpoint(), "https://api.example.com/v1/embeddings");
-    }
-
-    #[test]
-    fn config_from_variables() {
-        let vars = [
-            ("BIB_OPENAI_BASE_URL", "http://h:1"),
-            ("OPENAI_API_KEY", "k"),
-            ("BIB_EMBED_MODEL", "nomic-embed-text"),
-            ("BIB_EMBED_DIMENSIONS", "768"),
-        ];
-        let get = |k: &str| {
-            vars.iter()
-                .find(|(n, _)| *n == k)
-                .map(|(_, v)| v.to_string())
-        };
-        let cfg = OpenAiConfig::from_lookup(get).unwrap();
-        assert_eq!(cfg.base_url, "http://h:1");
-        assert_eq!(cfg.api_key.as_deref(), Some("k"));
-        assert_eq!(cfg.model, "nomic-embed-text");
-        assert_eq!(cfg.dimensions, Some(768));
-        let bad = OpenAiConfig::from_lookup(|k| (k == "BIB_EMBED_DIMENSIONS").then(|| "x".into()));
-        assert!(bad
-            .unwrap_err()
-            .to_string()
-            .contains("BIB_EMBED_DIMENSIONS"));
     }
 }

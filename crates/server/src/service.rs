@@ -595,7 +595,7 @@ impl Service {
         let embedder: Result<Arc<dyn Embedder>, String> = if !load_model {
             Err("started with --no-model".to_string())
         } else {
-            bib_app::model::load_embedder(&model_id)
+            bib_app::model::load_embedder(&model_id, &settings.embed)
                 .map(Arc::from)
                 .map_err(|e| {
                     let reason = bib_store::error_chain(&e);

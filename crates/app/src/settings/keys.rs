@@ -57,6 +57,9 @@ pub struct Key {
     pub name: &'static str,
     /// The environment variable that sets it, and how its text is read.
     pub env: Option<(&'static str, EnvKind)>,
+    /// A variable read (the same way) when `env` is unset: an older or more general name
+    /// (`BIB_OPENAI_BASE_URL`, `OPENAI_API_KEY`).
+    pub env_fallback: Option<&'static str>,
     /// The long flags that set it (without `--`), on every command that has them.
     pub flags: &'static [&'static str],
     /// A value shown, commented out, where the default is "unset" (TOML syntax).
@@ -72,6 +75,7 @@ impl Key {
         Key {
             name,
             env: None,
+            env_fallback: None,
             flags: &[],
             example: None,
             unset_means: None,
@@ -80,6 +84,10 @@ impl Key {
     }
     const fn env(mut self, var: &'static str, kind: EnvKind) -> Self {
         self.env = Some((var, kind));
+        self
+    }
+    const fn env_fallback(mut self, var: &'static str) -> Self {
+        self.env_fallback = Some(var);
         self
     }
     const fn flags(mut self, flags: &'static [&'static str]) -> Self {
@@ -153,11 +161,12 @@ pub const KEYS: &[Key] = &[
     Key::new(
         "ask.trim_threshold",
         "Lowest sentence-to-question similarity (cosine) that trimming keeps. Unset: the value \
-         calibrated for the knowledge base's model (use-m3 0.214, e5-small 0.82).",
+         calibrated for the knowledge base's model (use-m3 0.214, e5-small 0.82; any other, such \
+         as an `openai:` endpoint's, use-m3's 0.214).",
     )
     .env("RETRIEVAL_TRIM_THRESHOLD", EnvKind::Number)
     .example("0.214")
-    .unset_means("calibrated per model: use-m3 0.214, e5-small 0.82")
+    .unset_means("calibrated per model: use-m3 0.214, e5-small 0.82, others 0.214")
     .flags(&["trim-threshold"]),
     Key::new(
         "ask.trim_window",
@@ -213,8 +222,28 @@ pub const KEYS: &[Key] = &[
     .env("BIB_LLM_API_KEY", EnvKind::Text)
     .example("\"sk-...\""),
     Key::new(
+        "embed.base_url",
+        "OpenAI-compatible embeddings endpoint (Ollama, TEI, vLLM, OpenAI) of the `openai:<name>` models, with or without the trailing /v1.",
+    )
+    .env("BIB_EMBED_BASE_URL", EnvKind::Text)
+    .env_fallback("BIB_OPENAI_BASE_URL")
+    .example("\"http://localhost:11434\""),
+    Key::new(
+        "embed.api_key",
+        "API key of that endpoint, sent as a bearer token (better kept in the environment than in a file).",
+    )
+    .env("BIB_EMBED_API_KEY", EnvKind::Text)
+    .env_fallback("OPENAI_API_KEY")
+    .example("\"sk-...\""),
+    Key::new(
+        "embed.dimensions",
+        "Vector width asked of that endpoint when a knowledge base is built with `--model openai:<name>` (models that can shorten theirs); recorded in its model id as `openai:<name>@<width>`, so it changes nothing for one already built. Unset: the model's own.",
+    )
+    .env("BIB_EMBED_DIMENSIONS", EnvKind::Count)
+    .example("768"),
+    Key::new(
         "ingest.model",
-        "Embedding model to build the knowledge base with (`use-m3`, the default, or `e5-small`); an existing knowledge base keeps the one it was built with unless this is set.",
+        "Embedding model to build the knowledge base with: `use-m3` (the default) or `e5-small`, installed, or `openai:<name>`, model <name> of the [embed] endpoint; an existing knowledge base keeps the one it was built with unless this is set.",
     )
     .flags(&["model"])
     .example("\"e5-small\""),
@@ -281,7 +310,10 @@ pub fn defaults_toml() -> String {
         }
         let mut set_by = Vec::new();
         if let Some((var, _)) = key.env {
-            set_by.push(format!("env {var}"));
+            match key.env_fallback {
+                Some(old) => set_by.push(format!("env {var} (else {old})")),
+                None => set_by.push(format!("env {var}")),
+            }
         }
         set_by.extend(key.flags.iter().map(|f| format!("--{f}")));
         if !set_by.is_empty() {

@@ -32,6 +32,8 @@ pub struct Settings {
     pub ask: AskSettings,
     /// `[llm]`: the chat endpoint of `--synthesize`.
     pub llm: LlmSettings,
+    /// `[embed]`: the embeddings endpoint of the `openai:<name>` models.
+    pub embed: EmbedSettings,
     /// `[ingest]`: what `bib ingest` reads and how it batches.
     pub ingest: IngestSettings,
     /// `[serve]`: what `bib serve` allows besides its API.
@@ -210,6 +212,32 @@ impl fmt::Debug for LlmSettings {
     }
 }
 
+/// `[embed]`: the OpenAI-compatible embeddings endpoint that a model id `openai:<name>` means
+/// (the name is the id's; [`crate::model::load_embedder`] turns both into an embedder).
+#[derive(Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EmbedSettings {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub base_url: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub api_key: Option<String>,
+    /// Width asked of the endpoint by a new build (`bib ingest --model openai:<name>`), which
+    /// records it in its model id (`@<width>`); loading reads the width from the id alone.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dimensions: Option<usize>,
+}
+
+/// The key is never printed.
+impl fmt::Debug for EmbedSettings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EmbedSettings")
+            .field("base_url", &self.base_url)
+            .field("api_key", &self.api_key.as_ref().map(|_| "(set)"))
+            .field("dimensions", &self.dimensions)
+            .finish()
+    }
+}
+
 /// `[ingest]`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -303,7 +331,13 @@ impl Settings {
         };
         for key in KEYS {
             if let Some((var, kind)) = key.env {
-                if let Some(raw) = env(var) {
+                let found = match env(var) {
+                    Some(raw) => Some((var, raw)),
+                    None => key
+                        .env_fallback
+                        .and_then(|old| env(old).map(|raw| (old, raw))),
+                };
+                if let Some((var, raw)) = found {
                     let value = kind.parse(var, &raw)?;
                     checked(key.name, value.clone(), var)?;
                     insert(&mut table, key.name, value);
@@ -344,6 +378,9 @@ impl Settings {
         }
         if shown.llm.api_key.is_some() {
             shown.llm.api_key = Some("(set)".into());
+        }
+        if shown.embed.api_key.is_some() {
+            shown.embed.api_key = Some("(set)".into());
         }
         toml::to_string(&shown).unwrap_or_else(|e| format!("# cannot show the settings: {e}\n"))
     }

@@ -295,6 +295,11 @@ fn keys_document_every_setting_and_nothing_else() {
             model: Some("m".into()),
             api_key: Some("k".into()),
         },
+        embed: EmbedSettings {
+            base_url: Some("u".into()),
+            api_key: Some("k".into()),
+            dimensions: Some(768),
+        },
         ingest: IngestSettings {
             model: Some("e5-small".into()),
             ..IngestSettings::default()
@@ -337,6 +342,9 @@ fn defaults_toml_parses_back_into_the_defaults() {
         if let Some((var, _)) = k.env {
             assert!(text.contains(var), "{var} is named");
         }
+        if let Some(old) = k.env_fallback {
+            assert!(text.contains(&format!("(else {old})")), "{old} is named");
+        }
     }
     // Uncommenting the examples gives valid settings too.
     let uncommented: String = text
@@ -355,6 +363,7 @@ fn defaults_toml_parses_back_into_the_defaults() {
         .join("\n");
     let s = Settings::from_toml(&uncommented, "examples".as_ref()).unwrap();
     assert_eq!(s.llm.model.as_deref(), Some("qwen2.5:3b"));
+    assert_eq!(s.embed.base_url.as_deref(), Some("http://localhost:11434"));
     assert_eq!(s.ingest.exclude.len(), 2);
 }
 
@@ -368,6 +377,9 @@ fn readme_lists_every_key() {
         if let Some((var, _)) = k.env {
             let line = readme.lines().find(|l| l.starts_with(&row)).unwrap();
             assert!(line.contains(var), "README names {var} for {}", k.name);
+            if let Some(old) = k.env_fallback {
+                assert!(line.contains(old), "README names {old} for {}", k.name);
+            }
         }
     }
 }
@@ -379,12 +391,15 @@ fn redacted_text_hides_secrets_and_parses_back() {
         ..Settings::default()
     };
     s.llm.api_key = Some("sk-secret".into());
+    s.embed.api_key = Some("sk-embed-secret".into());
     let text = s.to_toml_redacted();
     assert!(
-        !text.contains("hunter2") && !text.contains("sk-secret"),
+        !text.contains("hunter2") && !text.contains("sk-secret") && !text.contains("sk-embed"),
         "{text}"
     );
+    assert!(text.contains("[embed]\napi_key = \"(set)\""), "{text}");
     assert!(!format!("{s:?}").contains("sk-secret"));
+    assert!(!format!("{s:?}").contains("sk-embed-secret"));
     let back = Settings::from_toml(&text, "shown".as_ref()).unwrap();
     assert_eq!(back.ask, s.ask);
 }
@@ -419,4 +434,45 @@ fn signals_from_file_env_and_flags_name_the_bad_one() {
     assert!(text.contains("signals = \"field=0,"), "{text}");
     let back = Settings::from_toml(&text, "shown".as_ref()).unwrap();
     assert_eq!(back.ask.signals, d.ask.signals);
+}
+
+#[test]
+fn embed_endpoint_from_file_env_and_older_variables() {
+    let file = "[embed]\nbase_url = \"http://file:11434\"\ndimensions = 256\n";
+    let s = with_file(file, &no_env, |_| ()).unwrap();
+    assert_eq!(s.embed.base_url.as_deref(), Some("http://file:11434"));
+    assert_eq!(
+        (s.embed.api_key.as_deref(), s.embed.dimensions),
+        (None, Some(256))
+    );
+    // The older, more general names stand in when the embed ones are unset...
+    let older = env_of(&[
+        ("BIB_OPENAI_BASE_URL", "http://old:1"),
+        ("OPENAI_API_KEY", "sk-old"),
+    ]);
+    let s = with_file(file, &older, |_| ()).unwrap();
+    assert_eq!(s.embed.base_url.as_deref(), Some("http://old:1"));
+    assert_eq!(s.embed.api_key.as_deref(), Some("sk-old"));
+    assert_eq!(
+        s.llm.api_key, None,
+        "OPENAI_API_KEY is the endpoint's, not the chat's"
+    );
+    // ... and give way to them.
+    let both = env_of(&[
+        ("BIB_OPENAI_BASE_URL", "http://old:1"),
+        ("BIB_EMBED_BASE_URL", "http://new:2"),
+        ("OPENAI_API_KEY", "sk-old"),
+        ("BIB_EMBED_API_KEY", "sk-new"),
+        ("BIB_EMBED_DIMENSIONS", "512"),
+    ]);
+    let s = with_file(file, &both, |_| ()).unwrap();
+    assert_eq!(s.embed.base_url.as_deref(), Some("http://new:2"));
+    assert_eq!(s.embed.api_key.as_deref(), Some("sk-new"));
+    assert_eq!(s.embed.dimensions, Some(512));
+    // A bad value names the variable it came from, the older one included.
+    let e =
+        Settings::resolve(None, &env_of(&[("BIB_EMBED_DIMENSIONS", "wide")]), |_| ()).unwrap_err();
+    assert!(e.to_string().contains("BIB_EMBED_DIMENSIONS"), "{e}");
+    let e = Settings::from_toml("[embed]\nmodel = \"x\"\n", "f".as_ref()).unwrap_err();
+    assert!(e.to_string().contains("embed.model"), "{e}");
 }

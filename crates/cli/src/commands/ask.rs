@@ -166,8 +166,8 @@ struct ModelUnavailable {
 }
 
 /// The embedder for `model_id`, or why not.
-fn try_load(model_id: &str) -> Result<Box<dyn Embedder>, ModelUnavailable> {
-    load_embedder(model_id).map_err(|error| ModelUnavailable {
+fn try_load(model_id: &str, settings: &Settings) -> Result<Box<dyn Embedder>, ModelUnavailable> {
+    load_embedder(model_id, &settings.embed).map_err(|error| ModelUnavailable {
         model: model_id.to_string(),
         error: error.into(),
     })
@@ -268,7 +268,7 @@ fn load_model(
     let needs_model = options.mode != Mode::Bm25 || options.trim.is_some();
     let mut fallback_reason = None;
     let embedder = if needs_model {
-        match try_load(&store_model(store)?) {
+        match try_load(&store_model(store)?, settings) {
             Ok(e) => Some(e),
             Err(u) if settings.ask.fallback == ModelFallback::Bm25 => {
                 let why = format!("model `{}` unavailable: {:#}", u.model, u.error);
@@ -291,11 +291,18 @@ fn load_model(
                 } else {
                     format!("--mode {}", options.mode)
                 };
+                let m = &u.model;
+                let fix = match bib_app::model::ModelSpec::parse(m) {
+                    Ok(bib_app::model::ModelSpec::Endpoint { .. }) => {
+                        "Check its endpoint (BIB_EMBED_BASE_URL, or [embed] base_url in bib.toml)"
+                            .to_string()
+                    }
+                    _ => format!("Install it with `bib model install {m}`"),
+                };
                 return Err(u.error.context(format!(
                     "{what} needs the embedding model `{m}` that {spec} was built with, and it \
-                     cannot be loaded. Install it with `bib model install {m}`, or ask with \
-                     `--mode bm25` (keyword search, no model), or pass --fallback-bm25",
-                    m = u.model
+                     cannot be loaded. {fix}, or ask with `--mode bm25` (keyword search, no \
+                     model), or pass --fallback-bm25"
                 )));
             }
         }

@@ -1,6 +1,7 @@
 //! `bib embed` — texts in, vectors out: one text per line (or JSONL with a `text` field) on
 //! stdin or `--input`, one JSON line `{"text_index": i, "vector": [...]}` per text on stdout,
-//! with an installed model (`bib_embed::load_installed`, the loader every command uses).
+//! with an installed model or an `openai:<name>` endpoint model (`bib_app::model::load_embedder`,
+//! the loader every command uses; the endpoint from `[embed]` of bib.toml and the environment).
 //!
 //! Input is read and embedded in batches, so memory stays bounded whatever the input's size,
 //! and each batch is written as soon as it is embedded.
@@ -33,7 +34,8 @@ Each output line is {\"text_index\": i, \"vector\": [...]}: i counts the input's
 are unit length. `--query` embeds questions (e5-small's `query: ` prefix; use-m3 embeds both
 kinds alike); without it texts are embedded as passages, as ingest embeds chunks.")]
 pub struct Args {
-    /// Embedding model: use-m3 or e5-small (installed with `bib model install NAME`)
+    /// Embedding model: use-m3 or e5-small (installed with `bib model install NAME`), or
+    /// openai:<name> of the endpoint BIB_EMBED_BASE_URL
     #[arg(long, default_value = bib_embed::DEFAULT_MODEL)]
     model: String,
     /// Embed the texts as questions instead of passages
@@ -117,7 +119,11 @@ fn write_batch(
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let embedder = bib_embed::load_installed(&args.model)
+    // No `--config` flag here (its `--model` is not `ingest.model`): the endpoint of an
+    // `openai:` model comes from BIB_CONFIG or ./bib.toml and the environment.
+    let settings = crate::settings::ConfigArg { config: None }.resolve(|_| ())?;
+    let model = bib_app::model::requested_model(&args.model, &settings.embed);
+    let embedder = bib_app::model::load_embedder(&model, &settings.embed)
         .with_context(|| format!("loading the embedding model `{}`", args.model))?;
     let kind = if args.query {
         EmbedKind::Query

@@ -172,6 +172,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         synth,
         bars: crate::progress::Bars::for_stderr(a.json),
         needs_model,
+        embed: settings.embed.clone(),
     };
     let (report, links) = match &a.xquad {
         Some(dir) => (eval_xquad(&a, &args, dir, &ctx)?, HashMap::new()),
@@ -191,11 +192,13 @@ struct Ctx {
     synth: Option<SynthConfig>,
     bars: crate::progress::Bars,
     needs_model: bool,
+    /// The `[embed]` endpoint, for a knowledge base built with an `openai:` model.
+    embed: bib_app::EmbedSettings,
 }
 
 /// XQuAD converted on the fly into an in-memory knowledge base.
 fn eval_xquad(a: &Args, args: &EvalArgs, dir: &Path, ctx: &Ctx) -> anyhow::Result<EvalReport> {
-    let embedder = load_embedder(bib_embed::DEFAULT_MODEL)?;
+    let embedder = load_embedder(bib_embed::DEFAULT_MODEL, &ctx.embed)?;
     let (index, mut items) = xquad(dir, &a.lang, embedder.as_ref(), &ctx.cache)?;
     if !args.questions.is_empty() {
         items = args.questions.iter().map(GoldenItem::question).collect();
@@ -229,7 +232,7 @@ fn eval_store(
         trim_threshold: trim_threshold.unwrap_or_else(|| calibrated_threshold(&model)),
         ..args.clone()
     };
-    let embedder = match load_embedder(&model) {
+    let embedder = match load_embedder(&model, &ctx.embed) {
         Ok(e) => Some(e),
         Err(e) if ctx.needs_model => return Err(e.into()),
         Err(_) => None,

@@ -1,6 +1,6 @@
 //! `bib ingest <dir>` — register, chunk, embed and index a Markdown wiki (phases A/B/C).
 //!
-//! Thin: opens the store and the default embedding model, runs `bib_ingest::ingest` (or
+//! Thin: opens the store and its embedding model (`--model`: installed, or `openai:<name>`), runs `bib_ingest::ingest` (or
 //! `watch`), draws progress bars when stderr is a terminal, and prints a summary or, with
 //! `--json`, the run record. Exits non-zero when the run failed.
 
@@ -23,6 +23,7 @@ Examples:
   bib ingest notes --collection team-notes --exclude drafts/
   bib ingest ~/wikis/kb-en --watch              ingest again after every saved change
   bib ingest docs --store postgres://bib@127.0.0.1/bib?schema=kb --json
+  BIB_EMBED_BASE_URL=http://localhost:11434 bib ingest notes --model openai:nomic-embed-text
 
 A run that would remove more than half of its collection's documents (and more than 5)
 refuses and changes nothing; --allow-prune confirms it. A folder with no Markdown file is an
@@ -64,9 +65,10 @@ pub struct Args {
     /// `*.tmp.md`); repeatable. `.gitignore` and `.bibignore` files always apply
     #[arg(long, value_name = "GLOB")]
     pub exclude: Vec<String>,
-    /// Embedding model (`use-m3` or `e5-small`; see `bib model list`). A knowledge base keeps
-    /// the model it was built with unless this is given [default: the knowledge base's model,
-    /// else use-m3]
+    /// Embedding model: `use-m3` or `e5-small` (installed; see `bib model list`), or
+    /// `openai:<name>`, model <name> of the OpenAI-compatible endpoint of `[embed] base_url`
+    /// (BIB_EMBED_BASE_URL). A knowledge base keeps the model it was built with unless this is
+    /// given [default: the knowledge base's model, else use-m3]
     #[arg(long, value_name = "ID")]
     pub model: Option<String>,
     /// Term function of the lexical index: `default`, `v1` (before issue 15: prefix stems, no
@@ -198,12 +200,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let store = settings.store.open()?;
     let store = store.as_ref();
     let model = match &settings.ingest.model {
-        Some(m) => m.clone(),
+        // A width asked for in [embed] becomes part of a new build's model id.
+        Some(m) => bib_app::model::requested_model(m, &settings.embed),
         None => bib_app::model::store_model(store)?,
     };
-    // `load_installed` names the known models for an unknown id and says how to install a
-    // missing one.
-    let embedder = bib_embed::load_installed(&model)?;
+    // The one loader: it names the known models for an unknown id, says how to install a
+    // missing one, what to set for an endpoint model, and fails here — naming the URL — when
+    // the endpoint does not answer, before the run touches the store.
+    let embedder = bib_app::model::load_embedder(&model, &settings.embed)?;
     let embedder = embedder.as_ref();
     let opts = IngestOptions {
         collection: args.collection.clone(),

@@ -10,7 +10,7 @@ use std::process::{Command, Output};
 pub fn env_cleared() -> Vec<&'static str> {
     let mut vars: Vec<&'static str> = bib_app::settings::KEYS
         .iter()
-        .filter_map(|k| k.env.map(|(var, _)| var))
+        .flat_map(|k| k.env.map(|(var, _)| var).into_iter().chain(k.env_fallback))
         .collect();
     vars.extend(["BIB_CONFIG", "NO_COLOR", "RUST_BACKTRACE"]);
     vars
