@@ -4,8 +4,6 @@
 //! OpenAI-compatible server. Set `BIB_SKIP_MODEL_TESTS=1` where the model cannot be installed.
 
 use bib_store::RunLog;
-use std::io::{Read, Write};
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
@@ -437,43 +435,11 @@ fn ask_explains_every_part_of_a_score() {
 
 /// A one-shot fake chat-completions server answering with SSE; returns the URL and the request.
 fn fake_llm() -> (String, std::thread::JoinHandle<String>) {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let url = format!("http://{}/v1", l.local_addr().unwrap());
-    let h = std::thread::spawn(move || {
-        let (mut s, _) = l.accept().unwrap();
-        let mut buf = Vec::new();
-        let mut tmp = [0u8; 8192];
-        loop {
-            let n = s.read(&mut tmp).unwrap();
-            buf.extend_from_slice(&tmp[..n]);
-            let t = String::from_utf8_lossy(&buf).to_string();
-            if let Some(end) = t.find("\r\n\r\n") {
-                let len = t[..end]
-                    .lines()
-                    .find_map(|l| {
-                        l.to_ascii_lowercase()
-                            .strip_prefix("content-length:")
-                            .map(|v| v.trim().parse::<usize>().unwrap())
-                    })
-                    .unwrap_or(0);
-                if buf.len() >= end + 4 + len {
-                    break;
-                }
-            }
-            if n == 0 {
-                break;
-            }
-        }
+    fake_chat(|_| {
         let body = "data: {\"choices\":[{\"delta\":{\"content\":\"The timeout is \"}}]}\n\n\
                     data: {\"choices\":[{\"delta\":{\"content\":\"300 seconds [1].\"}}]}\n\ndata: [DONE]\n\n";
-        let resp = format!(
-            "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            body.len()
-        );
-        s.write_all(resp.as_bytes()).unwrap();
-        String::from_utf8_lossy(&buf).to_string()
-    });
-    (url, h)
+        http_response("200 OK", "text/event-stream", body)
+    })
 }
 
 #[test]

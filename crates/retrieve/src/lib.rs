@@ -20,7 +20,9 @@
 //!    (the spec's estimate and the model tokenizer's exact count).
 //!    Trimmed results that keep no sentence give their slot to the next result, and
 //!    [`relevance`] says whether anything is close to the question at all (the floor).
-//! 6. [`synth`] optionally sends the context to an OpenAI-compatible chat endpoint and streams
+//! 6. [`rerank`] optionally asks the `[llm]` chat model to judge the best candidates after the
+//!    signals (one request, off by default); any failure leaves the signals' ranking, warned.
+//! 7. [`synth`] optionally sends the context to an OpenAI-compatible chat endpoint and streams
 //!    the answer; [`log::log_entry`] is what every ask records.
 
 pub mod cache;
@@ -31,6 +33,7 @@ pub mod index;
 pub mod log;
 pub mod prf;
 pub mod relevance;
+pub mod rerank;
 mod rescore;
 pub mod retrieve;
 pub mod signals;
@@ -45,6 +48,7 @@ pub use fusion::{rrf_fuse, rrf_fuse_weighted, FusedHit, ListHit, DEFAULT_RRF_K};
 pub use index::{ChunkId, ChunkIndex, ChunkRecord, Hit, MemoryIndex};
 pub use log::{log_entry, QueryLogEntry};
 pub use relevance::Relevance;
+pub use rerank::RerankOptions;
 pub use retrieve::{Fusion, Mode, RetrievalResult, RetrieveOptions, Retriever, ScoredChunk};
 pub use signals::{Explain, Signals};
 pub use store_index::StoreIndex;

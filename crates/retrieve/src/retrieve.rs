@@ -12,7 +12,9 @@ use crate::filter::Filter;
 use crate::fusion::{rrf_fuse, ListHit, DEFAULT_RRF_K};
 use crate::index::{ChunkId, ChunkIndex, ChunkRecord, Hit};
 use crate::relevance::{floor_for, term_coverage, Relevance};
+use crate::rerank::RerankOptions;
 use crate::signals::{exact_items, Explain, Signals};
+use crate::synth::SynthConfig;
 use crate::trim::{trim_texts, TrimOptions};
 
 /// Which lists feed the result.
@@ -141,6 +143,10 @@ pub struct RetrieveOptions {
     /// document ([`Signals`]).
     #[serde(default)]
     pub signals: Signals,
+    /// The LLM reranker after the signals ([`crate::rerank`]); `None` (the default): off. Its
+    /// endpoint is the retriever's ([`Retriever::with_llm`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rerank: Option<RerankOptions>,
 }
 
 fn default_alpha() -> f64 {
@@ -158,6 +164,7 @@ impl Default for RetrieveOptions {
             convex_alpha: DEFAULT_CONVEX_ALPHA,
             trim: None,
             signals: Signals::default(),
+            rerank: None,
         }
     }
 }
@@ -200,6 +207,8 @@ pub struct Timings {
     pub search_ms: f64,
     pub trim_ms: f64,
     pub total_ms: f64,
+    /// The LLM reranker's request (part of `search_ms`); 0 when it did not run.
+    pub rerank_ms: f64,
 }
 
 /// The outcome of [`Retriever::retrieve`].
@@ -224,6 +233,16 @@ pub struct RetrievalResult {
     /// Results dropped because trimming kept none of their sentences; each slot went to the
     /// next result.
     pub trim_dropped: usize,
+    /// What went wrong without failing the retrieval (the LLM reranker's failures), for people.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
+}
+
+/// What ranking notes besides the hits: the reranker's time and warnings.
+#[derive(Debug, Default)]
+pub(crate) struct SearchNotes {
+    pub(crate) rerank_ms: f64,
+    pub(crate) warnings: Vec<String>,
 }
 
 /// Hybrid retrieval over a [`ChunkIndex`].
@@ -231,6 +250,8 @@ pub struct Retriever<'a> {
     pub(crate) index: &'a dyn ChunkIndex,
     pub(crate) embedder: Option<&'a dyn Embedder>,
     pub(crate) cache: &'a EmbeddingCache,
+    /// The chat endpoint of the LLM reranker, when one is configured.
+    pub(crate) llm: Option<&'a SynthConfig>,
 }
 
 impl std::fmt::Debug for Retriever<'_> {
@@ -256,7 +277,15 @@ impl<'a> Retriever<'a> {
             index,
             embedder,
             cache,
+            llm: None,
         }
+    }
+
+    /// The chat endpoint the LLM reranker calls ([`RetrieveOptions::rerank`]); without one a
+    /// reranked retrieval runs unreranked, with a warning.
+    pub fn with_llm(mut self, llm: Option<&'a SynthConfig>) -> Self {
+        self.llm = llm;
+        self
     }
 
     /// Embed a query through the cache.
@@ -270,7 +299,8 @@ impl<'a> Retriever<'a> {
     }
 
     /// Ranked hits without fetching or trimming: the fused lists, re-scored by the ranking
-    /// signals. The query vector is computed when needed (pass it when known).
+    /// signals (and the LLM reranker, when asked; its warnings are dropped here). The query
+    /// vector is computed when needed (pass it when known).
     pub fn search(
         &self,
         query: &str,
@@ -278,7 +308,10 @@ impl<'a> Retriever<'a> {
         filter: &Filter,
         query_vec: Option<&[f32]>,
     ) -> Result<Vec<ScoredHit>, RetrieveError> {
-        Ok(self.search_lists(query, opts, filter, query_vec)?.0)
+        let mut notes = SearchNotes::default();
+        Ok(self
+            .search_lists(query, opts, filter, query_vec, &mut notes)?
+            .0)
     }
 
     /// [`Retriever::search`] plus the cosine of the vector list's first hit (the chunk closest
@@ -289,6 +322,7 @@ impl<'a> Retriever<'a> {
         opts: &RetrieveOptions,
         filter: &Filter,
         query_vec: Option<&[f32]>,
+        notes: &mut SearchNotes,
     ) -> Result<(Vec<ScoredHit>, Option<f64>), RetrieveError> {
         let mode = self.effective_mode(opts.mode);
         let n = opts.candidates.max(opts.top_k);
@@ -354,6 +388,11 @@ impl<'a> Retriever<'a> {
         };
         if signals_apply {
             fused = self.rescore(query, opts, fused, &items, qv.as_deref())?;
+        }
+        if let Some(ro) = &opts.rerank {
+            let t = Instant::now();
+            notes.warnings.extend(self.rerank(query, ro, &mut fused)?);
+            notes.rerank_ms = ms(t);
         }
         fused.truncate(opts.top_k);
         Ok((fused, best_cosine))
@@ -488,8 +527,10 @@ impl<'a> Retriever<'a> {
         } else {
             None
         };
+        let mut notes = SearchNotes::default();
         let (filled, best_cosine) =
-            self.rank_and_fill(query, opts, filter, qv.as_deref(), &mut timings)?;
+            self.rank_and_fill(query, opts, filter, qv.as_deref(), &mut timings, &mut notes)?;
+        timings.rerank_ms = notes.rerank_ms;
         let accounting = self.account_tokens(query, &filled, best_cosine)?;
         timings.total_ms = ms(t0);
         Ok(RetrievalResult {
@@ -503,6 +544,7 @@ impl<'a> Retriever<'a> {
             timings,
             relevance: accounting.relevance,
             trim_dropped: filled.dropped,
+            warnings: notes.warnings,
         })
     }
 
@@ -517,6 +559,7 @@ impl<'a> Retriever<'a> {
         filter: &Filter,
         qv: Option<&[f32]>,
         timings: &mut Timings,
+        notes: &mut SearchNotes,
     ) -> Result<(Filled, Option<f64>), RetrieveError> {
         let t = Instant::now();
         let trimming = match (&opts.trim, qv, self.embedder) {
@@ -531,7 +574,7 @@ impl<'a> Retriever<'a> {
             },
             ..opts.clone()
         };
-        let (hits, best_cosine) = self.search_lists(query, &ranked, filter, qv)?;
+        let (hits, best_cosine) = self.search_lists(query, &ranked, filter, qv, notes)?;
         let filled = match trimming {
             None => {
                 let answer = self.fetch(&hits)?;
@@ -621,6 +664,9 @@ fn validate_retrieve_options(opts: &RetrieveOptions) -> Result<(), RetrieveError
     }
     if let Some(t) = &opts.trim {
         t.validate()?;
+    }
+    if let Some(r) = &opts.rerank {
+        r.validate()?;
     }
     Ok(())
 }

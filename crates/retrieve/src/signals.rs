@@ -267,6 +267,10 @@ pub struct Explain {
     pub prf: Option<SignalPart>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prf_vec: Option<SignalPart>,
+    /// The LLM reranker's judgement ([`crate::rerank`]): value = its 0–10 score / 10, `raw`
+    /// the score as the model gave it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub llm: Option<SignalPart>,
     /// The final score (`fused` + every contribution).
     #[serde(rename = "final")]
     pub final_score: f64,
@@ -283,6 +287,7 @@ impl Explain {
             &self.doc,
             &self.prf,
             &self.prf_vec,
+            &self.llm,
         ]
         .iter()
         .filter_map(|p| p.as_ref().map(|p| p.contribution))

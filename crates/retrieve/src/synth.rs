@@ -5,7 +5,7 @@
 //! cite them as `[n]`. The answer is streamed (server-sent events) to a writer as it arrives;
 //! a server that ignores `stream: true` and answers with one JSON body works too.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -100,6 +100,44 @@ pub fn build_messages(question: &str, chunks: &[ScoredChunk]) -> Value {
     ])
 }
 
+/// POST `body` to the chat-completions endpoint of `cfg` (with its bearer token, when set),
+/// the whole request bounded by `timeout`. An HTTP error status becomes
+/// [`RetrieveError::Synthesis`] naming the endpoint, the code and the start of the body; a
+/// connection failure [`RetrieveError::SynthesisFailed`]. Shared by answer synthesis and the
+/// reranker ([`crate::rerank`]): one endpoint configuration, one way to call it.
+pub(crate) fn post_chat(
+    cfg: &SynthConfig,
+    body: &Value,
+    accept: &str,
+    timeout: Duration,
+) -> Result<ureq::Response, RetrieveError> {
+    let agent = ureq::AgentBuilder::new().timeout(timeout).build();
+    let mut req = agent
+        .post(&cfg.endpoint())
+        .set("Content-Type", "application/json")
+        .set("Accept", accept);
+    if let Some(k) = &cfg.api_key {
+        req = req.set("Authorization", &format!("Bearer {k}"));
+    }
+    match req.send_string(&body.to_string()) {
+        Ok(r) => Ok(r),
+        Err(ureq::Error::Status(code, r)) => {
+            let mut text = String::new();
+            // The start of the body says what went wrong; a huge one is not read whole.
+            let _ = r.into_reader().take(4096).read_to_string(&mut text);
+            Err(RetrieveError::Synthesis(format!(
+                "{} answered HTTP {code}: {}",
+                cfg.endpoint(),
+                text.chars().take(300).collect::<String>()
+            )))
+        }
+        Err(e) => Err(RetrieveError::SynthesisFailed {
+            reason: format!("cannot reach {}", cfg.endpoint()),
+            source: Box::new(e),
+        }),
+    }
+}
+
 /// Send the question and context, stream the answer into `out`, and return it whole.
 pub fn synthesize(
     cfg: &SynthConfig,
@@ -112,33 +150,12 @@ pub fn synthesize(
         "messages": build_messages(question, chunks),
         "stream": true,
     });
-    let agent = ureq::AgentBuilder::new()
-        .timeout(Duration::from_secs(cfg.timeout_s.max(1)))
-        .build();
-    let mut req = agent
-        .post(&cfg.endpoint())
-        .set("Content-Type", "application/json")
-        .set("Accept", "text/event-stream");
-    if let Some(k) = &cfg.api_key {
-        req = req.set("Authorization", &format!("Bearer {k}"));
-    }
-    let resp = match req.send_string(&body.to_string()) {
-        Ok(r) => r,
-        Err(ureq::Error::Status(code, r)) => {
-            let text = r.into_string().unwrap_or_default();
-            return Err(RetrieveError::Synthesis(format!(
-                "{} answered HTTP {code}: {}",
-                cfg.endpoint(),
-                text.chars().take(300).collect::<String>()
-            )));
-        }
-        Err(e) => {
-            return Err(RetrieveError::SynthesisFailed {
-                reason: format!("cannot reach {}", cfg.endpoint()),
-                source: Box::new(e),
-            });
-        }
-    };
+    let resp = post_chat(
+        cfg,
+        &body,
+        "text/event-stream",
+        Duration::from_secs(cfg.timeout_s.max(1)),
+    )?;
     let io = |e: std::io::Error| RetrieveError::SynthesisFailed {
         reason: "reading the answer".into(),
         source: Box::new(e),

@@ -768,14 +768,24 @@ impl Service {
             .embedder
             .as_deref()
             .map(|inner| CancelEmbedder { inner, work });
+        // The LLM reranker ([ask] rerank) calls the same [llm] endpoint as synthesis.
+        let llm = opts
+            .rerank
+            .is_some()
+            .then(|| self.synth_config().ok())
+            .flatten();
         let retriever = Retriever::new(
             index,
             embedder.as_ref().map(|e| e as &dyn Embedder),
             &self.cache,
-        );
+        )
+        .with_llm(llm.as_ref());
         let r = retriever.retrieve(query, opts, filter);
         work.check()?;
         let r = r?;
+        for w in &r.warnings {
+            tracing::warn!("{w}");
+        }
         if let Err(e) = self.store.log_query(&log_entry(&r, opts, filter)) {
             tracing::warn!("could not write the query log: {e}");
         }

@@ -207,8 +207,28 @@ pub const KEYS: &[Key] = &[
     )
     .flags(&["fallback-bm25"]),
     Key::new(
+        "ask.rerank",
+        "Rerank the best candidates with the [llm] chat model (one request per ask; off by default, not measured here). Any failure leaves the usual ranking, with a warning.",
+    )
+    .env("RETRIEVAL_RERANK", EnvKind::Switch)
+    .flags(&["rerank", "no-rerank"]),
+    Key::new(
+        "ask.rerank_depth",
+        "Candidates (the best after the ranking signals) the reranker judges.",
+    )
+    .env("RETRIEVAL_RERANK_DEPTH", EnvKind::Count)
+    .flags(&["rerank-depth"]),
+    Key::new(
+        "ask.rerank_weight",
+        "What the reranker's top judgement (10 of 10) adds to a score; the signals' scores are about 0 to 2.",
+    ),
+    Key::new(
+        "ask.rerank_timeout_s",
+        "Seconds the reranker's request may take before the ask goes on without it.",
+    ),
+    Key::new(
         "llm.base_url",
-        "OpenAI-compatible chat endpoint that --synthesize sends the question and context to.",
+        "OpenAI-compatible chat endpoint that --synthesize sends the question and context to (and --rerank the candidates).",
     )
     .env("BIB_LLM_BASE_URL", EnvKind::Text)
     .example("\"http://localhost:11434/v1\""),

@@ -13,7 +13,9 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use bib_retrieve::trim::{calibrated_threshold, ASK_PROFILE};
-use bib_retrieve::{Filter, Fusion, Mode, RetrieveOptions, Signals, TrimOptions, TrimScorer};
+use bib_retrieve::{
+    Filter, Fusion, Mode, RerankOptions, RetrieveOptions, Signals, TrimOptions, TrimScorer,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::store::StoreSpec;
@@ -76,6 +78,11 @@ pub struct AskSettings {
     pub filters: Vec<String>,
     pub log: bool,
     pub fallback: ModelFallback,
+    /// The LLM reranker after the signals, through the `[llm]` endpoint (off by default).
+    pub rerank: bool,
+    pub rerank_depth: usize,
+    pub rerank_weight: f64,
+    pub rerank_timeout_s: u64,
 }
 
 impl Default for AskSettings {
@@ -99,6 +106,10 @@ impl Default for AskSettings {
             filters: Vec::new(),
             log: true,
             fallback: ModelFallback::None,
+            rerank: false,
+            rerank_depth: RerankOptions::default().depth,
+            rerank_weight: RerankOptions::default().weight,
+            rerank_timeout_s: RerankOptions::default().timeout_s,
         }
     }
 }
@@ -132,6 +143,11 @@ impl AskSettings {
             convex_alpha: self.fusion_alpha,
             trim: self.trim.then(|| self.trim_options(model_id)),
             signals: self.signals,
+            rerank: self.rerank.then_some(RerankOptions {
+                depth: self.rerank_depth,
+                weight: self.rerank_weight,
+                timeout_s: self.rerank_timeout_s,
+            }),
         }
     }
 
@@ -165,6 +181,12 @@ impl AskSettings {
                 bib_retrieve::RetrieveError::InvalidOption { name, reason } => bad(&name, reason),
                 other => bad("trim", other.to_string()),
             })?;
+        if !self.rerank_weight.is_finite() || self.rerank_weight < 0.0 {
+            return Err(bad(
+                "rerank_weight",
+                format!("{} must be a number ≥ 0", self.rerank_weight),
+            ));
+        }
         self.filter().map(drop)
     }
 }

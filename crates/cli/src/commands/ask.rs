@@ -7,10 +7,12 @@
 //!   exact_tokens_in_context, timings, results: [{rank, chunk_id, node_id, path, collection,
 //!   line_start, line_end, chunk_index, title, heading_path, content, score, bm25, vector,
 //!   sentences_total, sentences_kept, explain}], signals, no_good_match, best_cosine,
-//!   relevance_floor, trim_dropped, answer?}`. `explain` lists every part of `score`
+//!   relevance_floor, trim_dropped, rerank, warnings, answer?}`. `explain` lists every part of `score`
 //!   (`bib_retrieve::signals::Explain`), which `--explain` prints as text; `signals` is the
 //!   weights that ran. `line_start`/`line_end` are 1-based lines of the file at `path` (see
-//!   `bib_ingest::lines`); `no_good_match` is `bib_retrieve::relevance`'s verdict.
+//!   `bib_ingest::lines`); `no_good_match` is `bib_retrieve::relevance`'s verdict. `rerank` is
+//!   the LLM reranker's options when it ran (else null) and `warnings` what went wrong without
+//!   failing the ask (a reranker that could not rerank), also printed on stderr.
 
 use std::io::{IsTerminal, Write};
 use std::path::Path;
@@ -46,7 +48,13 @@ mode that ran, and `fallback` says why when it is not the one asked for.
 Query log: every ask is recorded in the knowledge base (`bib eval` without questions replays
 it). Turn it off with --no-log, [ask] log = false in bib.toml, or BIB_QUERY_LOG=0. A store
 whose file or directory is read-only is opened read-only: the ask answers and says once on
-stderr that it was not logged.")]
+stderr that it was not logged.
+
+Reranking: --rerank sends the best --rerank-depth candidates (default 20) to the [llm] chat
+endpoint that --synthesize uses, in one request, and adds its 0-10 judgement of each to the
+score (see --explain). Off by default. When the endpoint is unset, slow (past
+[ask] rerank_timeout_s), failing or answering nonsense, the ask answers without it and says so
+on stderr.")]
 pub struct Args {
     /// The question (quotes optional: `bib ask how do I sign a package`).
     #[arg(required = true, num_args = 1.., value_name = "QUESTION")]
@@ -111,6 +119,16 @@ pub struct Args {
     /// Send the question and context to the configured chat endpoint and stream the answer
     #[arg(long)]
     pub synthesize: bool,
+    /// Rerank the best candidates with the configured chat model ([llm]), after the ranking
+    /// signals
+    #[arg(long, overrides_with = "no_rerank")]
+    pub rerank: bool,
+    /// Do not rerank (the default)
+    #[arg(long, overrides_with = "rerank")]
+    pub no_rerank: bool,
+    /// Candidates the reranker judges
+    #[arg(long, value_name = "N")]
+    pub rerank_depth: Option<usize>,
     /// Do not write this ask to the query log
     #[arg(long)]
     pub no_log: bool,
@@ -132,6 +150,7 @@ fn apply_flags(a: &Args, s: &mut Settings) {
     set(&mut ask.trim_window, a.trim_window);
     set(&mut ask.trim_min_sentences, a.trim_min_sentences);
     set(&mut ask.trim_lexical_top, a.trim_lexical_top);
+    set(&mut ask.rerank_depth, a.rerank_depth);
     ask.mode = a.mode.unwrap_or(ask.mode);
     ask.trim_scorer = a.trim_scorer.unwrap_or(ask.trim_scorer);
     ask.fusion = a.fusion.unwrap_or(ask.fusion);
@@ -142,6 +161,11 @@ fn apply_flags(a: &Args, s: &mut Settings) {
         ask.trim = true;
     } else if a.no_trim {
         ask.trim = false;
+    }
+    if a.rerank {
+        ask.rerank = true;
+    } else if a.no_rerank {
+        ask.rerank = false;
     }
     if !a.filters.is_empty() {
         ask.filters = a.filters.clone();
@@ -316,6 +340,15 @@ fn load_model(
     })
 }
 
+/// The `[llm]` endpoint of `settings` for the reranker: `None` when it is not configured
+/// (the reranker then warns and the ask goes on without it).
+pub(crate) fn rerank_llm(settings: &Settings) -> Option<SynthConfig> {
+    if !settings.ask.rerank {
+        return None;
+    }
+    synth_config(settings, true).ok().flatten()
+}
+
 /// The `[llm]` endpoint of `settings`, when answers are to be synthesized (`on`).
 pub(crate) fn synth_config(settings: &Settings, on: bool) -> anyhow::Result<Option<SynthConfig>> {
     if !on {
@@ -362,8 +395,12 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let index = StoreIndex::new(store.as_ref());
     // Sentence vectors persist in the store's cache, so the next ask reuses them.
     let cache = EmbeddingCache::default().with_backing(Arc::new(StoreVectors(store.clone())));
-    let retriever = Retriever::new(&index, embedder.as_deref(), &cache);
+    let llm = rerank_llm(&settings);
+    let retriever = Retriever::new(&index, embedder.as_deref(), &cache).with_llm(llm.as_ref());
     let result = retriever.retrieve(&question, &options, &filter)?;
+    for w in &result.warnings {
+        eprintln!("warning: {w}");
+    }
 
     if let Some(n) = &read_only_notice {
         eprintln!("{n}");
@@ -448,6 +485,8 @@ fn result_json(r: &RetrievalResult, s: &Settings, o: &RetrieveOptions) -> serde_
         "best_cosine": r.relevance.best_cosine,
         "relevance_floor": r.relevance.floor,
         "trim_dropped": r.trim_dropped,
+        "rerank": o.rerank,
+        "warnings": r.warnings,
         "results": results,
     })
 }
@@ -475,6 +514,7 @@ fn explain_lines(e: &bib_retrieve::signals::Explain) -> Vec<String> {
         ("doc", &e.doc),
         ("prf", &e.prf),
         ("prf-vec", &e.prf_vec),
+        ("llm", &e.llm),
     ] {
         let Some(p) = part else { continue };
         let mut l = format!(

@@ -57,3 +57,55 @@ pub fn write(root: &Path, rel: &str, body: &str) {
     std::fs::create_dir_all(p.parent().unwrap()).unwrap();
     std::fs::write(p, body).unwrap();
 }
+
+/// A one-shot fake OpenAI-compatible chat endpoint on 127.0.0.1: `respond` gets the request
+/// body and returns the whole HTTP response to send. Returns the base URL (`…/v1`) and a
+/// handle that yields the request (head and body) once served.
+pub fn fake_chat(
+    respond: impl FnOnce(&str) -> String + Send + 'static,
+) -> (String, std::thread::JoinHandle<String>) {
+    use std::io::{Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/v1", l.local_addr().unwrap());
+    let h = std::thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        let mut buf = Vec::new();
+        let mut tmp = [0u8; 8192];
+        let mut body_at = 0;
+        loop {
+            let n = s.read(&mut tmp).unwrap();
+            buf.extend_from_slice(&tmp[..n]);
+            let t = String::from_utf8_lossy(&buf).to_string();
+            if let Some(end) = t.find("\r\n\r\n") {
+                body_at = end + 4;
+                let len = t[..end]
+                    .lines()
+                    .find_map(|l| {
+                        l.to_ascii_lowercase()
+                            .strip_prefix("content-length:")
+                            .map(|v| v.trim().parse::<usize>().unwrap())
+                    })
+                    .unwrap_or(0);
+                if buf.len() >= end + 4 + len {
+                    break;
+                }
+            }
+            if n == 0 {
+                break;
+            }
+        }
+        let req = String::from_utf8_lossy(&buf).to_string();
+        let resp = respond(&String::from_utf8_lossy(&buf[body_at.min(buf.len())..]));
+        s.write_all(resp.as_bytes()).unwrap();
+        req
+    });
+    (url, h)
+}
+
+/// An HTTP response of `status` (`200 OK`) with a body of `content_type`.
+pub fn http_response(status: &str, content_type: &str, body: &str) -> String {
+    format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+}
