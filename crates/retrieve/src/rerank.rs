@@ -316,7 +316,6 @@ mod tests {
     use crate::index::MemoryIndex;
     use crate::retrieve::{Mode, RetrieveOptions};
     use crate::signals::Signals;
-    use std::io::Write;
     use std::net::TcpListener;
 
     #[test]
@@ -418,48 +417,18 @@ mod tests {
         assert!((hits[1].score - 1.4).abs() < 1e-12);
     }
 
-    /// A one-shot chat server answering `status` with `content` as the assistant's message.
+    /// A one-shot chat server answering `status` with `content` as the assistant's message
+    /// (synthesis's fake server, with a chat-completions body).
     fn serve_once(status: &str, content: &str) -> (String, std::thread::JoinHandle<String>) {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let url = format!("http://{}/v1", l.local_addr().unwrap());
         let body = if status.starts_with("200") {
             json!({"choices":[{"message":{"role":"assistant","content":content}}]}).to_string()
         } else {
             content.to_string()
         };
-        let resp = format!(
+        crate::synth::tests::serve_once(format!(
             "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
             body.len()
-        );
-        let h = std::thread::spawn(move || {
-            let (mut s, _) = l.accept().unwrap();
-            let mut buf = Vec::new();
-            let mut tmp = [0u8; 8192];
-            loop {
-                let n = s.read(&mut tmp).unwrap();
-                buf.extend_from_slice(&tmp[..n]);
-                let t = String::from_utf8_lossy(&buf).to_string();
-                if let Some(end) = t.find("\r\n\r\n") {
-                    let len = t[..end]
-                        .lines()
-                        .find_map(|l| {
-                            l.to_ascii_lowercase()
-                                .strip_prefix("content-length:")
-                                .map(|v| v.trim().parse::<usize>().unwrap())
-                        })
-                        .unwrap_or(0);
-                    if buf.len() >= end + 4 + len {
-                        break;
-                    }
-                }
-                if n == 0 {
-                    break;
-                }
-            }
-            s.write_all(resp.as_bytes()).unwrap();
-            String::from_utf8_lossy(&buf).to_string()
-        });
-        (url, h)
+        ))
     }
 
     fn index() -> MemoryIndex {

@@ -202,7 +202,7 @@ pub fn synthesize(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::index::ChunkRecord;
     use std::io::Read;
@@ -229,8 +229,9 @@ mod tests {
         }
     }
 
-    /// A one-shot fake server: returns the request it saw and answers with `response`.
-    fn serve_once(response: String) -> (String, std::thread::JoinHandle<String>) {
+    /// A one-shot fake server: returns the request it saw and answers with `response` (the
+    /// reranker's tests use it too).
+    pub(crate) fn serve_once(response: String) -> (String, std::thread::JoinHandle<String>) {
         let l = TcpListener::bind("127.0.0.1:0").unwrap();
         let url = format!("http://{}/v1", l.local_addr().unwrap());
         let h = std::thread::spawn(move || {
