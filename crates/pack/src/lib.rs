@@ -37,6 +37,7 @@
 
 pub mod dates;
 pub mod input;
+pub mod kinds;
 pub mod lang;
 pub mod ledger;
 pub mod options;

@@ -129,6 +129,10 @@ struct LineInfo {
     len16: u32,
     /// Interned dedup key; 0 = empty key (never deduplicated).
     dkey: u32,
+    /// Holds a moment (`kinds::holds_a_time`).
+    timed: bool,
+    /// Holds a number (`kinds::holds_a_number`).
+    numbered: bool,
 }
 
 struct MsgInfo {
@@ -191,6 +195,8 @@ struct Item {
     pin: bool,
     /// Said by the one speaker the question names.
     by_named: bool,
+    /// Holds a moment, and the question asks for one.
+    kind_hit: bool,
 }
 
 /// How [`Packer::render`] notes fully omitted messages.
@@ -347,13 +353,16 @@ fn full_target_key(call: &str) -> Option<String> {
 }
 
 /// `clampMsg`: cut messages longer than `max_chars` UTF-16 units in the middle (70 % head).
-/// A relevance `r` in [0, 1] lifted by `w` for a line of the speaker the question names
-/// ([`PackOptions::speaker_weight`]), still in [0, 1].
-fn speaker_lift(r: f64, it: &Item, w: f64) -> f64 {
-    if w <= 0.0 {
+/// A relevance `r` in [0, 1] lifted for a line of the speaker the question names
+/// ([`PackOptions::speaker_weight`]) and for a line holding the kind of fact it asks for
+/// ([`PackOptions::kind_weight`]), still in [0, 1].
+fn lift(r: f64, it: &Item, o: &PackOptions) -> f64 {
+    let (ws, wt) = (o.speaker_weight.max(0.0), o.kind_weight.max(0.0));
+    if ws + wt <= 0.0 {
         return r;
     }
-    (r + if it.by_named { w } else { 0.0 }) / (1.0 + w)
+    let gain = if it.by_named { ws } else { 0.0 } + if it.kind_hit { wt } else { 0.0 };
+    (r + gain) / (1.0 + ws + wt)
 }
 
 /// The speaker of a `Name: text` message (a name of one to three capitalised words).
@@ -514,6 +523,8 @@ impl Packer {
             pieces: pieces as u32,
             len16: len16 as u32,
             dkey,
+            timed: crate::kinds::holds_a_time(text),
+            numbered: crate::kinds::holds_a_number(text),
         });
         self.line_ids.insert(text.into(), id);
         id
@@ -633,9 +644,9 @@ impl Packer {
         if lexical {
             let max_bm = ctx.items.iter().map(|it| it.bm).fold(0.0, f64::max);
             let max_bm = if max_bm == 0.0 { 1.0 } else { max_bm };
-            let w = self.opts.speaker_weight;
+            let o = &self.opts;
             for it in &mut ctx.items {
-                let rel = (it.bm > 0.0 && !it.stale).then(|| speaker_lift(it.bm / max_bm, it, w));
+                let rel = (it.bm > 0.0 && !it.stale).then(|| lift(it.bm / max_bm, it, o));
                 it.score = stratum_score(it, rel, ctx.rec_tie);
             }
         }
@@ -896,6 +907,8 @@ impl Packer {
         let speakers: Vec<Option<&str>> =
             ctx.old.iter().map(|&i| speaker_of(contents[i])).collect();
         let named = named_speaker(&speakers, &ctx.query);
+        let asks_time = crate::kinds::asks_for_a_time(&ctx.query);
+        let asks_qty = crate::kinds::asks_for_a_quantity(&ctx.query);
         let mut items = Vec::new();
         for (mi, &mid) in ctx.old_msg.iter().enumerate() {
             let is_stale = stale.contains(&mi);
@@ -913,6 +926,8 @@ impl Packer {
                     dup: false,
                     pin: false,
                     by_named,
+                    kind_hit: (asks_time && self.lines[line as usize].timed)
+                        || (asks_qty && self.lines[line as usize].numbered),
                 });
             }
         }
@@ -1033,10 +1048,10 @@ impl Packer {
         let fused = rrf_fuse_weighted(&weighted, self.opts.rrf_k);
         let max_f = fused.values().copied().fold(0.0, f64::max);
         let max_f = if max_f == 0.0 { 1.0 } else { max_f };
-        let w = self.opts.speaker_weight;
+        let o = &self.opts;
         for (i, it) in ctx.items.iter_mut().enumerate() {
             let rel = (!it.stale && (it.bm > 0.0 || it.sem > 0.0))
-                .then(|| speaker_lift(fused.get(&i).copied().unwrap_or(0.0) / max_f, it, w));
+                .then(|| lift(fused.get(&i).copied().unwrap_or(0.0) / max_f, it, o));
             it.score = stratum_score(it, rel, ctx.rec_tie);
         }
         Ok(compared)
@@ -2012,6 +2027,7 @@ mod speaker_tests {
     #[test]
     fn the_lift_keeps_relevance_in_the_unit_interval_and_the_order_otherwise() {
         let item = |by_named| Item {
+            kind_hit: false,
             line: 0,
             first: false,
             stale: false,
@@ -2025,11 +2041,24 @@ mod speaker_tests {
             by_named,
         };
         let (named, other) = (item(true), item(false));
-        assert_eq!(speaker_lift(0.7, &other, 0.0), 0.7);
-        assert_eq!(speaker_lift(0.7, &named, 0.0), 0.7);
-        assert!((speaker_lift(1.0, &named, 0.2) - 1.0).abs() < 1e-12);
-        assert!(speaker_lift(0.6, &named, 0.2) > speaker_lift(0.7, &other, 0.2));
-        assert!(speaker_lift(0.5, &other, 0.2) < speaker_lift(0.6, &other, 0.2));
-        assert!(speaker_lift(0.0, &other, 0.2) >= 0.0);
+        let w = |speaker_weight, kind_weight| PackOptions {
+            speaker_weight,
+            kind_weight,
+            ..PackOptions::default()
+        };
+        let (off, on) = (w(0.0, 0.0), w(0.2, 0.0));
+        assert_eq!(lift(0.7, &other, &off), 0.7);
+        assert_eq!(lift(0.7, &named, &off), 0.7);
+        assert!((lift(1.0, &named, &on) - 1.0).abs() < 1e-12);
+        assert!(lift(0.6, &named, &on) > lift(0.7, &other, &on));
+        assert!(lift(0.5, &other, &on) < lift(0.6, &other, &on));
+        assert!(lift(0.0, &other, &on) >= 0.0);
+        let timed = Item {
+            kind_hit: true,
+            ..item(true)
+        };
+        let both = w(0.2, 0.3);
+        assert!((lift(1.0, &timed, &both) - 1.0).abs() < 1e-12);
+        assert!(lift(0.5, &timed, &both) > lift(0.5, &named, &both));
     }
 }
