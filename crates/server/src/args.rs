@@ -124,6 +124,11 @@ pub struct AskArgs {
     /// by trimming (`passage`), for a reader who wants the whole passage (default false).
     #[serde(default)]
     pub passages: Option<bool>,
+    /// Rerank the best candidates with the server's `[llm]` chat model after the ranking
+    /// signals (default off, or `[ask] rerank` / RETRIEVAL_RERANK=1 on the server). A reranker
+    /// that fails leaves the ranking as it was and says why in `warnings`.
+    #[serde(default)]
+    pub rerank: Option<bool>,
 }
 
 /// `bib_get` / `GET /docs/{path}?from=&to=&collection=`: a document's text or some of its lines.

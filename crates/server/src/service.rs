@@ -157,6 +157,10 @@ pub struct AskOutput {
     /// Results dropped because trimming kept none of their sentences (their slots went to
     /// the next results).
     pub trim_dropped: usize,
+    /// What went wrong without failing the ask (a reranker that could not judge, …); empty
+    /// when nothing did.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
     pub results: Vec<AskHit>,
 }
 
@@ -554,6 +558,7 @@ fn ask_output_of_retrieval(
         best_cosine: r.relevance.best_cosine,
         relevance_floor: r.relevance.floor,
         trim_dropped: r.trim_dropped,
+        warnings: r.warnings.clone(),
         results,
     }
 }
@@ -731,6 +736,7 @@ impl Service {
         ask.trim = a.trim.unwrap_or(ask.trim);
         ask.trim_threshold = a.trim_threshold.or(ask.trim_threshold);
         ask.trim_window = a.trim_window.unwrap_or(ask.trim_window);
+        ask.rerank = a.rerank.unwrap_or(ask.rerank);
         if let Some(f) = filters {
             ask.filters = f;
         }
@@ -1459,6 +1465,32 @@ mod tests {
             index: Some(index),
             ..RegisterDocArgs::default()
         }
+    }
+
+    /// A request may ask for the LLM reranker; with no `[llm]` endpoint the ask still answers,
+    /// in the plain order, and says why in `warnings` (empty, and left out, otherwise).
+    #[test]
+    fn a_request_may_ask_for_reranking_and_hears_why_it_did_not_run() {
+        let (svc, _store) = service(Some(FakeEmbedder::new(Duration::ZERO)));
+        let w = Work::unbounded();
+        let ask = |rerank| AskArgs {
+            query: "how do I clear the cache".into(),
+            rerank,
+            ..AskArgs::default()
+        };
+        let plain = svc.ask(ask(None), &w).unwrap();
+        let asked = svc.ask(ask(Some(true)), &w).unwrap();
+        assert!(plain.warnings.is_empty());
+        assert!(
+            asked.warnings.iter().any(|m| m.contains("rerank")),
+            "{:?}",
+            asked.warnings
+        );
+        let ids = |o: &AskOutput| o.results.iter().map(|h| h.chunk_id).collect::<Vec<_>>();
+        assert!(!plain.results.is_empty());
+        assert_eq!(ids(&plain), ids(&asked));
+        let json = serde_json::to_value(&plain).unwrap();
+        assert!(json.get("warnings").is_none(), "{json}");
     }
 
     /// Issue 14: `POST /docs` accepted a 100k-character path, a path without `.md` and NUL.
