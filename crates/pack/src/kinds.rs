@@ -1,7 +1,8 @@
 //! What kind of fact a question asks for, and which lines can answer it: a question about a
 //! moment ("when…", «¿a qué hora…?», «когда…») is answered by a line that holds one — a
 //! clock time, a year, a date, or a relative date the packer resolved (`[ayer = 2026-08-06]`).
-//! A question about a quantity ("how many…") is answered by a line with a number. Pure
+//! A question about a quantity ("how many…") is answered by a line with a number, one about a
+//! place ("where…", «где…») by a line naming one (a locative word and a capitalised name). Pure
 //! functions over text; [`crate::PackOptions::kind_weight`] says how much such a line gains.
 
 use std::sync::OnceLock;
@@ -44,6 +45,31 @@ pub fn asks_for_a_quantity(question: &str) -> bool {
         .expect("valid regex")
     })
     .is_match(question)
+}
+
+/// Whether `question` asks where something is or happened.
+pub fn asks_for_a_place(question: &str) -> bool {
+    static RE: OnceLock<Regex> = OnceLock::new();
+    RE.get_or_init(|| {
+        Regex::new(
+            r"(?i)\b(?:where|d[óo]nde|ad[óo]nde|o[ùu]|wo|wohin|woher|onde|aonde|где|куда|откуда|де|куди|звідки)\b",
+        )
+        .expect("valid regex")
+    })
+    .is_match(question)
+}
+
+/// Whether `line` names a place: a locative word followed by a capitalised name (`in Paris`,
+/// `at the Louvre`, `nach Berlin`, `в Москве`).
+pub fn holds_a_place(line: &str) -> bool {
+    static RE: OnceLock<Regex> = OnceLock::new();
+    RE.get_or_init(|| {
+        Regex::new(
+            r"\b(?i:in|at|to|from|near|en|a|al|de|desde|à|au|aux|nach|bei|aus|em|no|na|para|в|во|на|из|у|до|з)\s+(?:(?i:the|la|el|le|les|der|die|dem|den|o)\s+)?\p{Lu}\p{Ll}+",
+        )
+        .expect("valid regex")
+    })
+    .is_match(line)
 }
 
 /// Whether `line` holds a number written in digits.
@@ -93,6 +119,37 @@ mod tests {
         assert!(!asks_for_a_quantity("Where did she move from?"));
         assert!(holds_a_number("the rent is 950 euros"));
         assert!(!holds_a_number("the rent is due soon"));
+    }
+
+    #[test]
+    fn place_questions_and_lines_naming_a_place() {
+        for q in [
+            "Where did Caroline move from?",
+            "¿Dónde dejé el coche?",
+            "Où est la voiture ?",
+            "Wo steht die Karre?",
+            "Onde guardamos as credenciais?",
+            "Где моя тачка?",
+            "Де моя машина?",
+        ] {
+            assert!(asks_for_a_place(q), "{q}");
+        }
+        assert!(!asks_for_a_place("When is the dentist?"));
+        for l in [
+            "I moved here from Sweden four years ago",
+            "we met at the Louvre",
+            "Ich bin nach Berlin gezogen",
+            "я оставил машину на Парковой улице",
+        ] {
+            assert!(holds_a_place(l), "{l}");
+        }
+        for l in [
+            "I moved here four years ago",
+            "Caroline: sounds great",
+            "in the end it worked",
+        ] {
+            assert!(!holds_a_place(l), "{l}");
+        }
     }
 
     #[test]

@@ -133,6 +133,8 @@ struct LineInfo {
     timed: bool,
     /// Holds a number (`kinds::holds_a_number`).
     numbered: bool,
+    /// Names a place (`kinds::holds_a_place`).
+    placed: bool,
 }
 
 struct MsgInfo {
@@ -525,6 +527,7 @@ impl Packer {
             dkey,
             timed: crate::kinds::holds_a_time(text),
             numbered: crate::kinds::holds_a_number(text),
+            placed: crate::kinds::holds_a_place(text),
         });
         self.line_ids.insert(text.into(), id);
         id
@@ -909,6 +912,7 @@ impl Packer {
         let named = named_speaker(&speakers, &ctx.query);
         let asks_time = crate::kinds::asks_for_a_time(&ctx.query);
         let asks_qty = crate::kinds::asks_for_a_quantity(&ctx.query);
+        let asks_place = crate::kinds::asks_for_a_place(&ctx.query);
         let mut items = Vec::new();
         for (mi, &mid) in ctx.old_msg.iter().enumerate() {
             let is_stale = stale.contains(&mi);
@@ -927,7 +931,8 @@ impl Packer {
                     pin: false,
                     by_named,
                     kind_hit: (asks_time && self.lines[line as usize].timed)
-                        || (asks_qty && self.lines[line as usize].numbered),
+                        || (asks_qty && self.lines[line as usize].numbered)
+                        || (asks_place && self.lines[line as usize].placed),
                 });
             }
         }
