@@ -426,6 +426,15 @@ pub fn structural_context(p: &Prepared<'_>, kept: &[usize]) -> Vec<usize> {
             }
             _ => {}
         }
+        // A label — a list item or line that only names something (`- **`-SkipDuplicate`**`) —
+        // means nothing without the description that follows it.
+        if kinds[i] != Structure::Heading
+            && is_label(p.sentence(i))
+            && i + 1 < n
+            && !matches!(kinds[i + 1], Structure::Heading | Structure::TableDelimiter)
+        {
+            out.push(i + 1);
+        }
         if kinds[i] != Structure::Heading {
             if let Some(h) = (0..i).rev().find(|&j| kinds[j] == Structure::Heading) {
                 out.push(h);
@@ -433,6 +442,28 @@ pub fn structural_context(p: &Prepared<'_>, kept: &[usize]) -> Vec<usize> {
         }
     }
     out
+}
+
+/// Whether a sentence only names something: at most four words once list markers and
+/// Markdown emphasis and code marks are gone, with no sentence or lead-in punctuation at the
+/// end, and some emphasis or code in it (`- **`-Source`**`, `` `packageSourceCredentials` ``).
+fn is_label(sentence: &str) -> bool {
+    let t = sentence.trim();
+    if !(t.contains('`') || t.contains("**") || t.contains('_')) || t.contains('\n') {
+        return false;
+    }
+    let body = t
+        .trim_start_matches(|c: char| c == '-' || c == '*' || c == '+' || c.is_ascii_digit())
+        .trim_start_matches('.')
+        .trim();
+    let bare: String = body
+        .chars()
+        .filter(|c| !matches!(c, '`' | '*' | '_'))
+        .collect();
+    let bare = bare.trim();
+    !bare.is_empty()
+        && bare.split_whitespace().count() <= 4
+        && !bare.ends_with(['.', '!', '?', ':', ';', ','])
 }
 
 /// Select and rebuild one text from its scores.
@@ -570,6 +601,34 @@ mod tests {
         );
         assert!(structural_context(&p, &[at("You can")]).is_empty());
         assert!(structural_context(&p, &[at("### Options")]).is_empty());
+    }
+
+    #[test]
+    fn a_kept_label_brings_the_description_that_follows_it() {
+        let text = "[Doc: Push › Options]\n\n## Options\n\n- **`-SkipDuplicate`**\n\n  \
+                    If a package and version already exists, skip it.\n\n- **`-Source`**\n\n  \
+                    The server URL.\n";
+        let p = Prepared::new(text);
+        let at = |t: &str| {
+            (0..p.sentences.len())
+                .find(|&i| p.sentence(i).trim_start().starts_with(t))
+                .unwrap_or_else(|| panic!("no sentence starting with {t:?} in {:?}", p.sentences))
+        };
+        let mut got = structural_context(&p, &[at("- **`-SkipDuplicate")]);
+        got.sort_unstable();
+        assert_eq!(got, vec![at("## Options"), at("If a package")]);
+        // A description, or prose, brings no following sentence.
+        assert_eq!(
+            structural_context(&p, &[at("If a package")]),
+            vec![at("## Options")]
+        );
+        assert!(is_label("- **`-Source`**"));
+        assert!(is_label("`packageSourceCredentials`"));
+        assert!(!is_label(
+            "- Use `nuget push` to publish a package to a feed."
+        ));
+        assert!(!is_label("To sign a package:"));
+        assert!(!is_label("plain words only"));
     }
 
     #[test]
