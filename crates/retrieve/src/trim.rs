@@ -426,12 +426,14 @@ pub fn structural_context(p: &Prepared<'_>, kept: &[usize]) -> Vec<usize> {
             }
             _ => {}
         }
-        // A label — a list item or line that only names something (`- **`-SkipDuplicate`**`) —
-        // means nothing without the description that follows it.
-        if kinds[i] != Structure::Heading
-            && is_label(p.sentence(i))
+        // A label — a heading, or a list item or line that only names something
+        // (`- **`-SkipDuplicate`**`) — means nothing without the description that follows it.
+        if (kinds[i] == Structure::Heading || is_label(p.sentence(i)))
             && i + 1 < n
-            && !matches!(kinds[i + 1], Structure::Heading | Structure::TableDelimiter)
+            && !matches!(
+                kinds[i + 1],
+                Structure::Heading | Structure::TableRow | Structure::TableDelimiter
+            )
         {
             out.push(i + 1);
         }
@@ -600,6 +602,8 @@ mod tests {
             vec![at("### Options")]
         );
         assert!(structural_context(&p, &[at("You can")]).is_empty());
+        // A kept heading brings the first sentence of its section, but not a table's header
+        // row (it means nothing without a kept body row).
         assert!(structural_context(&p, &[at("### Options")]).is_empty());
     }
 
@@ -617,6 +621,11 @@ mod tests {
         let mut got = structural_context(&p, &[at("- **`-SkipDuplicate")]);
         got.sort_unstable();
         assert_eq!(got, vec![at("## Options"), at("If a package")]);
+        // A kept heading is a label too: it brings the first sentence of its section.
+        assert_eq!(
+            structural_context(&p, &[at("## Options")]),
+            vec![at("- **`-SkipDuplicate")]
+        );
         // A description, or prose, brings no following sentence.
         assert_eq!(
             structural_context(&p, &[at("If a package")]),
