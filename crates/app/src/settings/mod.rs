@@ -143,11 +143,7 @@ impl AskSettings {
             convex_alpha: self.fusion_alpha,
             trim: self.trim.then(|| self.trim_options(model_id)),
             signals: self.signals,
-            rerank: self.rerank.then_some(RerankOptions {
-                depth: self.rerank_depth,
-                weight: self.rerank_weight,
-                timeout_s: self.rerank_timeout_s,
-            }),
+            rerank: self.rerank.then(|| self.rerank_options()),
         }
     }
 
@@ -174,20 +170,28 @@ impl AskSettings {
                 format!("{} is not a weight in [0, 1]", self.fusion_alpha),
             ));
         }
+        let named = |what: &'static str| {
+            move |e| match e {
+                bib_retrieve::RetrieveError::InvalidOption { name, reason } => bad(&name, reason),
+                other => bad(what, other.to_string()),
+            }
+        };
         // Any model's calibrated threshold is valid, so the default model's stands for all.
         self.trim_options(bib_embed::DEFAULT_MODEL)
             .validate()
-            .map_err(|e| match e {
-                bib_retrieve::RetrieveError::InvalidOption { name, reason } => bad(&name, reason),
-                other => bad("trim", other.to_string()),
-            })?;
-        if !self.rerank_weight.is_finite() || self.rerank_weight < 0.0 {
-            return Err(bad(
-                "rerank_weight",
-                format!("{} must be a number ≥ 0", self.rerank_weight),
-            ));
-        }
+            .map_err(named("trim"))?;
+        // Checked whether or not it is on, so a bad weight in a file is caught at once.
+        self.rerank_options().validate().map_err(named("rerank"))?;
         self.filter().map(drop)
+    }
+
+    /// The reranker's options of these settings (used when `rerank` is on).
+    fn rerank_options(&self) -> RerankOptions {
+        RerankOptions {
+            depth: self.rerank_depth,
+            weight: self.rerank_weight,
+            timeout_s: self.rerank_timeout_s,
+        }
     }
 }
 
