@@ -9,67 +9,63 @@ use std::sync::OnceLock;
 
 use regex::Regex;
 
+/// Whether `text` matches `pattern`, compiled once into `cell`.
+fn matches(cell: &'static OnceLock<Regex>, pattern: &str, text: &str) -> bool {
+    cell.get_or_init(|| Regex::new(pattern).expect("valid regex"))
+        .is_match(text)
+}
+
 /// Whether `question` asks when something happens or happened (in the packer's languages:
 /// es en de fr pt ru uk).
 pub fn asks_for_a_time(question: &str) -> bool {
     static RE: OnceLock<Regex> = OnceLock::new();
-    RE.get_or_init(|| {
-        Regex::new(
-            r"(?i)\b(?:when|what time|what date|which day|what day|which year|what year|how long ago|cu[áa]ndo|a qu[ée] hora|qu[ée] d[íi]a|qu[ée] fecha|en qu[ée] año|quand|[àa] quelle heure|quel jour|quelle date|en quelle ann[ée]e|wann|um wie viel uhr|um wieviel uhr|an welchem tag|welches datum|in welchem jahr|quando|que horas|que dia|que data|em que ano|когда|во сколько|в котором часу|какого числа|в каком году|коли|о котрій|котра година|якого числа|в якому році)\b",
-        )
-        .expect("valid regex")
-    })
-    .is_match(question)
+    matches(
+        &RE,
+        r"(?i)\b(?:when|what time|what date|which day|what day|which year|what year|how long ago|cu[áa]ndo|a qu[ée] hora|qu[ée] d[íi]a|qu[ée] fecha|en qu[ée] año|quand|[àa] quelle heure|quel jour|quelle date|en quelle ann[ée]e|wann|um wie viel uhr|um wieviel uhr|an welchem tag|welches datum|in welchem jahr|quando|que horas|que dia|que data|em que ano|когда|во сколько|в котором часу|какого числа|в каком году|коли|о котрій|котра година|якого числа|в якому році)\b",
+        question,
+    )
 }
 
 /// Whether `line` holds a moment: a clock time (`10:30`, `9 am`, `18h`), a year, an ISO or
 /// numeric date, or a resolved relative date's note.
 pub fn holds_a_time(line: &str) -> bool {
     static RE: OnceLock<Regex> = OnceLock::new();
-    RE.get_or_init(|| {
-        Regex::new(
-            r"(?i)\b\d{1,2}[:h]\d{2}\b|\b\d{1,2}\s?(?:am|pm|a\.m\.|p\.m\.|h|uhr|ч)(?:\W|$)|\b(?:19|20)\d{2}\b|\b\d{1,2}[./]\d{1,2}(?:[./]\d{2,4})?\b",
-        )
-        .expect("valid regex")
-    })
-    .is_match(line)
+    matches(
+        &RE,
+        r"(?i)\b\d{1,2}[:h]\d{2}\b|\b\d{1,2}\s?(?:am|pm|a\.m\.|p\.m\.|h|uhr|ч)(?:\W|$)|\b(?:19|20)\d{2}\b|\b\d{1,2}[./]\d{1,2}(?:[./]\d{2,4})?\b",
+        line,
+    )
 }
 
 /// Whether `question` asks how many or how much (a count, an amount, a duration, an age).
 pub fn asks_for_a_quantity(question: &str) -> bool {
     static RE: OnceLock<Regex> = OnceLock::new();
-    RE.get_or_init(|| {
-        Regex::new(
-            r"(?i)\b(?:how many|how much|how long|how old|how often|cu[áa]nt[oa]s?|combien|wie viele?|wie lange|wie alt|wie oft|quant[oa]s?|сколько|скільки)\b",
-        )
-        .expect("valid regex")
-    })
-    .is_match(question)
+    matches(
+        &RE,
+        r"(?i)\b(?:how many|how much|how long|how old|how often|cu[áa]nt[oa]s?|combien|wie viele?|wie lange|wie alt|wie oft|quant[oa]s?|сколько|скільки)\b",
+        question,
+    )
 }
 
 /// Whether `question` asks where something is or happened.
 pub fn asks_for_a_place(question: &str) -> bool {
     static RE: OnceLock<Regex> = OnceLock::new();
-    RE.get_or_init(|| {
-        Regex::new(
-            r"(?i)\b(?:where|d[óo]nde|ad[óo]nde|o[ùu]|wo|wohin|woher|onde|aonde|где|куда|откуда|де|куди|звідки)\b",
-        )
-        .expect("valid regex")
-    })
-    .is_match(question)
+    matches(
+        &RE,
+        r"(?i)\b(?:where|d[óo]nde|ad[óo]nde|o[ùu]|wo|wohin|woher|onde|aonde|где|куда|откуда|де|куди|звідки)\b",
+        question,
+    )
 }
 
 /// Whether `line` names a place: a locative word followed by a capitalised name (`in Paris`,
 /// `at the Louvre`, `nach Berlin`, `в Москве`).
 pub fn holds_a_place(line: &str) -> bool {
     static RE: OnceLock<Regex> = OnceLock::new();
-    RE.get_or_init(|| {
-        Regex::new(
-            r"\b(?i:in|at|to|from|near|en|a|al|de|desde|à|au|aux|nach|bei|aus|em|no|na|para|в|во|на|из|у|до|з)\s+(?:(?i:the|la|el|le|les|der|die|dem|den|o)\s+)?\p{Lu}\p{Ll}+",
-        )
-        .expect("valid regex")
-    })
-    .is_match(line)
+    matches(
+        &RE,
+        r"\b(?i:in|at|to|from|near|en|a|al|de|desde|à|au|aux|nach|bei|aus|em|no|na|para|в|во|на|из|у|до|з)\s+(?:(?i:the|la|el|le|les|der|die|dem|den|o)\s+)?\p{Lu}\p{Ll}+",
+        line,
+    )
 }
 
 /// Whether `line` holds a number written in digits.

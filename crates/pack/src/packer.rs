@@ -197,7 +197,7 @@ struct Item {
     pin: bool,
     /// Said by the one speaker the question names.
     by_named: bool,
-    /// Holds a moment, and the question asks for one.
+    /// Holds the kind of fact the question asks for (a moment, a quantity, a place).
     kind_hit: bool,
 }
 
@@ -354,7 +354,6 @@ fn full_target_key(call: &str) -> Option<String> {
     any.then_some(key)
 }
 
-/// `clampMsg`: cut messages longer than `max_chars` UTF-16 units in the middle (70 % head).
 /// A relevance `r` in [0, 1] lifted for a line of the speaker the question names
 /// ([`PackOptions::speaker_weight`]) and for a line holding the kind of fact it asks for
 /// ([`PackOptions::kind_weight`]), still in [0, 1].
@@ -400,6 +399,7 @@ fn named_speaker<'a>(speakers: &[Option<&'a str>], query: &str) -> Option<&'a st
     (hit.len() == 1).then(|| hit[0])
 }
 
+/// `clampMsg`: cut messages longer than `max_chars` UTF-16 units in the middle (70 % head).
 fn clamp_content(c: &str, max_chars: usize) -> Option<String> {
     let len = utf16_len(c);
     if len <= max_chars {

@@ -208,9 +208,7 @@ impl Retriever<'_> {
         }
         Ok(out)
     }
-}
 
-impl Retriever<'_> {
     /// The pseudo-relevance feedback parts ([`crate::prf`]): the `sig.prf_docs` best hits by
     /// their scores so far are the feedback; every hit gains `prf ×` its BM25 of their
     /// expansion terms and `prf_vec ×` its scaled cosine to their mean vector.
