@@ -35,7 +35,7 @@ use crate::error::RetrieveError;
 use crate::index::{ChunkId, ChunkRecord};
 use crate::retrieve::{Retriever, ScoredHit};
 use crate::signals::SignalPart;
-use crate::synth::{post_chat, SynthConfig};
+use crate::synth::{post_chat, record_label, SynthConfig};
 
 /// Candidates sent to the reranker by default.
 pub const DEFAULT_DEPTH: usize = 20;
@@ -96,14 +96,10 @@ fn cut(s: &str, max: usize) -> String {
     }
 }
 
-/// The passage of a candidate as the model sees it: where it is from, then its text.
+/// The passage of a candidate as the model sees it: where it is from (labelled as synthesis
+/// labels its sources), then its text.
 pub fn passage_of(rec: &ChunkRecord) -> String {
-    let mut label = rec.path.clone();
-    for h in &rec.heading_path {
-        label.push_str(" › ");
-        label.push_str(h);
-    }
-    format!("{label}\n{}", rec.text())
+    format!("{}\n{}", record_label(rec), rec.text())
 }
 
 /// The chat messages of one rerank request over `passages` (numbered from 1), and how many
@@ -111,13 +107,15 @@ pub fn passage_of(rec: &ChunkRecord) -> String {
 /// [`PROMPT_CHARS`] (the first always goes).
 pub fn build_messages(question: &str, passages: &[String]) -> (Value, usize) {
     let mut ctx = String::new();
-    let mut sent = 0;
+    let (mut sent, mut chars) = (0, 0);
     for (i, p) in passages.iter().enumerate() {
         let block = format!("[{}] {}\n\n", i + 1, cut(p, PASSAGE_CHARS));
-        if sent > 0 && ctx.chars().count() + block.chars().count() > PROMPT_CHARS {
+        let block_chars = block.chars().count();
+        if sent > 0 && chars + block_chars > PROMPT_CHARS {
             break;
         }
         ctx.push_str(&block);
+        chars += block_chars;
         sent += 1;
     }
     let messages = json!([

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::error::RetrieveError;
+use crate::index::ChunkRecord;
 use crate::retrieve::ScoredChunk;
 
 /// Where and how to call the chat endpoint.
@@ -70,10 +71,15 @@ impl SynthConfig {
     }
 }
 
-/// The source label of a chunk: `path › heading › subheading`.
+/// The source label of a chunk: `path:lines › heading › subheading`.
 pub fn source_label(c: &ScoredChunk) -> String {
-    let mut s = c.chunk.cite();
-    for h in &c.chunk.heading_path {
+    record_label(&c.chunk)
+}
+
+/// [`source_label`] of a stored chunk (the reranker labels its passages the same way).
+pub fn record_label(rec: &ChunkRecord) -> String {
+    let mut s = rec.cite();
+    for h in &rec.heading_path {
         s.push_str(" › ");
         s.push_str(h);
     }
@@ -204,7 +210,6 @@ pub fn synthesize(
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::index::ChunkRecord;
     use std::io::Read;
     use std::net::TcpListener;
 
