@@ -43,18 +43,7 @@ fn setup() -> Option<(tempfile::TempDir, PathBuf)> {
          El tiempo de espera de la restauración no se puede cambiar.\n",
     );
     let store = t.path().join("kb.sqlite");
-    let o = bib(
-        t.path(),
-        &[
-            "ingest",
-            wiki.to_str().unwrap(),
-            "--store",
-            store.to_str().unwrap(),
-            "--json",
-        ],
-        &[],
-    );
-    assert!(o.status.success(), "ingest failed: {}", text(&o));
+    ingest(t.path(), &wiki, &store, &["--json"]);
     Some((t, store))
 }
 

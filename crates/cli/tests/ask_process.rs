@@ -40,17 +40,7 @@ fn setup() -> Option<(tempfile::TempDir, PathBuf)> {
          is 300 seconds.\n",
     );
     let store = t.path().join("kb").join("kb.sqlite");
-    let o = bib(
-        t.path(),
-        &[
-            "ingest",
-            wiki.to_str().unwrap(),
-            "--store",
-            store.to_str().unwrap(),
-        ],
-        &[],
-    );
-    assert!(o.status.success(), "ingest failed: {}", text(&o));
+    ingest(t.path(), &wiki, &store, &[]);
     Some((t, store))
 }
 

@@ -47,17 +47,7 @@ fn setup() -> Option<(tempfile::TempDir, PathBuf)> {
          Restore downloads packages from the configured sources into the global cache.\n",
     );
     let store = t.path().join("kb.sqlite");
-    let o = bib(
-        t.path(),
-        &[
-            "ingest",
-            wiki.to_str().unwrap(),
-            "--store",
-            store.to_str().unwrap(),
-        ],
-        &[],
-    );
-    assert!(o.status.success(), "ingest failed: {}", text(&o));
+    ingest(t.path(), &wiki, &store, &[]);
     Some((t, store))
 }
 

@@ -15,6 +15,7 @@ use bib_embed::{EmbedKind, Embedder};
 use serde_json::{json, Value};
 
 mod ask_support;
+mod ingest_support;
 
 use ask_support::*;
 
@@ -197,28 +198,6 @@ fn ingest(
     )
 }
 
-/// Every document's path, content hash and chunk hashes, read through the store.
-fn snapshot(store: &Path) -> Vec<(String, String, Vec<String>)> {
-    use bib_store::Store;
-    let s = bib_store::SqliteStore::open(store).unwrap();
-    let mut out: Vec<_> = s
-        .documents()
-        .unwrap()
-        .into_iter()
-        .map(|d| {
-            let chunks = s
-                .document_chunks(&d.path)
-                .unwrap()
-                .into_iter()
-                .map(|c| c.content_hash)
-                .collect();
-            (d.path, d.content_hash, chunks)
-        })
-        .collect();
-    out.sort();
-    out
-}
-
 #[test]
 fn ingest_status_and_ask_through_an_openai_compatible_endpoint() {
     let t = tempfile::tempdir().unwrap();
@@ -371,7 +350,7 @@ fn an_endpoint_that_is_down_fails_the_ingest_naming_it_and_loses_nothing() {
     let live = [("BIB_EMBED_BASE_URL", endpoint.url.as_str())];
     let o = ingest(cwd, &wiki, &store, "openai:test-model", &live);
     assert!(o.status.success(), "ingest failed: {}", text(&o));
-    let before = snapshot(&store);
+    let before = ingest_support::snapshot(&store);
     assert_eq!(before.len(), 4);
 
     // The wiki changes, and the endpoint is down (a port nobody listens on).
@@ -416,7 +395,7 @@ fn an_endpoint_that_is_down_fails_the_ingest_naming_it_and_loses_nothing() {
             text(&o)
         );
         assert_eq!(
-            snapshot(&store),
+            ingest_support::snapshot(&store),
             before,
             "nothing stored was lost or changed"
         );
@@ -439,7 +418,7 @@ fn an_endpoint_that_is_down_fails_the_ingest_naming_it_and_loses_nothing() {
             && shown.contains("openai:<name>"),
         "{shown}"
     );
-    assert_eq!(snapshot(&store), before);
+    assert_eq!(ingest_support::snapshot(&store), before);
 
     // Back up, the same knowledge base takes the change.
     let o = bib(
@@ -454,7 +433,7 @@ fn an_endpoint_that_is_down_fails_the_ingest_naming_it_and_loses_nothing() {
         &live,
     );
     assert!(o.status.success(), "ingest failed: {}", text(&o));
-    let after = snapshot(&store);
+    let after = ingest_support::snapshot(&store);
     assert_eq!(after.len(), 3);
     assert_ne!(after, before);
 }

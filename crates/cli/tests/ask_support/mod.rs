@@ -40,6 +40,19 @@ pub fn text(o: &Output) -> String {
     )
 }
 
+/// `bib ingest <wiki> --store <store> [extra…]` from `cwd`, which must succeed.
+pub fn ingest(cwd: &Path, wiki: &Path, store: &Path, extra: &[&str]) {
+    let mut args = vec![
+        "ingest",
+        wiki.to_str().unwrap(),
+        "--store",
+        store.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let o = bib(cwd, &args, &[]);
+    assert!(o.status.success(), "ingest failed: {}", text(&o));
+}
+
 pub fn model_available(cwd: &Path) -> bool {
     let o = bib(cwd, &["model", "list"], &[]);
     if String::from_utf8_lossy(&o.stdout).contains("use-m3") {
