@@ -128,6 +128,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 wiki,
                 embedder.as_ref(),
                 &bib_store::TermConfig::default(),
+                bib_text::chunk::ChunkOptions::default(),
             )?;
             stores.insert(wiki, s);
         }

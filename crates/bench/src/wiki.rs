@@ -32,6 +32,7 @@ use bib_retrieve::{
     StoreIndex, StoreVectors,
 };
 use bib_store::{SqliteStore, TermConfig};
+use bib_text::chunk::ChunkOptions;
 use serde_json::json;
 
 use super::ask_common::data_dir;
@@ -113,6 +114,10 @@ pub struct Args {
     /// list); a store built with another one is reindexed (postings only).
     #[arg(long, value_name = "SPEC", default_value = "default")]
     terms: String,
+    /// Maximum words per chunk of the wiki stores [default: the product default]; a size
+    /// other than the default has its own cached stores.
+    #[arg(long)]
+    chunk_words: Option<usize>,
     /// Skip the "after trimming" columns (faster).
     #[arg(long)]
     no_trimmed: bool,
@@ -353,6 +358,7 @@ impl WikiRun<'_> {
                 wiki,
                 self.embedder.as_ref(),
                 &self.terms,
+                chunk_options(a.chunk_words),
             )?;
             stores.insert(wiki, std::sync::Arc::new(store));
         }
@@ -505,6 +511,19 @@ fn topk_json(
     rows
 }
 
+/// The chunker options of `--chunk-words`: the product default when unset; otherwise that
+/// maximum, with the default's ratio of minimum to maximum.
+pub(super) fn chunk_options(max_words: Option<usize>) -> ChunkOptions {
+    let d = ChunkOptions::default();
+    match max_words {
+        None => d,
+        Some(w) => ChunkOptions {
+            max_words: w.max(1),
+            min_words: w * d.min_words / d.max_words,
+        },
+    }
+}
+
 /// Open (and bring up to date) the cached store of one wiki for the embedder's model. The
 /// default model keeps the historical file name, so earlier caches stay valid.
 pub(super) fn open_ingested(
@@ -513,13 +532,18 @@ pub(super) fn open_ingested(
     wiki: &str,
     embedder: &dyn bib_embed::Embedder,
     terms: &TermConfig,
+    chunk: ChunkOptions,
 ) -> anyhow::Result<SqliteStore> {
     let model = embedder.model_id();
-    let file = if model == bib_embed::DEFAULT_MODEL {
-        format!("wiki-{wiki}.sqlite")
+    let mut stem = if model == bib_embed::DEFAULT_MODEL {
+        format!("wiki-{wiki}")
     } else {
-        format!("wiki-{wiki}-{model}.sqlite")
+        format!("wiki-{wiki}-{model}")
     };
+    if chunk != ChunkOptions::default() {
+        stem.push_str(&format!("-w{}", chunk.max_words));
+    }
+    let file = format!("{stem}.sqlite");
     let store_path = cache_dir.join(file);
     std::fs::create_dir_all(cache_dir)
         .with_context(|| format!("creating {}", cache_dir.display()))?;
@@ -531,6 +555,7 @@ pub(super) fn open_ingested(
         embedder,
         &bib_ingest::IngestOptions {
             terms: *terms,
+            chunk,
             ..bib_ingest::IngestOptions::default()
         },
         &bib_ingest::NoProgress,
