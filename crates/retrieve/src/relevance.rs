@@ -17,9 +17,7 @@
 //! BM25-only ask (no vector list, no cosine), never reports `no_good_match` unless it found
 //! nothing at all.
 
-use std::collections::HashSet;
-
-use bib_text::terms::{terms_with, Stemming, TermConfig};
+use bib_text::terms::{has_terms, terms_with, Stemming, TermConfig};
 use serde::Serialize;
 
 /// The floor of the default model `use-m3`, from `bib bench relevance`: the highest floor
@@ -85,14 +83,16 @@ pub fn term_coverage(query: &str, texts: &[&str], cfg: &TermConfig) -> f64 {
         return 0.0;
     }
     let forms: Vec<Vec<String>> = words.iter().map(|w| terms_with(w, cfg)).collect();
+    let wanted: Vec<String> = forms.iter().flatten().cloned().collect();
     texts
         .iter()
         .map(|t| {
-            let have: HashSet<String> = terms_with(t, cfg).into_iter().collect();
-            let found = forms
-                .iter()
-                .filter(|f| f.iter().any(|x| have.contains(x)))
-                .count();
+            let has = has_terms(t, cfg, &wanted);
+            let (mut at, mut found) = (0, 0);
+            for f in &forms {
+                found += usize::from(has[at..at + f.len()].contains(&true));
+                at += f.len();
+            }
             found as f64 / words.len() as f64
         })
         .fold(0.0, f64::max)

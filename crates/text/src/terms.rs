@@ -310,6 +310,30 @@ pub fn term_counts(text: &str) -> Vec<(String, u32)> {
 /// count is the number of tokens that produce it (`"foo,foo"` counts `foo` twice); a
 /// document's BM25 length is the sum of the counts.
 pub fn term_counts_with(text: &str, cfg: &TermConfig) -> Vec<(String, u32)> {
+    analyse(text, cfg, None)
+}
+
+/// Which of `wanted` (terms of this function under `cfg`) `text` has: the analysis of
+/// [`terms_with`], skipping the words that cannot give one of them (a word's terms all start
+/// with its first letter), so asking about a few terms of a long text stems few of its words.
+pub fn has_terms(text: &str, cfg: &TermConfig, wanted: &[String]) -> Vec<bool> {
+    let first: HashSet<char> = wanted
+        .iter()
+        .filter_map(|t| t.chars().next().map(fold_char))
+        .collect();
+    let have: HashSet<String> = analyse(text, cfg, Some(&first))
+        .into_iter()
+        .map(|(t, _)| t)
+        .collect();
+    wanted.iter().map(|t| have.contains(t)).collect()
+}
+
+/// Words to analyse: those starting with one of these letters (lower case, accents folded);
+/// `None`: every word.
+type Only<'a> = Option<&'a HashSet<char>>;
+
+/// [`term_counts_with`], restricted to the words of `only` when given.
+fn analyse(text: &str, cfg: &TermConfig, only: Only<'_>) -> Vec<(String, u32)> {
     let lower = lower_nfc(text);
     let toks = tokens(&lower);
     let langs = match cfg.stem {
@@ -335,9 +359,9 @@ pub fn term_counts_with(text: &str, cfg: &TermConfig) -> Vec<(String, u32)> {
             Some(r) => r.clone(),
             None => {
                 buf.clear();
-                emit_token(&mut buf, tok, cfg, langs);
+                emit_token(&mut buf, tok, cfg, langs, only);
                 if let Some(o) = orig {
-                    emit_camel_parts(&mut buf, o, cfg, langs);
+                    emit_camel_parts(&mut buf, o, cfg, langs, only);
                 }
                 let start = of_token.len();
                 for t in buf.drain(..) {
@@ -493,7 +517,13 @@ fn original_case<'a>(text: &'a str, lower: &str, tok: &str) -> Option<&'a str> {
 
 /// The words of a camelCase identifier (`packageSourceCredentials`, `XMLHttpRequest`,
 /// `net8PackageRoot`), each analysed as a compound part.
-fn emit_camel_parts(out: &mut Vec<String>, orig: &str, cfg: &TermConfig, langs: &[Algorithm]) {
+fn emit_camel_parts(
+    out: &mut Vec<String>,
+    orig: &str,
+    cfg: &TermConfig,
+    langs: &[Algorithm],
+    only: Only<'_>,
+) {
     for piece in orig.split(|c: char| !c.is_alphanumeric()) {
         let chars: Vec<(usize, char)> = piece.char_indices().collect();
         let mut start = 0;
@@ -503,18 +533,24 @@ fn emit_camel_parts(out: &mut Vec<String>, orig: &str, cfg: &TermConfig, langs: 
             let next_lower = chars.get(k + 1).is_some_and(|&(_, n)| n.is_lowercase());
             // a hump (`eS`) or the last capital of an acronym before a word (`LHt` in XMLHttp)
             if c.is_uppercase() && (prev.is_lowercase() || (prev.is_uppercase() && next_lower)) {
-                emit_word(out, &piece[start..i].to_lowercase(), cfg, langs, true);
+                emit_word(out, &piece[start..i].to_lowercase(), cfg, langs, true, only);
                 start = i;
             }
         }
         if start > 0 {
-            emit_word(out, &piece[start..].to_lowercase(), cfg, langs, true);
+            emit_word(out, &piece[start..].to_lowercase(), cfg, langs, true, only);
         }
     }
 }
 
 /// The terms of one token, each once.
-fn emit_token(out: &mut Vec<String>, tok: &str, cfg: &TermConfig, langs: &[Algorithm]) {
+fn emit_token(
+    out: &mut Vec<String>,
+    tok: &str,
+    cfg: &TermConfig,
+    langs: &[Algorithm],
+    only: Only<'_>,
+) {
     let seps: &[char] = if cfg.snake {
         &['.', '/', '-', '_']
     } else {
@@ -528,17 +564,35 @@ fn emit_token(out: &mut Vec<String>, tok: &str, cfg: &TermConfig, langs: &[Algor
         };
         push(out, &whole);
         for part in tok.split(seps) {
-            emit_word(out, part, cfg, langs, true);
+            emit_word(out, part, cfg, langs, true, only);
         }
     } else {
-        emit_word(out, tok, cfg, langs, false);
+        emit_word(out, tok, cfg, langs, false, only);
     }
 }
 
 /// The terms of one word (a token without `.`, `/`, `-`, or a part of one).
-fn emit_word(out: &mut Vec<String>, w: &str, cfg: &TermConfig, langs: &[Algorithm], part: bool) {
+fn emit_word(
+    out: &mut Vec<String>,
+    w: &str,
+    cfg: &TermConfig,
+    langs: &[Algorithm],
+    part: bool,
+    only: Only<'_>,
+) {
     if w.is_empty() {
         return;
+    }
+    if let Some(first) = only {
+        // Every term of a word starts with the word's first letter, accents folded (Snowball
+        // only rewrites endings), so a word whose letter is not wanted gives no wanted term.
+        if !w
+            .chars()
+            .next()
+            .is_some_and(|c| first.contains(&fold_char(c)))
+        {
+            return;
+        }
     }
     let folded: Cow<'_, str> = if cfg.fold || cfg.stop {
         fold_accents(w)
@@ -714,13 +768,13 @@ mod tests {
         let mut order: Vec<(String, u32)> = Vec::new();
         for tok in toks {
             let mut buf = Vec::new();
-            emit_token(&mut buf, tok, cfg, langs);
+            emit_token(&mut buf, tok, cfg, langs, None);
             if let Some(o) = cfg
                 .camel
                 .then(|| original_case(text, &lower, tok))
                 .flatten()
             {
-                emit_camel_parts(&mut buf, o, cfg, langs);
+                emit_camel_parts(&mut buf, o, cfg, langs, None);
             }
             for t in buf {
                 match order.iter_mut().find(|(x, _)| *x == t) {
@@ -744,6 +798,30 @@ mod tests {
             let camel = TermConfig { camel: true, ..TermConfig::V3 };
             for cfg in [TermConfig::V1, TermConfig::V2, TermConfig::default(), camel] {
                 prop_assert_eq!(term_counts_with(&text, &cfg), term_counts_unmemoized(&text, &cfg));
+            }
+        }
+    }
+
+    proptest! {
+        /// `has_terms` answers as the whole analysis does, under every configuration: the
+        /// words it skips give none of the wanted terms.
+        #[test]
+        fn has_terms_equals_the_full_analysis(
+            words in proptest::collection::vec(
+                "(running|runs|Canción|canciones|nuget\\.config|dotnet-cli|the|de|a/b|ÁRBOL|árboles|arbol|x|DB_PORT|packageSource|PackageSource|XMLHttp|ÁrbolGrande|dying|skies|happy|Ünïcode|éxito|exitoso|поезда|поезд|bajo-nivel|Ñandú)",
+                0..30),
+            query in proptest::collection::vec(
+                "(run|canción|arbol|Árbol|config|port|source|http|die|sky|happiness|unicode|Éxito|поездом|nivel|ñandu|grande|zzz)",
+                1..6),
+        ) {
+            let text = words.join(" ");
+            let camel = TermConfig { camel: true, ..TermConfig::V3 };
+            let unfolded = TermConfig { fold: false, ..TermConfig::V3 };
+            for cfg in [TermConfig::V1, TermConfig::V2, TermConfig::default(), camel, unfolded] {
+                let wanted = terms_with(&query.join(" "), &cfg);
+                let all: HashSet<String> = terms_with(&text, &cfg).into_iter().collect();
+                let expect: Vec<bool> = wanted.iter().map(|t| all.contains(t)).collect();
+                prop_assert_eq!(has_terms(&text, &cfg, &wanted), expect, "{} / {:?}", cfg, query);
             }
         }
     }
