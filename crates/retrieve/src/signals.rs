@@ -309,11 +309,13 @@ pub struct ExactItem {
 /// Lower case, Latin accents folded, Markdown code/emphasis marks (`` ` ``, `*`) dropped,
 /// whitespace collapsed to one space: how exact strings are compared.
 pub fn normalize_exact(s: &str) -> String {
-    let lower = s.to_lowercase();
-    let folded = fold_accents(&lower);
-    let mut out = String::with_capacity(folded.len());
+    // One pass (it runs over every candidate's text on every ask): lower-casing and folding
+    // a character at a time gives what lower-casing and folding the whole text gives, except
+    // Greek's final sigma, which both sides of a comparison then spell the same way.
+    let mut out = String::with_capacity(s.len());
     let mut space = false;
-    for c in folded.chars() {
+    let mut buf = [0u8; 4];
+    for c in s.chars() {
         if c == '`' || c == '*' {
             continue;
         }
@@ -325,7 +327,13 @@ pub fn normalize_exact(s: &str) -> String {
             out.push(' ');
             space = false;
         }
-        out.push(c);
+        if c.is_ascii() {
+            out.push(c.to_ascii_lowercase());
+        } else {
+            for l in c.to_lowercase() {
+                out.push_str(&fold_accents(l.encode_utf8(&mut buf)));
+            }
+        }
     }
     out
 }
@@ -440,17 +448,21 @@ pub fn contains_exact(hay: &str, needle: &str) -> bool {
         return false;
     }
     let boundary = |c: Option<char>| c.is_none_or(|c| !c.is_alphanumeric());
+    let first_alnum = needle.chars().next().is_some_and(char::is_alphanumeric);
+    let last_alnum = needle
+        .chars()
+        .next_back()
+        .is_some_and(char::is_alphanumeric);
+    let finder = memchr::memmem::Finder::new(needle.as_bytes());
     let mut from = 0;
-    while let Some(i) = hay[from..].find(needle) {
+    // Overlapping matches: `ab ab` in `xab ab ab` fails at 1, then matches at 4.
+    while let Some(i) = finder.find(&hay.as_bytes()[from..]) {
+        // A match of a valid UTF-8 needle starts and ends on character boundaries.
         let at = from + i;
         let end = at + needle.len();
-        let first = needle.chars().next();
-        let last = needle.chars().next_back();
-        let before_ok =
-            !first.is_some_and(char::is_alphanumeric) || boundary(hay[..at].chars().next_back());
-        let after_ok =
-            !last.is_some_and(char::is_alphanumeric) || boundary(hay[end..].chars().next());
-        if before_ok && after_ok {
+        if (!first_alnum || boundary(hay[..at].chars().next_back()))
+            && (!last_alnum || boundary(hay[end..].chars().next()))
+        {
             return true;
         }
         from = at + needle.chars().next().map_or(1, char::len_utf8);
@@ -611,6 +623,38 @@ mod tests {
         assert!(!q.iter().find(|i| i.text == "nuget push").unwrap().strong);
         assert!(exact_items("").is_empty());
         assert!(exact_items("the and of").is_empty(), "stop words only");
+    }
+
+    #[test]
+    fn exact_matching_tries_overlapping_occurrences() {
+        // The first occurrence fails its left boundary; the overlapping one after it holds.
+        assert!(contains_exact("xab ab ab", "ab ab"));
+        assert!(!contains_exact("xab abx", "ab ab"));
+        assert!(contains_exact("ñandú ñandú", "ñandú"));
+        assert!(!contains_exact("añandú", "ñandú"));
+    }
+
+    proptest::proptest! {
+        /// The one-pass normalisation equals lower-casing, folding and collapsing the whole
+        /// text in turn (Greek final sigma aside, which lower-cases by context).
+        #[test]
+        fn one_pass_normalisation_equals_the_steps(s in "[^Σσς]{0,80}") {
+            let folded = fold_accents(&s.to_lowercase()).into_owned();
+            let mut steps = String::new();
+            let mut space = false;
+            for c in folded.chars().filter(|&c| c != '`' && c != '*') {
+                if c.is_whitespace() {
+                    space = !steps.is_empty();
+                } else {
+                    if space {
+                        steps.push(' ');
+                        space = false;
+                    }
+                    steps.push(c);
+                }
+            }
+            proptest::prop_assert_eq!(normalize_exact(&s), steps);
+        }
     }
 
     #[test]
