@@ -208,17 +208,49 @@ struct VectorCache {
     index: VectorIndex,
 }
 
-/// Document frequencies already counted, valid for one database version. Counting a term's
-/// postings reads its whole list, and an ask needs the counts twice (BM25, then the ranking
-/// signals), as do later questions sharing its common words.
+/// What BM25 already read, valid for one database version: document frequencies (counting a
+/// term's postings reads its whole list, and an ask needs the counts twice: BM25, then the
+/// ranking signals) and decoded posting lists (reading a list row by row through SQLite's
+/// B-tree and VM costs ~20 % of an ask's CPU, and later questions share the common words).
 #[derive(Default)]
-struct DocFreqMemo {
+struct LexicalMemo {
     version: (i64, u64),
     counts: HashMap<String, u64>,
+    lists: HashMap<String, Arc<[Posting]>>,
+    /// Postings held in `lists`.
+    held: usize,
+}
+
+/// One row of the postings table, decoded.
+#[derive(Debug, Clone, Copy)]
+struct Posting {
+    chunk: ChunkId,
+    node: NodeId,
+    tf: u32,
+    dl: u32,
 }
 
 /// Terms remembered at most; the memo starts over beyond (bounded memory whatever the queries).
 const DOC_FREQ_MEMO_TERMS: usize = 65_536;
+
+/// Postings held in memory at most (24 bytes each: 48 MiB); the lists start over beyond.
+const POSTINGS_MEMO_MAX: usize = 2 << 20;
+
+/// A longer list is read from the table every time rather than crowd out the others.
+const POSTINGS_MEMO_LIST_MAX: usize = POSTINGS_MEMO_MAX / 8;
+
+impl LexicalMemo {
+    /// The memo for `version`, emptied when it was another's.
+    fn at(&mut self, version: (i64, u64)) -> &mut Self {
+        if self.version != version {
+            *self = Self {
+                version,
+                ..Self::default()
+            };
+        }
+        self
+    }
+}
 
 /// The SQLite store. Cheap to share behind an `Arc`; one connection, serialised by a mutex.
 pub struct SqliteStore {
@@ -226,7 +258,7 @@ pub struct SqliteStore {
     location: String,
     own_writes: AtomicU64,
     vectors: Mutex<Option<Arc<VectorCache>>>,
-    doc_freqs: Mutex<DocFreqMemo>,
+    lexical_memo: Mutex<LexicalMemo>,
     retention: Mutex<QueryLogRetention>,
     /// Whether the file has `doc_sources` (a version-2 file opened read-only has not).
     sources: bool,
@@ -363,7 +395,7 @@ impl SqliteStore {
             location,
             own_writes: AtomicU64::new(0),
             vectors: Mutex::new(None),
-            doc_freqs: Mutex::new(DocFreqMemo::default()),
+            lexical_memo: Mutex::new(LexicalMemo::default()),
             retention: Mutex::new(QueryLogRetention::default()),
             sources,
         })
@@ -535,11 +567,13 @@ impl SqliteStore {
         term: &str,
     ) -> Result<u64, StoreError> {
         {
-            let memo = self.doc_freqs.lock().unwrap_or_else(|p| p.into_inner());
-            if memo.version == version {
-                if let Some(&n) = memo.counts.get(term) {
-                    return Ok(n);
-                }
+            let mut memo = self.lexical_memo();
+            let memo = memo.at(version);
+            if let Some(&n) = memo.counts.get(term) {
+                return Ok(n);
+            }
+            if let Some(list) = memo.lists.get(term) {
+                return Ok(list.len() as u64);
             }
         }
         let n: i64 = conn
@@ -547,13 +581,60 @@ impl SqliteStore {
             .and_then(|mut st| st.query_row(params![term], |r| r.get(0)))
             .map_err(StoreError::sqlite("document frequency"))?;
         let n = n.max(0) as u64;
-        let mut memo = self.doc_freqs.lock().unwrap_or_else(|p| p.into_inner());
-        if memo.version != version || memo.counts.len() >= DOC_FREQ_MEMO_TERMS {
-            memo.version = version;
+        let mut memo = self.lexical_memo();
+        let memo = memo.at(version);
+        if memo.counts.len() >= DOC_FREQ_MEMO_TERMS {
             memo.counts.clear();
         }
         memo.counts.insert(term.to_string(), n);
         Ok(n)
+    }
+
+    fn lexical_memo(&self) -> std::sync::MutexGuard<'_, LexicalMemo> {
+        self.lexical_memo.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Every posting of `term` at database `version`, in chunk order: the remembered list, or
+    /// the table's rows (then remembered when the list is not too long).
+    fn postings_at(
+        &self,
+        conn: &Connection,
+        version: (i64, u64),
+        term: &str,
+    ) -> Result<Arc<[Posting]>, StoreError> {
+        if let Some(list) = self.lexical_memo().at(version).lists.get(term) {
+            return Ok(list.clone());
+        }
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT chunk_id, node_id, tf, dl FROM postings WHERE term = ?1 ORDER BY chunk_id",
+            )
+            .map_err(StoreError::sqlite("bm25"))?;
+        let mut rows = stmt
+            .query(params![term])
+            .map_err(StoreError::sqlite("bm25"))?;
+        let mut list = Vec::new();
+        while let Some(r) = rows.next().map_err(StoreError::sqlite("bm25"))? {
+            let get = |i| r.get::<_, i64>(i).map_err(StoreError::sqlite("bm25"));
+            list.push(Posting {
+                chunk: get(0)?,
+                node: get(1)?,
+                tf: to_u32(get(2)?),
+                dl: to_u32(get(3)?),
+            });
+        }
+        let list: Arc<[Posting]> = list.into();
+        if list.len() <= POSTINGS_MEMO_LIST_MAX {
+            let mut memo = self.lexical_memo();
+            let memo = memo.at(version);
+            if memo.held + list.len() > POSTINGS_MEMO_MAX {
+                memo.lists.clear();
+                memo.held = 0;
+            }
+            memo.held += list.len();
+            memo.lists.insert(term.to_string(), list.clone());
+        }
+        Ok(list)
     }
 
     /// Node ids passing `filter`, or `None` when the filter is empty.
@@ -1154,16 +1235,12 @@ impl PostingSource for SqlitePostings<'_> {
         term: &str,
         each: &mut dyn FnMut(ChunkId, NodeId, u32, u32),
     ) -> Result<(), StoreError> {
-        let mut stmt = self
-            .conn
-            .prepare_cached("SELECT chunk_id, node_id, tf, dl FROM postings WHERE term = ?1")
-            .map_err(StoreError::sqlite("bm25"))?;
-        let mut rows = stmt
-            .query(params![term])
-            .map_err(StoreError::sqlite("bm25"))?;
-        while let Some(r) = rows.next().map_err(StoreError::sqlite("bm25"))? {
-            let get = |i| r.get::<_, i64>(i).map_err(StoreError::sqlite("bm25"));
-            each(get(0)?, get(1)?, to_u32(get(2)?), to_u32(get(3)?));
+        for p in self
+            .store
+            .postings_at(self.conn, self.version, term)?
+            .iter()
+        {
+            each(p.chunk, p.node, p.tf, p.dl);
         }
         Ok(())
     }
@@ -1174,6 +1251,21 @@ impl PostingSource for SqlitePostings<'_> {
         chunks: &[ChunkId],
         each: &mut dyn FnMut(ChunkId, u32, u32),
     ) -> Result<(), StoreError> {
+        let remembered = self
+            .store
+            .lexical_memo()
+            .at(self.version)
+            .lists
+            .get(term)
+            .cloned();
+        if let Some(list) = remembered {
+            for &c in chunks {
+                if let Ok(i) = list.binary_search_by_key(&c, |p| p.chunk) {
+                    each(c, list[i].tf, list[i].dl);
+                }
+            }
+            return Ok(());
+        }
         let mut stmt = self
             .conn
             .prepare_cached("SELECT tf, dl FROM postings WHERE term = ?1 AND chunk_id = ?2")
@@ -1991,6 +2083,17 @@ mod tests {
         b.remove_documents(&["a.md".to_string()]).unwrap();
         assert_eq!((df(&a), df(&b)), ((1, vec![1]), (1, vec![1])));
         assert_eq!((bm25(&a), bm25(&b)), (1, 1));
+        // Remembered posting lists follow a rewrite too: both stores score as a fresh one.
+        let hits = |s: &SqliteStore| s.bm25_search("zebra", 10, &Filter::none()).unwrap();
+        let before = hits(&a);
+        b.apply_document(&crate::conformance::sample_change(
+            "b.md",
+            &["zebra zebra zebra two, longer now"],
+        ))
+        .unwrap();
+        let fresh = hits(&SqliteStore::open(&p).unwrap());
+        assert_ne!(fresh, before);
+        assert_eq!((hits(&a), hits(&b)), (fresh.clone(), fresh));
     }
 
     /// A version-2 file (before document sources) still answers read-only, without sources,
