@@ -15,7 +15,7 @@
 use crate::lexical::{top_bm25, PostingSource};
 use crate::rows::{now_ms, parse_json, to_u32};
 use crate::vector_index::{IndexBuilder, VectorIndex, DEFAULT_EXACT_BUDGET};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -635,6 +635,40 @@ impl SqliteStore {
             memo.lists.insert(term.to_string(), list.clone());
         }
         Ok(list)
+    }
+
+    /// The distinct terms of the postings of the document at `path` (none when it has none).
+    fn terms_of_document(conn: &Connection, path: &str) -> Result<Vec<String>, StoreError> {
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT DISTINCT term FROM postings WHERE chunk_id IN \
+                 (SELECT c.id FROM chunks c JOIN documents d ON c.node_id = d.node_id \
+                  WHERE d.path = ?1)",
+            )
+            .map_err(StoreError::sqlite("terms of a document"))?;
+        let rows = stmt
+            .query_map(params![path], |r| r.get(0))
+            .map_err(StoreError::sqlite("terms of a document"))?;
+        rows.collect::<Result<_, _>>()
+            .map_err(StoreError::sqlite("terms of a document"))
+    }
+
+    /// After this store's own write, which changed only the postings of `touched`: the memo
+    /// of the version `before` the write stays valid for every other term, and moves to the
+    /// new version. (A memo of another version is left alone: the next read starts it over.)
+    /// Called with the connection still held, so no read sees the new version first.
+    fn forget_terms(&self, before: (i64, u64), touched: &HashSet<String>) {
+        let mut memo = self.lexical_memo();
+        if memo.version != before {
+            return;
+        }
+        for t in touched {
+            memo.counts.remove(t);
+            if let Some(list) = memo.lists.remove(t) {
+                memo.held -= list.len();
+            }
+        }
+        memo.version = (before.0, self.own_writes.load(Ordering::SeqCst));
     }
 
     /// Node ids passing `filter`, or `None` when the filter is empty.
@@ -1409,12 +1443,17 @@ impl Store for SqliteStore {
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
             .map_err(StoreError::sqlite("begin"))?;
         let terms = Self::read_terms(&tx, &self.location)?;
-        let out = changes
-            .iter()
-            .map(|c| Self::apply_in(&tx, c, &terms))
-            .collect::<Result<Vec<_>, _>>()?;
+        let before = self.version(&tx)?;
+        let mut touched = HashSet::new();
+        let mut out = Vec::with_capacity(changes.len());
+        for c in changes {
+            touched.extend(Self::terms_of_document(&tx, &c.path)?);
+            out.push(Self::apply_in(&tx, c, &terms)?);
+            touched.extend(Self::terms_of_document(&tx, &c.path)?);
+        }
         tx.commit().map_err(StoreError::sqlite("commit"))?;
         self.wrote();
+        self.forget_terms(before, &touched);
         Ok(out)
     }
 
@@ -1427,8 +1466,11 @@ impl Store for SqliteStore {
         let tx = conn
             .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
             .map_err(e("begin"))?;
+        let before = self.version(&tx)?;
+        let mut touched = HashSet::new();
         let mut removed = 0u64;
         for p in paths {
+            touched.extend(Self::terms_of_document(&tx, p)?);
             let id: Option<i64> = tx
                 .query_row(
                     "SELECT node_id FROM documents WHERE path = ?1",
@@ -1450,6 +1492,7 @@ impl Store for SqliteStore {
         }
         tx.commit().map_err(e("commit"))?;
         self.wrote();
+        self.forget_terms(before, &touched);
         Ok(removed)
     }
 
@@ -2094,6 +2137,30 @@ mod tests {
         let fresh = hits(&SqliteStore::open(&p).unwrap());
         assert_ne!(fresh, before);
         assert_eq!((hits(&a), hits(&b)), (fresh.clone(), fresh));
+        // An own write forgets only the terms it touched; every list still scores as a fresh
+        // store's (the untouched `two` keeps its list, the collection's size still changes).
+        for q in ["zebra", "two", "longer"] {
+            b.bm25_search(q, 10, &Filter::none()).unwrap();
+        }
+        let same_as_fresh = |s: &SqliteStore, want_found: usize| {
+            let fresh = SqliteStore::open(&p).unwrap();
+            let mut found = 0;
+            for q in ["zebra", "two", "longer", "three"] {
+                let got = s.bm25_search(q, 10, &Filter::none()).unwrap();
+                assert_eq!(
+                    got,
+                    fresh.bm25_search(q, 10, &Filter::none()).unwrap(),
+                    "{q}"
+                );
+                found += usize::from(!got.is_empty());
+            }
+            assert_eq!(found, want_found);
+        };
+        b.apply_document(&crate::conformance::sample_change("c.md", &["zebra three"]))
+            .unwrap();
+        same_as_fresh(&b, 4);
+        b.remove_documents(&["b.md".to_string()]).unwrap();
+        same_as_fresh(&b, 2);
     }
 
     /// A version-2 file (before document sources) still answers read-only, without sources,
