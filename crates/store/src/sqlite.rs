@@ -566,45 +566,50 @@ impl SqliteStore {
         version: (i64, u64),
         term: &str,
     ) -> Result<u64, StoreError> {
-        {
-            let mut memo = self.lexical_memo();
-            let memo = memo.at(version);
-            if let Some(&n) = memo.counts.get(term) {
-                return Ok(n);
-            }
-            if let Some(list) = memo.lists.get(term) {
-                return Ok(list.len() as u64);
-            }
+        if let Some(n) = self.remembered_doc_freq(version, term) {
+            return Ok(n);
         }
+        let n = Self::count_doc_freq(conn, term)?;
+        self.remember_doc_freq(version, term, n);
+        Ok(n)
+    }
+
+    fn remembered_doc_freq(&self, version: (i64, u64), term: &str) -> Option<u64> {
+        let mut memo = self.lexical_memo();
+        let memo = memo.at(version);
+        memo.counts
+            .get(term)
+            .copied()
+            .or_else(|| memo.lists.get(term).map(|l| l.len() as u64))
+    }
+
+    fn count_doc_freq(conn: &Connection, term: &str) -> Result<u64, StoreError> {
         let n: i64 = conn
             .prepare_cached("SELECT count(*) FROM postings WHERE term = ?1")
             .and_then(|mut st| st.query_row(params![term], |r| r.get(0)))
             .map_err(StoreError::sqlite("document frequency"))?;
-        let n = n.max(0) as u64;
+        Ok(n.max(0) as u64)
+    }
+
+    fn remember_doc_freq(&self, version: (i64, u64), term: &str, n: u64) {
         let mut memo = self.lexical_memo();
         let memo = memo.at(version);
         if memo.counts.len() >= DOC_FREQ_MEMO_TERMS {
             memo.counts.clear();
         }
         memo.counts.insert(term.to_string(), n);
-        Ok(n)
     }
 
     fn lexical_memo(&self) -> std::sync::MutexGuard<'_, LexicalMemo> {
         self.lexical_memo.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Every posting of `term` at database `version`, in chunk order: the remembered list, or
-    /// the table's rows (then remembered when the list is not too long).
-    fn postings_at(
-        &self,
-        conn: &Connection,
-        version: (i64, u64),
-        term: &str,
-    ) -> Result<Arc<[Posting]>, StoreError> {
-        if let Some(list) = self.lexical_memo().at(version).lists.get(term) {
-            return Ok(list.clone());
-        }
+    fn remembered_postings(&self, version: (i64, u64), term: &str) -> Option<Arc<[Posting]>> {
+        self.lexical_memo().at(version).lists.get(term).cloned()
+    }
+
+    /// Every posting of `term`, in chunk order.
+    fn read_postings(conn: &Connection, term: &str) -> Result<Arc<[Posting]>, StoreError> {
         let mut stmt = conn
             .prepare_cached(
                 "SELECT chunk_id, node_id, tf, dl FROM postings WHERE term = ?1 ORDER BY chunk_id",
@@ -623,18 +628,24 @@ impl SqliteStore {
                 dl: to_u32(get(3)?),
             });
         }
-        let list: Arc<[Posting]> = list.into();
-        if list.len() <= POSTINGS_MEMO_LIST_MAX {
-            let mut memo = self.lexical_memo();
-            let memo = memo.at(version);
-            if memo.held + list.len() > POSTINGS_MEMO_MAX {
-                memo.lists.clear();
-                memo.held = 0;
-            }
-            memo.held += list.len();
-            memo.lists.insert(term.to_string(), list.clone());
+        Ok(list.into())
+    }
+
+    /// Remember `list` as `term`'s postings at `version`, when it is not too long.
+    fn remember_postings(&self, version: (i64, u64), term: &str, list: &Arc<[Posting]>) {
+        if list.len() > POSTINGS_MEMO_LIST_MAX {
+            return;
         }
-        Ok(list)
+        let mut memo = self.lexical_memo();
+        let memo = memo.at(version);
+        if memo.held + list.len() > POSTINGS_MEMO_MAX {
+            memo.lists.clear();
+            memo.held = 0;
+        }
+        memo.held += list.len();
+        if let Some(old) = memo.lists.insert(term.to_string(), list.clone()) {
+            memo.held -= old.len();
+        }
     }
 
     /// The distinct terms of the postings of the document at `path` (none when it has none).
@@ -1250,18 +1261,53 @@ impl SqliteStore {
     }
 }
 
-/// The postings table read by [`top_bm25`], with the store's document-frequency memo.
+/// The postings table read by [`top_bm25`] through the store's memo. The connection is taken
+/// only when the memo lacks a list or count, so asks whose words are all remembered score
+/// without holding it (other requests' statements run meanwhile).
 struct SqlitePostings<'c> {
-    conn: &'c Connection,
     store: &'c SqliteStore,
+    /// The database version the query started at: what the memo is read and filled at.
     version: (i64, u64),
+    /// The connection, once taken; kept for the rest of the query.
+    conn: Option<MutexGuard<'c, Connection>>,
+    /// Whether the database had moved past `version` when the connection was taken: what is
+    /// read then is used but not remembered under `version`.
+    moved: bool,
+}
+
+impl<'c> SqlitePostings<'c> {
+    fn new(store: &'c SqliteStore, version: (i64, u64)) -> Self {
+        Self {
+            store,
+            version,
+            conn: None,
+            moved: false,
+        }
+    }
+
+    fn conn(&mut self) -> Result<&Connection, StoreError> {
+        if self.conn.is_none() {
+            let conn = self.store.conn();
+            self.moved = self.store.version(&conn)? != self.version;
+            self.conn = Some(conn);
+        }
+        Ok(self.conn.as_deref().expect("taken above"))
+    }
 }
 
 impl PostingSource for SqlitePostings<'_> {
     type Error = StoreError;
 
     fn doc_freq(&mut self, term: &str) -> Result<u64, StoreError> {
-        self.store.doc_freq_at(self.conn, self.version, term)
+        let (store, version) = (self.store, self.version);
+        if let Some(n) = store.remembered_doc_freq(version, term) {
+            return Ok(n);
+        }
+        let n = SqliteStore::count_doc_freq(self.conn()?, term)?;
+        if !self.moved {
+            store.remember_doc_freq(version, term, n);
+        }
+        Ok(n)
     }
 
     fn scan(
@@ -1269,11 +1315,18 @@ impl PostingSource for SqlitePostings<'_> {
         term: &str,
         each: &mut dyn FnMut(ChunkId, NodeId, u32, u32),
     ) -> Result<(), StoreError> {
-        for p in self
-            .store
-            .postings_at(self.conn, self.version, term)?
-            .iter()
-        {
+        let (store, version) = (self.store, self.version);
+        let list = match store.remembered_postings(version, term) {
+            Some(list) => list,
+            None => {
+                let list = SqliteStore::read_postings(self.conn()?, term)?;
+                if !self.moved {
+                    store.remember_postings(version, term, &list);
+                }
+                list
+            }
+        };
+        for p in list.iter() {
             each(p.chunk, p.node, p.tf, p.dl);
         }
         Ok(())
@@ -1285,14 +1338,7 @@ impl PostingSource for SqlitePostings<'_> {
         chunks: &[ChunkId],
         each: &mut dyn FnMut(ChunkId, u32, u32),
     ) -> Result<(), StoreError> {
-        let remembered = self
-            .store
-            .lexical_memo()
-            .at(self.version)
-            .lists
-            .get(term)
-            .cloned();
-        if let Some(list) = remembered {
+        if let Some(list) = self.store.remembered_postings(self.version, term) {
             for &c in chunks {
                 if let Ok(i) = list.binary_search_by_key(&c, |p| p.chunk) {
                     each(c, list[i].tf, list[i].dl);
@@ -1301,7 +1347,7 @@ impl PostingSource for SqlitePostings<'_> {
             return Ok(());
         }
         let mut stmt = self
-            .conn
+            .conn()?
             .prepare_cached("SELECT tf, dl FROM postings WHERE term = ?1 AND chunk_id = ?2")
             .map_err(StoreError::sqlite("bm25 lookup"))?;
         for &c in chunks {
@@ -1591,11 +1637,8 @@ impl Store for SqliteStore {
             total_len: total.max(0) as u64,
             terms: 0,
         };
-        let mut postings = SqlitePostings {
-            conn: &conn,
-            store: self,
-            version: self.version(&conn)?,
-        };
+        let mut postings = SqlitePostings::new(self, self.version(&conn)?);
+        drop(conn);
         let scored = top_bm25(&mut postings, &q, stats, limit, allowed.as_ref())?;
         Ok(Self::hits_from(scored))
     }
