@@ -240,15 +240,26 @@ const POSTINGS_MEMO_MAX: usize = 2 << 20;
 const POSTINGS_MEMO_LIST_MAX: usize = POSTINGS_MEMO_MAX / 8;
 
 impl LexicalMemo {
-    /// The memo for `version`, emptied when it was another's.
-    fn at(&mut self, version: (i64, u64)) -> &mut Self {
-        if self.version != version {
+    /// The memo, when it holds `version`.
+    fn of(&self, version: (i64, u64)) -> Option<&Self> {
+        (self.version == version).then_some(self)
+    }
+
+    /// The memo to fill at `version`: emptied first when `version` is newer than the one it
+    /// holds; `None` when `version` is older (a query that started before a write must not
+    /// throw away what later queries remembered). Both parts of a version only grow.
+    fn to_fill(&mut self, version: (i64, u64)) -> Option<&mut Self> {
+        if self.version == version {
+            return Some(self);
+        }
+        if version.0 >= self.version.0 && version.1 >= self.version.1 {
             *self = Self {
                 version,
                 ..Self::default()
             };
+            return Some(self);
         }
-        self
+        None
     }
 }
 
@@ -575,8 +586,8 @@ impl SqliteStore {
     }
 
     fn remembered_doc_freq(&self, version: (i64, u64), term: &str) -> Option<u64> {
-        let mut memo = self.lexical_memo();
-        let memo = memo.at(version);
+        let memo = self.lexical_memo();
+        let memo = memo.of(version)?;
         memo.counts
             .get(term)
             .copied()
@@ -593,7 +604,9 @@ impl SqliteStore {
 
     fn remember_doc_freq(&self, version: (i64, u64), term: &str, n: u64) {
         let mut memo = self.lexical_memo();
-        let memo = memo.at(version);
+        let Some(memo) = memo.to_fill(version) else {
+            return;
+        };
         if memo.counts.len() >= DOC_FREQ_MEMO_TERMS {
             memo.counts.clear();
         }
@@ -605,7 +618,7 @@ impl SqliteStore {
     }
 
     fn remembered_postings(&self, version: (i64, u64), term: &str) -> Option<Arc<[Posting]>> {
-        self.lexical_memo().at(version).lists.get(term).cloned()
+        self.lexical_memo().of(version)?.lists.get(term).cloned()
     }
 
     /// Every posting of `term`, in chunk order.
@@ -637,7 +650,9 @@ impl SqliteStore {
             return;
         }
         let mut memo = self.lexical_memo();
-        let memo = memo.at(version);
+        let Some(memo) = memo.to_fill(version) else {
+            return;
+        };
         if memo.held + list.len() > POSTINGS_MEMO_MAX {
             memo.lists.clear();
             memo.held = 0;
@@ -2145,6 +2160,22 @@ mod tests {
         a.apply_document(&crate::conformance::sample_change("b.md", &["y"]))
             .unwrap();
         assert_eq!(b.vector_search(&q, 10, &Filter::none()).unwrap().len(), 2);
+    }
+
+    /// A query that started before a write reads nothing from the memo of the newer version
+    /// and does not throw it away; a newer version starts it over.
+    #[test]
+    fn the_lexical_memo_is_never_reset_by_an_older_version() {
+        let mut memo = LexicalMemo::default();
+        memo.to_fill((3, 5))
+            .unwrap()
+            .counts
+            .insert("zebra".into(), 2);
+        assert!(memo.to_fill((3, 4)).is_none());
+        assert!(memo.to_fill((2, 9)).is_none());
+        assert!(memo.of((3, 4)).is_none());
+        assert_eq!(memo.of((3, 5)).unwrap().counts["zebra"], 2);
+        assert!(memo.to_fill((4, 5)).unwrap().counts.is_empty());
     }
 
     /// Remembered document frequencies follow every write: this store's own and another
