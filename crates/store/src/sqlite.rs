@@ -248,7 +248,7 @@ impl LexicalMemo {
     /// The memo to fill at `version`: emptied first when `version` is newer than the one it
     /// holds; `None` when `version` is older (a query that started before a write must not
     /// throw away what later queries remembered). Both parts of a version only grow.
-    fn to_fill(&mut self, version: (i64, u64)) -> Option<&mut Self> {
+    fn fill_at(&mut self, version: (i64, u64)) -> Option<&mut Self> {
         if self.version == version {
             return Some(self);
         }
@@ -604,7 +604,7 @@ impl SqliteStore {
 
     fn remember_doc_freq(&self, version: (i64, u64), term: &str, n: u64) {
         let mut memo = self.lexical_memo();
-        let Some(memo) = memo.to_fill(version) else {
+        let Some(memo) = memo.fill_at(version) else {
             return;
         };
         if memo.counts.len() >= DOC_FREQ_MEMO_TERMS {
@@ -650,7 +650,7 @@ impl SqliteStore {
             return;
         }
         let mut memo = self.lexical_memo();
-        let Some(memo) = memo.to_fill(version) else {
+        let Some(memo) = memo.fill_at(version) else {
             return;
         };
         if memo.held + list.len() > POSTINGS_MEMO_MAX {
@@ -2167,15 +2167,15 @@ mod tests {
     #[test]
     fn the_lexical_memo_is_never_reset_by_an_older_version() {
         let mut memo = LexicalMemo::default();
-        memo.to_fill((3, 5))
+        memo.fill_at((3, 5))
             .unwrap()
             .counts
             .insert("zebra".into(), 2);
-        assert!(memo.to_fill((3, 4)).is_none());
-        assert!(memo.to_fill((2, 9)).is_none());
+        assert!(memo.fill_at((3, 4)).is_none());
+        assert!(memo.fill_at((2, 9)).is_none());
         assert!(memo.of((3, 4)).is_none());
         assert_eq!(memo.of((3, 5)).unwrap().counts["zebra"], 2);
-        assert!(memo.to_fill((4, 5)).unwrap().counts.is_empty());
+        assert!(memo.fill_at((4, 5)).unwrap().counts.is_empty());
     }
 
     /// Remembered document frequencies follow every write: this store's own and another
