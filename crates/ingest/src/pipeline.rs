@@ -347,6 +347,22 @@ struct Indexed {
     wrote: u64,
 }
 
+/// Bulk writes switched on for the life of the value (an ingest run, whatever way it ends).
+struct BulkWrites<'s>(&'s dyn Store);
+
+impl<'s> BulkWrites<'s> {
+    fn begin(store: &'s dyn Store) -> Self {
+        store.set_bulk_writes(true);
+        Self(store)
+    }
+}
+
+impl Drop for BulkWrites<'_> {
+    fn drop(&mut self) {
+        self.0.set_bulk_writes(false);
+    }
+}
+
 /// Run one ingest of `root` into `store`. Returns the run record (also stored in the store);
 /// `Err` only when the run could not happen at all (missing root, store unusable).
 ///
@@ -375,6 +391,7 @@ pub fn ingest(
         .filter(|c| !c.trim().is_empty())
         .unwrap_or_else(|| bib_store::collection_for_root(&root_shown));
     check_model(store, embedder.model_id(), &collection)?;
+    let _bulk = BulkWrites::begin(store);
     let run = Run {
         root,
         root_shown,

@@ -135,6 +135,10 @@ pub trait Store: VectorsByHash + RunLog + Send + Sync {
     fn optimize(&self) -> Result<(), StoreError> {
         Ok(())
     }
+    /// Whether a run of many writes (an ingest) is under way: a backend may then trade read
+    /// speed for write speed (SQLite checkpoints its write-ahead log less often). What is read
+    /// and written means the same either way. Backends with nothing to tune keep this default.
+    fn set_bulk_writes(&self, _on: bool) {}
     /// Atomically delete documents (by path) with all their chunks. Returns chunks deleted.
     fn remove_documents(&self, paths: &[String]) -> Result<u64, StoreError>;
     /// Atomically delete every document of `collection` with its chunks. Returns
