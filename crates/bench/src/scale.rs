@@ -171,6 +171,8 @@ fn build_or_reuse(
         let _ = std::fs::remove_file(format!("{}{ext}", path.display()));
     }
     let store = SqliteStore::open(path).with_context(|| format!("creating {}", path.display()))?;
+    // A bulk load, as `bib ingest` runs one.
+    store.set_bulk_writes(true);
     let t = Instant::now();
     let mut done = 0usize;
     let mut docs = corpus.documents(n).peekable();
@@ -186,6 +188,7 @@ fn build_or_reuse(
             done as f64 / s.max(1e-9)
         );
     }
+    store.set_bulk_writes(false);
     store.optimize()?;
     drop(store);
     let s = t.elapsed().as_secs_f64();

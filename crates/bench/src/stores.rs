@@ -127,6 +127,8 @@ pub(crate) fn ms(t: Instant) -> f64 {
 }
 
 fn ingest(store: &dyn Store, data: &Dataset) -> anyhow::Result<f64> {
+    // A bulk load, as `bib ingest` runs one.
+    store.set_bulk_writes(true);
     let t = Instant::now();
     for (i, d) in data.docs.iter().enumerate() {
         store
@@ -142,6 +144,7 @@ fn ingest(store: &dyn Store, data: &Dataset) -> anyhow::Result<f64> {
             );
         }
     }
+    store.set_bulk_writes(false);
     // What `bib ingest` does at the end of a run (PostgreSQL: vacuum for index-only BM25).
     store
         .optimize()
