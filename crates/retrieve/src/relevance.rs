@@ -17,7 +17,7 @@
 //! BM25-only ask (no vector list, no cosine), never reports `no_good_match` unless it found
 //! nothing at all.
 
-use bib_text::terms::{has_terms, terms_with, Stemming, TermConfig};
+use bib_text::terms::{terms_with, wanted_terms, Stemming, TermConfig};
 use serde::Serialize;
 
 /// The floor of the default model `use-m3`, from `bib bench relevance`: the highest floor
@@ -87,12 +87,11 @@ pub fn term_coverage(query: &str, texts: &[&str], cfg: &TermConfig) -> f64 {
     texts
         .iter()
         .map(|t| {
-            let has = has_terms(t, cfg, &wanted);
-            let (mut at, mut found) = (0, 0);
-            for f in &forms {
-                found += usize::from(has[at..at + f.len()].contains(&true));
-                at += f.len();
-            }
+            let have = wanted_terms(t, cfg, &wanted);
+            let found = forms
+                .iter()
+                .filter(|f| f.iter().any(|x| have.contains(x)))
+                .count();
             found as f64 / words.len() as f64
         })
         .fold(0.0, f64::max)
