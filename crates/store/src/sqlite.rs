@@ -629,8 +629,12 @@ impl SqliteStore {
         self.lexical_memo().of(version)?.lists.get(term).cloned()
     }
 
-    /// Every posting of `term`, in chunk order.
-    fn read_postings(conn: &Connection, term: &str) -> Result<Arc<[Posting]>, StoreError> {
+    /// Every posting of `term`, in chunk order, read from the table.
+    fn each_posting(
+        conn: &Connection,
+        term: &str,
+        each: &mut dyn FnMut(Posting),
+    ) -> Result<(), StoreError> {
         let mut stmt = conn
             .prepare_cached(
                 "SELECT chunk_id, node_id, tf, dl FROM postings WHERE term = ?1 ORDER BY chunk_id",
@@ -639,24 +643,21 @@ impl SqliteStore {
         let mut rows = stmt
             .query(params![term])
             .map_err(StoreError::sqlite("bm25"))?;
-        let mut list = Vec::new();
         while let Some(r) = rows.next().map_err(StoreError::sqlite("bm25"))? {
             let get = |i| r.get::<_, i64>(i).map_err(StoreError::sqlite("bm25"));
-            list.push(Posting {
+            each(Posting {
                 chunk: get(0)?,
                 node: get(1)?,
                 tf: to_u32(get(2)?),
                 dl: to_u32(get(3)?),
             });
         }
-        Ok(list.into())
+        Ok(())
     }
 
-    /// Remember `list` as `term`'s postings at `version`, when it is not too long.
+    /// Remember `list` as `term`'s postings at `version` (a list no longer than
+    /// `POSTINGS_MEMO_LIST_MAX`).
     fn remember_postings(&self, version: (i64, u64), term: &str, list: &Arc<[Posting]>) {
-        if list.len() > POSTINGS_MEMO_LIST_MAX {
-            return;
-        }
         let mut memo = self.lexical_memo();
         let Some(memo) = memo.fill_at(version) else {
             return;
@@ -828,12 +829,16 @@ impl SqliteStore {
     }
 
     /// Write `change` inside `tx`: the document row, its source, the upserted chunks with
-    /// their postings, then the pruning of chunks at `chunk_count` and above.
+    /// their postings, then the pruning of chunks at `chunk_count` and above. Adds to
+    /// `touched` every term whose postings the write may change: the document's terms before
+    /// it, and the upserted chunks' terms.
     fn apply_in(
         tx: &Transaction<'_>,
         change: &DocumentChange,
         terms: &TermConfig,
+        touched: &mut HashSet<String>,
     ) -> Result<ApplyOutcome, StoreError> {
+        touched.extend(Self::terms_of_document(tx, &change.path)?);
         let meta = serde_json::to_string(&change.metadata)
             .map_err(|err| StoreError::Invalid(format!("metadata of {}: {err}", change.path)))?;
         let (node_id, document_created) = Self::update_or_insert_document_row(tx, change, &meta)?;
@@ -843,7 +848,7 @@ impl SqliteStore {
             ..ApplyOutcome::default()
         };
         Self::store_document_source_if_given(tx, node_id, change)?;
-        Self::upsert_chunks_with_their_postings(tx, node_id, change, terms, &mut out)?;
+        Self::upsert_chunks_with_their_postings(tx, node_id, change, terms, &mut out, touched)?;
         out.pruned = Self::prune_chunks_past_chunk_count(tx, node_id, change.chunk_count)?;
         Ok(out)
     }
@@ -922,13 +927,15 @@ impl SqliteStore {
     }
 
     /// Overwrite or create each chunk of `change.upserts` at its (document, chunk index) and
-    /// replace its postings, counting created and updated chunks in `out`.
+    /// replace its postings, counting created and updated chunks in `out` and adding their
+    /// terms to `touched`.
     fn upsert_chunks_with_their_postings(
         tx: &Transaction<'_>,
         node_id: NodeId,
         change: &DocumentChange,
         terms: &TermConfig,
         out: &mut ApplyOutcome,
+        touched: &mut HashSet<String>,
     ) -> Result<(), StoreError> {
         let e = StoreError::sqlite;
         let mut statements = ChunkUpsertStatements::prepare(tx)?;
@@ -961,6 +968,7 @@ impl SqliteStore {
                     .insert_posting
                     .execute(params![term, id, node_id, tf, row.lex_len as i64])
                     .map_err(e("insert postings"))?;
+                touched.insert(term.clone());
             }
         }
         Ok(())
@@ -1342,8 +1350,21 @@ impl PostingSource for SqlitePostings<'_> {
         let list = match store.remembered_postings(version, term) {
             Some(list) => list,
             None => {
-                let list = SqliteStore::read_postings(self.conn()?, term)?;
-                if !self.moved {
+                // A list too long to remember (its count, asked first by BM25, says so) goes
+                // straight from the table to `each`, without a copy.
+                let too_long = store
+                    .remembered_doc_freq(version, term)
+                    .is_some_and(|n| n > POSTINGS_MEMO_LIST_MAX as u64);
+                let conn = self.conn()?;
+                if too_long {
+                    return SqliteStore::each_posting(conn, term, &mut |p| {
+                        each(p.chunk, p.node, p.tf, p.dl)
+                    });
+                }
+                let mut list = Vec::new();
+                SqliteStore::each_posting(conn, term, &mut |p| list.push(p))?;
+                let list: Arc<[Posting]> = list.into();
+                if !self.moved && list.len() <= POSTINGS_MEMO_LIST_MAX {
                     store.remember_postings(version, term, &list);
                 }
                 list
@@ -1524,12 +1545,10 @@ impl Store for SqliteStore {
         let terms = Self::read_terms(&tx, &self.location)?;
         let before = self.version(&tx)?;
         let mut touched = HashSet::new();
-        let mut out = Vec::with_capacity(changes.len());
-        for c in changes {
-            touched.extend(Self::terms_of_document(&tx, &c.path)?);
-            out.push(Self::apply_in(&tx, c, &terms)?);
-            touched.extend(Self::terms_of_document(&tx, &c.path)?);
-        }
+        let out = changes
+            .iter()
+            .map(|c| Self::apply_in(&tx, c, &terms, &mut touched))
+            .collect::<Result<Vec<_>, _>>()?;
         tx.commit().map_err(StoreError::sqlite("commit"))?;
         self.wrote();
         self.forget_terms(before, &touched);
