@@ -63,6 +63,11 @@ pub struct Args {
     /// SQLite only (no PostgreSQL server needed): for quick store experiments.
     #[arg(long)]
     sqlite_only: bool,
+    /// Keep the loaded stores (a SQLite file under `--cache-dir`, a PostgreSQL schema
+    /// `bib_bench_<dataset>_kept`) and reuse them on the next run with `--keep` when they hold
+    /// the dataset's chunks: query-side experiments without reloading (ingest shows as kept).
+    #[arg(long)]
+    keep: bool,
     /// Write the report as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -85,7 +90,8 @@ impl Dataset {
 struct Row {
     dataset: String,
     store: String,
-    ingest_s: f64,
+    /// Seconds the load took; `None` for a store kept from an earlier run (`--keep`).
+    ingest_s: Option<f64>,
     chunks: usize,
     times: PathTimes,
     recall10: Option<f64>,
@@ -124,6 +130,27 @@ fn synthetic(n: usize, dims: usize, nq: usize) -> Dataset {
 
 pub(crate) fn ms(t: Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1000.0
+}
+
+/// [`ingest`] unless `keep` and the store already holds the dataset's chunks (loaded by an
+/// earlier `--keep` run): the load's seconds, or `None` when it was reused.
+fn load(store: &dyn Store, data: &Dataset, keep: bool) -> anyhow::Result<Option<f64>> {
+    if keep {
+        let held = store.lexical_stats()?.chunks;
+        if held == data.chunks() as u64 {
+            eprintln!("{} {}: reusing the kept store", data.name, store.backend());
+            return Ok(None);
+        }
+        if held > 0 {
+            anyhow::bail!(
+                "{}: the kept store {} holds {held} chunks, not the dataset's {}; remove it",
+                store.backend(),
+                store.location(),
+                data.chunks()
+            );
+        }
+    }
+    ingest(store, data).map(Some)
 }
 
 fn ingest(store: &dyn Store, data: &Dataset) -> anyhow::Result<f64> {
@@ -283,22 +310,26 @@ fn pg_url(a: &Args) -> anyhow::Result<String> {
     )
 }
 
-fn pg_store(url: &str, dataset: &str, v: VectorSearch) -> anyhow::Result<PgStore> {
+fn pg_store(url: &str, dataset: &str, v: VectorSearch, keep: bool) -> anyhow::Result<PgStore> {
     let tag: String = dataset
         .chars()
         .filter(|c| c.is_ascii_alphanumeric())
         .collect::<String>()
         .to_ascii_lowercase();
-    let schema = format!("bib_bench_{tag}_{}", std::process::id());
+    let schema = if keep {
+        format!("bib_bench_{tag}_kept")
+    } else {
+        format!("bib_bench_{tag}_{}", std::process::id())
+    };
     let mut o = PgOptions::parse(url)?
         .with_schema(&schema)?
         .with_vector_search(v);
-    o.drop_schema_on_drop = true;
+    o.drop_schema_on_drop = !keep;
     Ok(PgStore::connect_with(o)?)
 }
 
 fn bench_dataset(a: &Args, url: &str, data: &Dataset) -> anyhow::Result<Vec<Row>> {
-    let new_row = |store: &str, ingest_s: f64| Row {
+    let new_row = |store: &str, ingest_s: Option<f64>| Row {
         dataset: data.name.clone(),
         store: store.into(),
         ingest_s,
@@ -313,24 +344,28 @@ fn bench_dataset(a: &Args, url: &str, data: &Dataset) -> anyhow::Result<Vec<Row>
     if !a.postgres_only {
         let dir = tempfile_dir(a)?;
         let path = dir.join(format!("{}.sqlite", data.name.replace(' ', "-")));
-        let _ = std::fs::remove_file(&path);
+        if !a.keep {
+            let _ = std::fs::remove_file(&path);
+        }
         let sqlite =
             SqliteStore::open(&path).with_context(|| format!("opening {}", path.display()))?;
-        let s = ingest(&sqlite, data)?;
+        let s = load(&sqlite, data, a.keep)?;
         let mut row = new_row("sqlite", s);
         exact_tops = Some(query(&sqlite, data, &mut row)?);
         rows.push(row);
         drop(sqlite);
-        for ext in ["", "-wal", "-shm"] {
-            let _ = std::fs::remove_file(format!("{}{ext}", path.display()));
+        if !a.keep {
+            for ext in ["", "-wal", "-shm"] {
+                let _ = std::fs::remove_file(format!("{}{ext}", path.display()));
+            }
         }
     }
 
     if a.sqlite_only {
         return Ok(rows);
     }
-    let pg = pg_store(url, &data.name, VectorSearch::Exact)?;
-    let s = ingest(&pg, data)?;
+    let pg = pg_store(url, &data.name, VectorSearch::Exact, a.keep)?;
+    let s = load(&pg, data, a.keep)?;
     let mut row = new_row("postgres exact", s);
     let pg_exact = query(&pg, data, &mut row)?;
     let exact_tops = exact_tops.unwrap_or_else(|| pg_exact.clone());
@@ -401,13 +436,16 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         let (b50, b99) = p(&r.times.bm25);
         let (v50, v99) = p(&r.times.vector);
         let (h50, h99) = p(&r.times.hybrid);
-        let rate = r.chunks as f64 / r.ingest_s.max(1e-9);
+        let rate = r.ingest_s.map(|s| r.chunks as f64 / s.max(1e-9));
+        let shown = |x: Option<f64>, digits: usize| {
+            x.map_or_else(|| "kept".to_string(), |x| format!("{x:.digits$}"))
+        };
         println!(
-            "{:<15} {:<20} {:>9.1} {:>9.0}  {:>8.2} /{:>7.2}  {:>8.2} /{:>7.2}  {:>8.2} /{:>7.2}  {:>9}",
+            "{:<15} {:<20} {:>9} {:>9}  {:>8.2} /{:>7.2}  {:>8.2} /{:>7.2}  {:>8.2} /{:>7.2}  {:>9}",
             r.dataset,
             r.store,
-            r.ingest_s,
-            rate,
+            shown(r.ingest_s, 1),
+            shown(rate, 0),
             b50,
             b99,
             v50,
@@ -438,11 +476,14 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         for name in names {
             let Some(r) = of(name) else { continue };
             let h = |v: &[f64]| percentile(v, 50.0);
+            let ingest = match (r.ingest_s, base.ingest_s) {
+                (Some(x), Some(b)) => format!("{:.2}×", x / b.max(1e-9)),
+                _ => "kept".to_string(),
+            };
             println!(
-                "  {:<15} {:<20} ingest {:.2}×  bm25 p50 {:.2}×  vector p50 {:.2}×  hybrid p50 {:.2}×",
+                "  {:<15} {:<20} ingest {ingest}  bm25 p50 {:.2}×  vector p50 {:.2}×  hybrid p50 {:.2}×",
                 d.name,
                 name,
-                r.ingest_s / base.ingest_s.max(1e-9),
                 h(&r.times.bm25) / h(&base.times.bm25).max(1e-9),
                 h(&r.times.vector) / h(&base.times.vector).max(1e-9),
                 h(&r.times.hybrid) / h(&base.times.hybrid).max(1e-9),

@@ -395,6 +395,43 @@ fn hnsw_recall_at_10_against_exact() {
     assert!(keys(&pg, &hits).iter().all(|k| k.0.starts_with("r/doc1")));
 }
 
+/// BM25 remembers the term function it analysed the last query with and sends it along; when
+/// another connection reindexes with a different one, the next search follows at once.
+#[test]
+fn bm25_follows_a_term_function_switched_by_another_connection() {
+    use bib_text::terms::TermConfig;
+    let Some(url) = test_url() else { return };
+    let a = fresh_store(&url, "terms", HNSW);
+    a.apply_document(&conformance::sample_change(
+        "guides/install.md",
+        &[
+            "Installing packages from the feed.",
+            "El paquete se instala con la instalación de nuget.",
+        ],
+    ))
+    .unwrap();
+    let q = "installing paquetes instalación";
+    let before = a.bm25_search(q, 10, &Filter::none()).unwrap();
+    assert!(!before.is_empty());
+    let other = if TermConfig::default() == TermConfig::V1 {
+        TermConfig::V2
+    } else {
+        TermConfig::V1
+    };
+    let b = a.reopen_with(HNSW).unwrap();
+    assert!(b.set_term_config(&other).unwrap() > 0);
+    let scores = |hits: &[Hit]| hits.iter().map(|h| (h.id, h.score)).collect::<Vec<_>>();
+    let after_b = b.bm25_search(q, 10, &Filter::none()).unwrap();
+    let after_a = a.bm25_search(q, 10, &Filter::none()).unwrap();
+    assert_ne!(
+        scores(&before),
+        scores(&after_b),
+        "the switch changes the scores"
+    );
+    assert_eq!(scores(&after_a), scores(&after_b));
+    assert_eq!(a.term_config().unwrap(), other);
+}
+
 #[test]
 fn reopen_keeps_data_and_refuses_newer_schema() {
     let Some(url) = test_url() else { return };
