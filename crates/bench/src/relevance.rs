@@ -16,7 +16,7 @@ use bib_eval::load_golden;
 use bib_eval::stats::percentile;
 use bib_retrieve::relevance::floor_for;
 use bib_retrieve::Relevance;
-use bib_retrieve::{EmbeddingCache, Filter, RetrieveOptions, Retriever, StoreIndex};
+use bib_retrieve::{EmbeddingCache, Filter, RetrieveOptions, Retriever, StoreIndex, StoreVectors};
 use serde_json::json;
 
 use super::ask_common::data_dir;
@@ -68,6 +68,9 @@ struct Scored {
     topic: String,
     cosine: f64,
     coverage: f64,
+    /// The best sentence cosine among the results (the sentence signal's raw value; NaN
+    /// without sentence vectors).
+    sentence_cosine: f64,
 }
 
 fn parse_sweep(s: &str) -> anyhow::Result<Vec<f64>> {
@@ -130,10 +133,15 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 &bib_store::TermConfig::default(),
                 bib_text::chunk::ChunkOptions::default(),
             )?;
-            stores.insert(wiki, s);
+            stores.insert(wiki, std::sync::Arc::new(s));
         }
-        let index = StoreIndex::new(&stores[wiki]);
-        let cache = EmbeddingCache::default();
+        let store = stores[wiki].clone();
+        let index = StoreIndex::new(store.as_ref());
+        // Sentence vectors come from the store, where ingest put them (as in `bib ask`): the
+        // sentence signal ranks the results whose words the coverage rule reads.
+        let cache = EmbeddingCache::default().with_backing(std::sync::Arc::new(StoreVectors(
+            store.clone() as std::sync::Arc<dyn bib_store::Store>,
+        )));
         let retriever = Retriever::new(&index, Some(embedder.as_ref()), &cache);
         for (i, q) in qs.iter().enumerate() {
             let r =
@@ -145,6 +153,11 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 topic: topics.get(i).cloned().unwrap_or_default(),
                 cosine: r.relevance.best_cosine.unwrap_or(f64::NAN),
                 coverage: r.relevance.term_coverage,
+                sentence_cosine: r
+                    .chunks
+                    .iter()
+                    .filter_map(|c| c.explain.sentence.as_ref().and_then(|s| s.raw))
+                    .fold(f64::NAN, f64::max),
             });
         }
     }
@@ -154,7 +167,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             "bench": "relevance", "command": cmd, "model": a.model, "floor_in_force": in_force,
             "questions": scored.iter().map(|s| json!({"set": s.set, "id": s.id,
                 "answerable": s.answerable, "topic": s.topic, "best_cosine": s.cosine,
-                "term_coverage": s.coverage}))
+                "term_coverage": s.coverage,
+                "best_sentence_cosine": s.sentence_cosine}))
                 .collect::<Vec<_>>(),
         });
         std::fs::write(p, serde_json::to_string_pretty(&v)?)?;
@@ -309,6 +323,7 @@ mod tests {
             topic: String::new(),
             cosine,
             coverage: 0.0,
+            sentence_cosine: f64::NAN,
         };
         let (a, b) = (q(0.2), q(0.4));
         assert_eq!(fires(&[&a, &b], 0.3), "1/2");
