@@ -2,7 +2,7 @@
 //! ripgrep and cargo do. Rust ignores SIGPIPE, so a write to a closed pipe is an `EPIPE` error:
 //! returned by `write!`/`writeln!` (and `serde_json::to_writer`), or raised as a panic by
 //! `println!`. [`run`] wraps the whole command and turns both into a quiet success; every other
-//! error prints as before (`Error: …`, exit 1) and every other panic is untouched.
+//! error prints as `Error: …` with its causes (exit 1) and every other panic is untouched.
 
 use std::any::Any;
 use std::io::ErrorKind;
@@ -31,6 +31,36 @@ fn panic_is_broken_pipe(payload: &dyn Any) -> bool {
     })
 }
 
+/// `Error: message` and its causes, the layout of `anyhow`'s `{:?}` without the stack trace it
+/// adds whenever `RUST_BACKTRACE=1` is set: an error here is something the user can fix (a
+/// missing knowledge base, a bad file), and many developers' shells set that variable for
+/// other programs. `RUST_LIB_BACKTRACE=1` (anyhow's own switch) still appends it.
+pub fn report(e: &anyhow::Error) -> String {
+    let backtrace = std::env::var_os("RUST_LIB_BACKTRACE").is_some_and(|v| v == "1");
+    report_with(e, backtrace)
+}
+
+/// [`report`], with the stack trace appended or not.
+fn report_with(e: &anyhow::Error, backtrace: bool) -> String {
+    let mut out = format!("Error: {e}");
+    let causes: Vec<String> = e.chain().skip(1).map(|c| c.to_string()).collect();
+    if !causes.is_empty() {
+        out.push_str("\n\nCaused by:");
+        for (i, c) in causes.iter().enumerate() {
+            let c = c.replace('\n', "\n       ");
+            if causes.len() == 1 {
+                out.push_str(&format!("\n    {c}"));
+            } else {
+                out.push_str(&format!("\n    {i}: {c}"));
+            }
+        }
+    }
+    if backtrace {
+        out.push_str(&format!("\n\nStack backtrace:\n{}", e.backtrace()));
+    }
+    out
+}
+
 /// Run a command: a closed stdout is a quiet success; other errors print `Error: …` (with their
 /// causes) and exit 1.
 pub fn run(command: impl FnOnce() -> anyhow::Result<()>) -> ExitCode {
@@ -44,7 +74,7 @@ pub fn run(command: impl FnOnce() -> anyhow::Result<()>) -> ExitCode {
         Ok(Ok(())) => ExitCode::SUCCESS,
         Ok(Err(e)) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Ok(Err(e)) => {
-            eprintln!("Error: {e:?}");
+            eprintln!("{}", report(&e));
             ExitCode::FAILURE
         }
         Err(p) if panic_is_broken_pipe(p.as_ref()) => ExitCode::SUCCESS,
@@ -55,6 +85,29 @@ pub fn run(command: impl FnOnce() -> anyhow::Result<()>) -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reports_the_message_and_its_causes_without_a_stack_trace() {
+        let root = std::io::Error::from(ErrorKind::NotFound);
+        let one = anyhow::Error::from(root).context("opening kb.sqlite");
+        assert_eq!(
+            report_with(&one, false),
+            "Error: opening kb.sqlite\n\nCaused by:\n    entity not found"
+        );
+        let two = anyhow::anyhow!("line 2: bad\nsecond line")
+            .context("parsing the history")
+            .context("reading the history");
+        assert_eq!(
+            report_with(&two, false),
+            "Error: reading the history\n\nCaused by:\n    0: parsing the history\n    \
+             1: line 2: bad\n       second line"
+        );
+        assert_eq!(
+            report_with(&anyhow::anyhow!("plain"), false),
+            "Error: plain"
+        );
+        assert!(report_with(&one, true).contains("\n\nStack backtrace:\n"));
+    }
 
     #[test]
     fn recognises_broken_pipes_in_error_chains_and_panics() {
