@@ -43,7 +43,17 @@ pub fn report(e: &anyhow::Error) -> String {
 /// [`report`], with the stack trace appended or not.
 fn report_with(e: &anyhow::Error, backtrace: bool) -> String {
     let mut out = format!("Error: {e}");
-    let causes: Vec<String> = e.chain().skip(1).map(|c| c.to_string()).collect();
+    // A cause whose text its parent's message already quotes (`"not valid JSON: {0}"` over the
+    // parser's error) is said once.
+    let mut causes: Vec<String> = Vec::new();
+    let mut parent = e.to_string();
+    for c in e.chain().skip(1) {
+        let text = c.to_string();
+        if !parent.contains(&text) {
+            causes.push(text.clone());
+        }
+        parent = text;
+    }
     if !causes.is_empty() {
         out.push_str("\n\nCaused by:");
         for (i, c) in causes.iter().enumerate() {
@@ -85,6 +95,22 @@ pub fn run(command: impl FnOnce() -> anyhow::Result<()>) -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An error whose message quotes its source, as `#[error("…: {0}")]` over `#[from]` does.
+    #[derive(Debug)]
+    struct QuotesItsSource(serde_json::Error);
+
+    impl std::fmt::Display for QuotesItsSource {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "not valid JSON: {}", self.0)
+        }
+    }
+
+    impl std::error::Error for QuotesItsSource {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
 
     #[test]
     fn reports_the_message_and_its_causes_without_a_stack_trace() {
