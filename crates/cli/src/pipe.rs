@@ -98,7 +98,7 @@ mod tests {
 
     /// An error whose message quotes its source, as `#[error("…: {0}")]` over `#[from]` does.
     #[derive(Debug)]
-    struct QuotesItsSource(serde_json::Error);
+    struct QuotesItsSource(std::io::Error);
 
     impl std::fmt::Display for QuotesItsSource {
         fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -133,6 +133,14 @@ mod tests {
             "Error: plain"
         );
         assert!(report_with(&one, true).contains("\n\nStack backtrace:\n"));
+        // A cause the message already quotes is not repeated.
+        let eof = std::io::Error::other("EOF at line 1 column 3");
+        let quoted = anyhow::Error::from(QuotesItsSource(eof)).context("reading the history");
+        assert_eq!(
+            report_with(&quoted, false),
+            "Error: reading the history\n\nCaused by:\n    \
+             not valid JSON: EOF at line 1 column 3"
+        );
     }
 
     #[test]
