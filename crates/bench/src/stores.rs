@@ -418,7 +418,20 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         );
         rows.extend(bench_dataset(&a, &url, d)?);
     }
+    let report = print_table(&rows);
+    print_ratios(&datasets, &rows);
+    if let Some(p) = &a.json {
+        std::fs::write(
+            p,
+            serde_json::to_string_pretty(&json!({"bench": "stores", "rows": report}))?,
+        )
+        .with_context(|| format!("writing {}", p.display()))?;
+    }
+    Ok(())
+}
 
+/// The table of every row; returns the rows as JSON.
+fn print_table(rows: &[Row]) -> Vec<serde_json::Value> {
     println!(
         "\n{:<15} {:<20} {:>9} {:>9}  {:>17}  {:>17}  {:>17}  {:>9}",
         "dataset",
@@ -431,7 +444,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         "recall@10"
     );
     let mut report = Vec::new();
-    for r in &rows {
+    for r in rows {
         let p = |v: &[f64]| (percentile(v, 50.0), percentile(v, 99.0));
         let (b50, b99) = p(&r.times.bm25);
         let (v50, v99) = p(&r.times.vector);
@@ -463,9 +476,13 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             "recall10_vs_sqlite_exact": r.recall10,
         }));
     }
-    // Ratios against SQLite, per dataset.
+    report
+}
+
+/// Each PostgreSQL row against SQLite's, per dataset.
+fn print_ratios(datasets: &[Dataset], rows: &[Row]) {
     println!("\nratios (postgres / sqlite; > 1 = postgres slower):");
-    for d in &datasets {
+    for d in datasets {
         let of = |s: &str| rows.iter().find(|r| r.dataset == d.name && r.store == s);
         let Some(base) = of("sqlite") else { continue };
         let names: Vec<&str> = rows
@@ -490,12 +507,4 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             );
         }
     }
-    if let Some(p) = &a.json {
-        std::fs::write(
-            p,
-            serde_json::to_string_pretty(&json!({"bench": "stores", "rows": report}))?,
-        )
-        .with_context(|| format!("writing {}", p.display()))?;
-    }
-    Ok(())
 }
