@@ -68,8 +68,9 @@ macro_rules! bm25_sql {
 /// BM25 over the postings of the query's distinct terms (`$1`), with `k1 = $2`, `b = $3`,
 /// best `$4` first (ties by chunk id), provided the recorded term function (`meta.terms`) is
 /// still `$5`, the one the terms were analysed with — else no rows, and the caller reads the
-/// term function again (it changes only by a reindex, perhaps in another process). Document frequencies (`term_df`) count every document,
-/// as in the SQLite store: a filter narrows the hits, not the statistics. It is the formula
+/// term function again (it changes only by a reindex, perhaps in another process). Document
+/// frequencies (`term_df`) count every document, as in the SQLite store: a filter narrows the
+/// hits, not the statistics. It is the formula
 /// of `bib_text::bm25` (`idf` × `tf_factor`) in SQL; the conformance suite holds it to the
 /// SQLite store's scores.
 ///
