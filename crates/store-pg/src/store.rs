@@ -70,9 +70,8 @@ macro_rules! bm25_sql {
 /// still `$5`, the one the terms were analysed with — else no rows, and the caller reads the
 /// term function again (it changes only by a reindex, perhaps in another process). Document
 /// frequencies (`term_df`) count every document, as in the SQLite store: a filter narrows the
-/// hits, not the statistics. It is the formula
-/// of `bib_text::bm25` (`idf` × `tf_factor`) in SQL; the conformance suite holds it to the
-/// SQLite store's scores.
+/// hits, not the statistics. It is the formula of `bib_text::bm25` (`idf` × `tf_factor`) in
+/// SQL; the conformance suite holds it to the SQLite store's scores.
 ///
 /// Kept plain on purpose: each term's weight read from `term_df` (it was counted from the
 /// posting list, a second scan of every list), then one index-only scan per term's list,
