@@ -35,7 +35,7 @@ fn panic_is_broken_pipe(payload: &dyn Any) -> bool {
 /// adds whenever `RUST_BACKTRACE=1` is set: an error here is something the user can fix (a
 /// missing knowledge base, a bad file), and many developers' shells set that variable for
 /// other programs. `RUST_LIB_BACKTRACE=1` (anyhow's own switch) still appends it.
-pub fn report(e: &anyhow::Error) -> String {
+fn report(e: &anyhow::Error) -> String {
     let backtrace = std::env::var_os("RUST_LIB_BACKTRACE").is_some_and(|v| v == "1");
     report_with(e, backtrace)
 }
