@@ -731,6 +731,7 @@ fn sweep_question(
                 cosine: s.cosine,
                 fused: s.fused,
                 bm25_rank: s.bm25_rank,
+                exact: s.exact,
             })
             .collect(),
         evidence: item.evidence.clone(),

@@ -139,6 +139,7 @@ pub struct SweepChunk {
     pub cosine: Vec<f32>,
     pub fused: Vec<f64>,
     pub bm25_rank: Vec<Option<usize>>,
+    pub exact: Vec<bool>,
 }
 
 /// Run the sweep over prepared questions.
@@ -247,6 +248,7 @@ fn prepare_baseline_chunks_for_selection(
                             cosine: c.cosine.clone(),
                             fused: c.fused.clone(),
                             bm25_rank: c.bm25_rank.clone(),
+                            exact: c.exact.clone(),
                         },
                     )
                 })
@@ -446,6 +448,7 @@ mod tests {
                 cosine: vec![0.1, 0.3, 0.5, 0.2],
                 fused: vec![0.0; 4],
                 bm25_rank: vec![],
+                exact: vec![],
             }],
             evidence: vec!["Gamma answer three.".into()],
             answer: Some("answer".into()),

@@ -32,6 +32,7 @@ use crate::cache::EmbeddingCache;
 use crate::error::RetrieveError;
 use crate::fusion::DEFAULT_RRF_K;
 use crate::index::term_sequence_with;
+use crate::signals::{contains_exact, exact_items, normalize_exact};
 
 /// The default cosine threshold of the spec (calibrated for bge-m3; see BENCHMARKS.md for the
 /// default local model's calibrated value, [`USE_M3_THRESHOLD`]).
@@ -129,7 +130,9 @@ pub struct TrimOptions {
     /// Also keep the `lexical_top` best sentences of the whole pool (all chunks of the answer)
     /// by sentence-level BM25, whatever their cosine: the sentence a question was written from
     /// usually shares its rare words, which a sentence embedding can rank below a paraphrase.
-    /// 0 (the spec's behaviour) turns it off.
+    /// With it, every sentence holding one of the question's exact strings (an identifier
+    /// such as `NU1905`, a quoted span: [`crate::signals::exact_items`]) is kept too, and those
+    /// sentences rank first by words. 0 (the spec's behaviour) turns both off.
     #[serde(default)]
     pub lexical_top: usize,
     /// Keep the structure that gives a kept sentence its meaning ([`structural_context`]): a
@@ -213,6 +216,8 @@ pub struct SentenceScores {
     /// 1-based BM25 rank of the sentence among all candidate sentences (`None`: no query term;
     /// an empty vector: not computed).
     pub bm25_rank: Vec<Option<usize>>,
+    /// Whether the sentence holds one of the question's exact strings (empty: not computed).
+    pub exact: Vec<bool>,
 }
 
 /// The result of trimming one text.
@@ -262,8 +267,31 @@ pub fn score_texts(
     );
     let q = terms_with(query, terms);
     let bm_scores: Vec<f64> = (0..n).map(|i| bm.score(i, &q)).collect();
+    // A sentence holding one of the question's exact strings (an identifier such as `NU1905`,
+    // a quoted span) ranks before every other: a pasted error code is answered by the lines
+    // that name it, which may share fewer of the question's other words.
+    let exact: Vec<String> = exact_items(query)
+        .into_iter()
+        .filter(|i| i.strong)
+        .map(|i| i.text)
+        .collect();
+    let holds_exact: Vec<bool> = if exact.is_empty() {
+        vec![false; n]
+    } else {
+        all.iter()
+            .map(|s| {
+                let hay = normalize_exact(s);
+                exact.iter().any(|e| contains_exact(&hay, e))
+            })
+            .collect()
+    };
     let mut bm_order: Vec<usize> = (0..n).filter(|&i| bm_scores[i] > 0.0).collect();
-    bm_order.sort_by(|&a, &b| bm_scores[b].total_cmp(&bm_scores[a]).then(a.cmp(&b)));
+    bm_order.sort_by(|&a, &b| {
+        holds_exact[b]
+            .cmp(&holds_exact[a])
+            .then(bm_scores[b].total_cmp(&bm_scores[a]))
+            .then(a.cmp(&b))
+    });
     let mut fused = vec![0.0f64; n];
     for (r, &i) in cos_order.iter().enumerate() {
         fused[i] += 1.0 / (rrf_k + (r + 1) as f64);
@@ -282,6 +310,7 @@ pub fn score_texts(
             cosine: cos[at..at + m].to_vec(),
             fused: fused[at..at + m].to_vec(),
             bm25_rank: bm25_rank[at..at + m].to_vec(),
+            exact: holds_exact[at..at + m].to_vec(),
         });
         at += m;
     }
@@ -482,6 +511,13 @@ pub fn apply(p: &Prepared<'_>, s: &SentenceScores, opts: &TrimOptions) -> Trimme
             .enumerate()
             .filter(|(_, r)| r.is_some_and(|r| r <= opts.lexical_top))
             .map(|(i, _)| i)
+            .chain(
+                s.exact
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, e)| **e)
+                    .map(|(i, _)| i),
+            )
             .collect()
     };
     let mut kept = select_sentences_with(
@@ -685,6 +721,7 @@ mod tests {
             cosine: vec![0.52, 0.21, 0.40],
             fused: vec![0.0; 3],
             bm25_rank: vec![],
+            exact: vec![],
         };
         let t = apply(&p, &s, &TrimOptions::default());
         assert_eq!(
@@ -706,6 +743,7 @@ mod tests {
             cosine: vec![0.52, 0.21, 0.40],
             fused: vec![0.0; 3],
             bm25_rank: vec![],
+            exact: vec![],
         };
         let t = apply(&p, &s, &TrimOptions::default());
         assert_eq!(
@@ -796,6 +834,7 @@ mod tests {
             cosine: vec![0.5, 0.3, 0.36],
             fused: vec![1.0 / 61.0, 1.0 / 63.0, 1.0 / 62.0 + 1.0 / 61.0],
             bm25_rank: vec![Some(3), None, Some(1)],
+            exact: vec![false; 3],
         };
         let cos = apply(&p, &s, &TrimOptions::default());
         assert_eq!(cos.kept, vec![0]);
@@ -819,6 +858,18 @@ mod tests {
         );
         assert_eq!(lx.kept, vec![0, 2]);
         assert_eq!(lx.content, "Alpha beta. [...] Version 4.2 ships today.");
+        // A sentence holding the question's exact string is kept with the lexical ones, and
+        // only when they are kept at all.
+        let named = SentenceScores {
+            exact: vec![false, true, false],
+            ..s.clone()
+        };
+        let lexical = TrimOptions {
+            lexical_top: 1,
+            ..TrimOptions::default()
+        };
+        assert_eq!(apply(&p, &named, &lexical).kept, vec![0, 1, 2]);
+        assert_eq!(apply(&p, &named, &TrimOptions::default()).kept, vec![0]);
     }
 
     #[test]
@@ -859,6 +910,43 @@ mod tests {
         }
         .validate()
         .is_err());
+    }
+
+    #[test]
+    fn sentences_naming_the_questions_identifier_rank_first_by_words() {
+        let e = FakeEmbedder::default();
+        let cache = EmbeddingCache::default();
+        let texts = [
+            "Warning NU1905 is raised when a source has no data. A warning is a warning; \
+             warnings about warnings warn.",
+            "| Code | Reason |\n|------|--------|\n| [NU1901](x/NU1901.md) | Low severity |\n\
+             | [NU1905](x/NU1905.md) | An audit source does not provide a vulnerability database |",
+        ];
+        let q = "warning NU1905";
+        let qv = FakeEmbedder::vector(q);
+        let prepared: Vec<Prepared<'_>> = texts.iter().map(|t| Prepared::new(t)).collect();
+        let scores = score_texts(
+            &e,
+            &cache,
+            q,
+            &qv,
+            &prepared,
+            DEFAULT_RRF_K,
+            &TermConfig::default(),
+        )
+        .unwrap();
+        let rank_of = |t: usize, needle: &str| {
+            let p = &prepared[t];
+            let i = (0..p.sentences.len())
+                .find(|&i| p.sentence(i).contains(needle))
+                .unwrap();
+            scores[t].bm25_rank[i]
+        };
+        // The sentence full of the question's other word but without its identifier ranks
+        // after both sentences naming NU1905.
+        let wordy = rank_of(0, "warnings about").unwrap();
+        assert!(rank_of(0, "is raised").unwrap() < wordy);
+        assert!(rank_of(1, "audit source").unwrap() < wordy);
     }
 
     use proptest::prelude::*;
