@@ -137,7 +137,8 @@ pub struct TrimOptions {
     pub lexical_top: usize,
     /// Keep the structure that gives a kept sentence its meaning ([`structural_context`]): a
     /// table's header and delimiter rows with a kept body row, a list's lead-in (a sentence
-    /// ending in `:`) with a kept item, the nearest heading of the body above a kept sentence.
+    /// ending in `:`) with a kept item and the list's first items with a kept lead-in, the
+    /// nearest heading of the body above a kept sentence.
     #[serde(default)]
     pub structure: bool,
 }
@@ -415,10 +416,14 @@ pub fn rebuild(p: &Prepared<'_>, kept: &[usize]) -> String {
     out
 }
 
+/// List items kept after a kept lead-in sentence (one ending in `:`).
+const LEAD_IN_ITEMS: usize = 5;
+
 /// The sentences that give the `kept` ones their meaning, which a reader of the trimmed text
 /// needs: a table body row means little without the table's header (and the delimiter row
 /// keeps it a Markdown table), a list item without the sentence that introduces the list
-/// ("To sign a package:"), a sentence under a sub-heading of the chunk without that heading.
+/// ("To sign a package:") and that sentence without the list's first items, a sentence under
+/// a sub-heading of the chunk without that heading.
 pub fn structural_context(p: &Prepared<'_>, kept: &[usize]) -> Vec<usize> {
     let n = p.sentences.len();
     let kinds: Vec<Structure> = (0..n).map(|i| structure_of(p.sentence(i))).collect();
@@ -452,6 +457,15 @@ pub fn structural_context(p: &Prepared<'_>, kept: &[usize]) -> Vec<usize> {
                 {
                     out.push(j - 1);
                 }
+            }
+            // A kept lead-in ("… in the following order:") promises the list under it: keep
+            // the list's first items, which a "which comes first" question is about.
+            Structure::Prose if p.sentence(i).trim_end().ends_with(':') => {
+                out.extend(
+                    (i + 1..n)
+                        .take_while(|&j| kinds[j] == Structure::ListItem)
+                        .take(LEAD_IN_ITEMS),
+                );
             }
             _ => {}
         }
@@ -638,9 +652,31 @@ mod tests {
             vec![at("### Options")]
         );
         assert!(structural_context(&p, &[at("You can")]).is_empty());
+        // A kept lead-in brings the list it introduces (and nothing else here: no heading
+        // above it in the chunk).
+        assert_eq!(
+            structural_context(&p, &[at("To sign")]),
+            vec![at("1. Get"), at("2. Run")]
+        );
         // A kept heading brings the first sentence of its section, but not a table's header
         // row (it means nothing without a kept body row).
         assert!(structural_context(&p, &[at("### Options")]).is_empty());
+    }
+
+    #[test]
+    fn a_kept_lead_in_brings_at_most_the_first_items_of_its_list() {
+        let items: String = (1..=9)
+            .map(|i| format!("{i}. Step number {i}.\n"))
+            .collect();
+        let text = format!("[Doc: Order]\n\nNuGet looks in this order:\n\n{items}\nThe end.\n");
+        let p = Prepared::new(&text);
+        let lead = (0..p.sentences.len())
+            .find(|&i| p.sentence(i).starts_with("NuGet looks"))
+            .unwrap();
+        let got = structural_context(&p, &[lead]);
+        assert_eq!(got.len(), LEAD_IN_ITEMS);
+        assert!(got.iter().all(|&j| p.sentence(j).contains("Step number")));
+        assert!(p.sentence(got[0]).starts_with("1. "));
     }
 
     #[test]
