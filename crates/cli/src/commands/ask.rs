@@ -38,6 +38,7 @@ Examples:
   bib ask how do I sign a package
   bib ask \"¿cómo firmo un paquete?\" --trim --json
   bib ask nuget push timeout --mode bm25 --no-log
+  bib ask --trim -- -SkipDuplicate     a question that starts with '-' goes after --
 
 Modes: hybrid (default) and vector need the embedding model the knowledge base was built with,
 and so does --trim; --mode bm25 (without --trim) loads no model. When the model cannot be
