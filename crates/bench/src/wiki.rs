@@ -168,6 +168,8 @@ fn styles_in(qs: &[GoldenItem]) -> Vec<String> {
 struct QuestionHits {
     plain: Vec<bool>,
     trimmed: Vec<bool>,
+    /// Per k, with trimming: the answer's tokens (estimate) before and after trimming.
+    tokens: Vec<(usize, usize)>,
     /// Rank (1-based) of the first chunk from a gold file within the largest k.
     file_rank: Option<usize>,
 }
@@ -464,6 +466,7 @@ fn question_hits(
             )?;
             h.trimmed
                 .push(answered(&contents(&t.chunks), &q.evidence, k));
+            h.tokens.push((t.tokens_before, t.tokens_in_context));
         }
         hits.push(h);
     }
@@ -488,11 +491,20 @@ fn topk_json(
         let count =
             |f: &dyn Fn(&QuestionHits) -> bool| sel.iter().filter(|&&i| f(&hits[i])).count();
         let trimmed = |h: &QuestionHits, j: usize| h.trimmed.get(j).copied();
+        let tokens = |j: usize| {
+            let of = |f: fn(&(usize, usize)) -> usize| -> usize {
+                sel.iter()
+                    .filter_map(|&i| hits[i].tokens.get(j).map(f))
+                    .sum()
+            };
+            (of(|t| t.0), of(|t| t.1))
+        };
         let per_k: Vec<_> = ks
             .iter()
             .enumerate()
             .map(|(j, &k)| {
                 json!({"k": k,
+                    "tokens_before_trim": tokens(j).0, "tokens_trimmed": tokens(j).1,
                     "answered": count(&|h| h.plain[j]),
                     "answered_trimmed": (!hits.iter().all(|h| h.trimmed.is_empty()))
                         .then(|| count(&|h| trimmed(h, j) == Some(true))),
@@ -604,6 +616,23 @@ fn print_topk(name: &str, wiki: &str, qs: &[GoldenItem], hits: &[QuestionHits], 
             String::new()
         };
         println!("{style:<12} {:>4}   untrimmed: {plain}{trimmed}", sel.len());
+    }
+    if with_trim {
+        let cells: String = (0..ks.len())
+            .map(|j| {
+                let sum = |f: fn(&(usize, usize)) -> usize| -> usize {
+                    hits.iter().filter_map(|h| h.tokens.get(j).map(f)).sum()
+                };
+                let (before, after) = (sum(|t| t.0), sum(|t| t.1));
+                let cut = 100.0 * (1.0 - after as f64 / before.max(1) as f64);
+                format!("  @{}: {after} of {before} (−{cut:.1}%)", ks[j])
+            })
+            .collect();
+        println!(
+            "{:<12} {:>4}   trimmed tokens (estimate):{cells}",
+            "tokens",
+            qs.len()
+        );
     }
 }
 
