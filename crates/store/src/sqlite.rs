@@ -577,22 +577,6 @@ impl SqliteStore {
         Ok((dv, self.own_writes.load(Ordering::SeqCst)))
     }
 
-    /// How many chunks hold `term`, at database `version` (from [`Self::version`] on `conn`):
-    /// counted once per version, then remembered.
-    fn doc_freq_at(
-        &self,
-        conn: &Connection,
-        version: (i64, u64),
-        term: &str,
-    ) -> Result<u64, StoreError> {
-        if let Some(n) = self.remembered_doc_freq(version, term) {
-            return Ok(n);
-        }
-        let n = Self::count_doc_freq(conn, term)?;
-        self.remember_doc_freq(version, term, n);
-        Ok(n)
-    }
-
     fn remembered_doc_freq(&self, version: (i64, u64), term: &str) -> Option<u64> {
         let memo = self.lexical_memo();
         let memo = memo.of(version)?;
@@ -1316,6 +1300,19 @@ impl<'c> SqlitePostings<'c> {
         }
     }
 
+    /// Reading through `conn`, already held, at the `version` read on it.
+    fn holding(
+        store: &'c SqliteStore,
+        conn: MutexGuard<'c, Connection>,
+    ) -> Result<Self, StoreError> {
+        Ok(Self {
+            store,
+            version: store.version(&conn)?,
+            conn: Some(conn),
+            moved: false,
+        })
+    }
+
     fn conn(&mut self) -> Result<&Connection, StoreError> {
         if self.conn.is_none() {
             let conn = self.store.conn();
@@ -1748,10 +1745,11 @@ impl Store for SqliteStore {
                 r.get(0)
             })
             .map_err(StoreError::sqlite("doc freqs"))?;
-        let version = self.version(&conn)?;
+        // Counted once per database version, then remembered (the memo BM25 reads).
+        let mut postings = SqlitePostings::holding(self, conn)?;
         let dfs = terms
             .iter()
-            .map(|t| self.doc_freq_at(&conn, version, t))
+            .map(|t| postings.doc_freq(t))
             .collect::<Result<Vec<u64>, _>>()?;
         Ok((n.max(0) as u64, dfs))
     }
