@@ -473,6 +473,12 @@ fn question_hits(
     Ok(hits)
 }
 
+/// The answers' tokens before and after trimming at the `j`-th k, summed over `hits`.
+fn token_sums<'h>(hits: impl Iterator<Item = &'h QuestionHits>, j: usize) -> (usize, usize) {
+    hits.filter_map(|h| h.tokens.get(j))
+        .fold((0, 0), |(b, a), t| (b + t.0, a + t.1))
+}
+
 /// The JSON rows of one top-k table: per style and k, the answered counts and the ids missed.
 fn topk_json(
     name: &str,
@@ -491,20 +497,14 @@ fn topk_json(
         let count =
             |f: &dyn Fn(&QuestionHits) -> bool| sel.iter().filter(|&&i| f(&hits[i])).count();
         let trimmed = |h: &QuestionHits, j: usize| h.trimmed.get(j).copied();
-        let tokens = |j: usize| {
-            let of = |f: fn(&(usize, usize)) -> usize| -> usize {
-                sel.iter()
-                    .filter_map(|&i| hits[i].tokens.get(j).map(f))
-                    .sum()
-            };
-            (of(|t| t.0), of(|t| t.1))
-        };
+        let tokens = |j: usize| token_sums(sel.iter().map(|&i| &hits[i]), j);
         let per_k: Vec<_> = ks
             .iter()
             .enumerate()
             .map(|(j, &k)| {
+                let (before_trim, after_trim) = tokens(j);
                 json!({"k": k,
-                    "tokens_before_trim": tokens(j).0, "tokens_trimmed": tokens(j).1,
+                    "tokens_before_trim": before_trim, "tokens_trimmed": after_trim,
                     "answered": count(&|h| h.plain[j]),
                     "answered_trimmed": (!hits.iter().all(|h| h.trimmed.is_empty()))
                         .then(|| count(&|h| trimmed(h, j) == Some(true))),
@@ -620,10 +620,7 @@ fn print_topk(name: &str, wiki: &str, qs: &[GoldenItem], hits: &[QuestionHits], 
     if with_trim {
         let cells: String = (0..ks.len())
             .map(|j| {
-                let sum = |f: fn(&(usize, usize)) -> usize| -> usize {
-                    hits.iter().filter_map(|h| h.tokens.get(j).map(f)).sum()
-                };
-                let (before, after) = (sum(|t| t.0), sum(|t| t.1));
+                let (before, after) = token_sums(hits.iter(), j);
                 let cut = 100.0 * (1.0 - after as f64 / before.max(1) as f64);
                 format!("  @{}: {after} of {before} (−{cut:.1}%)", ks[j])
             })
