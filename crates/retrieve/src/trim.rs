@@ -137,7 +137,8 @@ pub struct TrimOptions {
     pub lexical_top: usize,
     /// Keep the structure that gives a kept sentence its meaning ([`structural_context`]): a
     /// table's header and delimiter rows with a kept body row, a list's lead-in (a sentence
-    /// ending in `:`) with a kept item and the list's first items with a kept lead-in, the
+    /// ending in `:` or saying "as follows") with a kept item and the list's first items with
+    /// a kept lead-in, a label's whole short description with a kept sentence of it, the
     /// nearest heading of the body above a kept sentence.
     #[serde(default)]
     pub structure: bool,
@@ -416,14 +417,36 @@ pub fn rebuild(p: &Prepared<'_>, kept: &[usize]) -> String {
     out
 }
 
-/// List items kept after a kept lead-in sentence (one ending in `:`).
+/// List items kept after a kept lead-in sentence (see [`announces_list`]).
 const LEAD_IN_ITEMS: usize = 5;
+
+/// The longest description under a label kept whole when one of its sentences is kept.
+const DESCRIPTION_SENTENCES: usize = 4;
+
+/// Whether a prose sentence introduces a list: it ends in `:`, or says so in words ("as
+/// follows", "the following", "a continuación", "de la siguiente manera") in English or
+/// Spanish.
+fn announces_list(sentence: &str) -> bool {
+    const PHRASES: [&str; 5] = [
+        "as follows",
+        "the following",
+        "a continuación",
+        "siguiente",
+        "como sigue",
+    ];
+    let t = sentence.trim_end();
+    t.ends_with(':') || {
+        let lower = t.to_lowercase();
+        PHRASES.iter().any(|w| lower.contains(w))
+    }
+}
 
 /// The sentences that give the `kept` ones their meaning, which a reader of the trimmed text
 /// needs: a table body row means little without the table's header (and the delimiter row
 /// keeps it a Markdown table), a list item without the sentence that introduces the list
-/// ("To sign a package:") and that sentence without the list's first items, a sentence under
-/// a sub-heading of the chunk without that heading.
+/// ("To sign a package:", "enable restore as follows.") and that sentence without the list's
+/// first items, one sentence of an option's description without the option's label and the
+/// rest of the description, a sentence under a sub-heading of the chunk without that heading.
 pub fn structural_context(p: &Prepared<'_>, kept: &[usize]) -> Vec<usize> {
     let n = p.sentences.len();
     let kinds: Vec<Structure> = (0..n).map(|i| structure_of(p.sentence(i))).collect();
@@ -451,23 +474,52 @@ pub fn structural_context(p: &Prepared<'_>, kept: &[usize]) -> Vec<usize> {
                 while j > 0 && kinds[j - 1] == Structure::ListItem {
                     j -= 1;
                 }
-                if j > 0
-                    && kinds[j - 1] == Structure::Prose
-                    && p.sentence(j - 1).trim_end().ends_with(':')
-                {
-                    out.push(j - 1);
+                // The lead-in is in the paragraph just above the list, not always its last
+                // sentence ("Enable restore as follows. Otherwise see below.").
+                let mut k = j;
+                while k > 0 && kinds[k - 1] == Structure::Prose && (k == j || joined(k - 1)) {
+                    k -= 1;
+                    if announces_list(p.sentence(k)) {
+                        out.push(k);
+                        break;
+                    }
                 }
             }
-            // A kept lead-in ("… in the following order:") promises the list under it: keep
-            // the list's first items, which a "which comes first" question is about.
-            Structure::Prose if p.sentence(i).trim_end().ends_with(':') => {
+            // A kept lead-in ("… in the following order:", "enable restore as follows.")
+            // promises the list under its paragraph: keep the list's first items, which a
+            // "which comes first" or "how do I" question is about.
+            Structure::Prose if announces_list(p.sentence(i)) => {
+                let mut j = i + 1;
+                while j < n && kinds[j] == Structure::Prose && joined(j - 1) {
+                    j += 1;
+                }
                 out.extend(
-                    (i + 1..n)
+                    (j..n)
                         .take_while(|&j| kinds[j] == Structure::ListItem)
                         .take(LEAD_IN_ITEMS),
                 );
             }
             _ => {}
+        }
+        // The description under a label (an option's `- **`-Timeout`**`) is one record: a
+        // kept sentence of it brings the label and the rest of that short paragraph ("The
+        // default is 300 seconds." after "Specifies the timeout.").
+        if kinds[i] == Structure::Prose {
+            let mut first = i;
+            while first > 0 && kinds[first - 1] == Structure::Prose && joined(first - 1) {
+                first -= 1;
+            }
+            let mut last = i;
+            while last + 1 < n && kinds[last + 1] == Structure::Prose && joined(last) {
+                last += 1;
+            }
+            if first > 0
+                && is_label(p.sentence(first - 1))
+                && last - first < DESCRIPTION_SENTENCES
+            {
+                out.push(first - 1);
+                out.extend(first..=last);
+            }
         }
         // A label — a heading, or a list item or line that only names something
         // (`- **`-SkipDuplicate`**`) — means nothing without the description that follows it.
@@ -680,6 +732,55 @@ mod tests {
     }
 
     #[test]
+    fn a_lead_in_in_words_brings_the_list_after_its_paragraph_and_back() {
+        let text = "[Doc: Restore]\n\nIn Visual Studio, enable restore as follows. Otherwise \
+                    read on.\n\n1. Open the settings.\n2. Set both options.\n\nDone here.\n";
+        let p = Prepared::new(text);
+        let at = |t: &str| {
+            (0..p.sentences.len())
+                .find(|&i| p.sentence(i).starts_with(t))
+                .unwrap_or_else(|| panic!("no sentence starting with {t:?} in {:?}", p.sentences))
+        };
+        assert_eq!(
+            structural_context(&p, &[at("In Visual Studio")]),
+            vec![at("1. Open"), at("2. Set")]
+        );
+        // A kept item brings the announcing sentence, not the paragraph's last one.
+        assert_eq!(
+            structural_context(&p, &[at("2. Set")]),
+            vec![at("In Visual Studio")]
+        );
+        // A sentence that announces nothing brings nothing; nor does one whose paragraph
+        // is followed by prose rather than a list.
+        assert!(structural_context(&p, &[at("Otherwise")]).is_empty());
+        assert!(structural_context(&p, &[at("Done here")]).is_empty());
+        assert!(announces_list("Siga los pasos a continuación."));
+        assert!(announces_list("Do the following:"));
+        assert!(!announces_list("Restore runs before the build."));
+    }
+
+    #[test]
+    fn a_kept_sentence_of_a_description_brings_its_label_and_the_rest_of_it() {
+        let text = "[Doc: Push › Options]\n\n- **`-Timeout`**\n\n  Specifies the timeout, in \
+                    seconds. The default is 300 seconds.\n\n- **`-Source`**\n\n  The server URL.\n\n\
+                    Plain prose here. More prose there.\n";
+        let p = Prepared::new(text);
+        let at = |t: &str| {
+            (0..p.sentences.len())
+                .find(|&i| p.sentence(i).trim_start().starts_with(t))
+                .unwrap_or_else(|| panic!("no sentence starting with {t:?} in {:?}", p.sentences))
+        };
+        let mut got = structural_context(&p, &[at("Specifies")]);
+        got.sort_unstable();
+        assert_eq!(
+            got,
+            vec![at("- **`-Timeout"), at("Specifies"), at("The default")]
+        );
+        // Prose that follows no label is not a description.
+        assert!(structural_context(&p, &[at("Plain prose")]).is_empty());
+    }
+
+    #[test]
     fn a_kept_label_brings_the_description_that_follows_it() {
         let text = "[Doc: Push › Options]\n\n## Options\n\n- **`-SkipDuplicate`**\n\n  \
                     If a package and version already exists, skip it.\n\n- **`-Source`**\n\n  \
@@ -698,10 +799,13 @@ mod tests {
             structural_context(&p, &[at("## Options")]),
             vec![at("- **`-SkipDuplicate")]
         );
-        // A description, or prose, brings no following sentence.
+        // A description brings its label back (and the heading), no following sentence.
+        let mut got = structural_context(&p, &[at("If a package")]);
+        got.sort_unstable();
+        got.dedup();
         assert_eq!(
-            structural_context(&p, &[at("If a package")]),
-            vec![at("## Options")]
+            got,
+            vec![at("## Options"), at("- **`-SkipDuplicate"), at("If a package")]
         );
         assert!(is_label("- **`-Source`**"));
         assert!(is_label("`packageSourceCredentials`"));
