@@ -6,7 +6,10 @@
 //! AVX-512, for AVX2 + FMA, and for the baseline target; [`Isa::detect`] picks one at run time.
 //! Rust never reorders or contracts float operations, and every reduction here runs over a
 //! fixed array of [`LANES`] partial sums combined in a fixed order, so the three versions give
-//! the same bits (tested); the baseline is what a forced portable run uses.
+//! the same bits (tested); the baseline is what a forced portable run uses. Attention's
+//! products are explicit fused multiply-adds (`mul_add`): one instruction instead of a
+//! multiply and a dependent add where the CPU has FMA, and correctly rounded everywhere
+//! (libm's `fmaf` in the baseline), so the bits still agree.
 //!
 //! The `unsafe` here is only the call of a `#[target_feature]` function after run-time
 //! detection of those features.
@@ -359,15 +362,16 @@ fn scores<const W: usize>(
     c: usize,
     p: &mut [f32],
 ) {
+    let dim = q[0].len();
+    // Equal lengths up front, so the loop below indexes without checks.
+    let q: [&[f32]; QBLOCK] = std::array::from_fn(|r| &q[r][..dim]);
     let mut acc = [[0f32; W]; QBLOCK];
-    for d in 0..q[0].len() {
-        let k: &[f32; W] = kt[d * padded + c..d * padded + c + W]
-            .try_into()
-            .expect("a lane group");
+    for (d, row) in kt.chunks_exact(padded).take(dim).enumerate() {
+        let k: &[f32; W] = row[c..c + W].try_into().expect("a lane group");
         for r in 0..QBLOCK {
             let qr = q[r][d];
             for l in 0..W {
-                acc[r][l] += qr * k[l];
+                acc[r][l] = qr.mul_add(k[l], acc[r][l]);
             }
         }
     }
@@ -412,15 +416,15 @@ fn weighted_values<const W: usize>(
     dim: usize,
     out: &mut [f32],
 ) {
+    // The block's score rows cut to `len`, so the loop below indexes without checks.
+    let rows: [&[f32]; QBLOCK] = std::array::from_fn(|r| &p[r * padded..r * padded + len]);
     let mut acc = [[0f32; W]; QBLOCK];
-    for j in 0..len {
-        let vj: &[f32; W] = v[j * ld + c..j * ld + c + W]
-            .try_into()
-            .expect("a lane group");
-        let pj = [p[j], p[padded + j], p[2 * padded + j], p[3 * padded + j]];
+    for (j, vrow) in v.chunks(ld).take(len).enumerate() {
+        let vj: &[f32; W] = vrow[c..c + W].try_into().expect("a lane group");
         for r in 0..QBLOCK {
+            let pr = rows[r][j];
             for l in 0..W {
-                acc[r][l] += pj[r] * vj[l];
+                acc[r][l] = pr.mul_add(vj[l], acc[r][l]);
             }
         }
     }

@@ -513,9 +513,7 @@ pub fn structural_context(p: &Prepared<'_>, kept: &[usize]) -> Vec<usize> {
             while last + 1 < n && kinds[last + 1] == Structure::Prose && joined(last) {
                 last += 1;
             }
-            if first > 0
-                && is_label(p.sentence(first - 1))
-                && last - first < DESCRIPTION_SENTENCES
+            if first > 0 && is_label(p.sentence(first - 1)) && last - first < DESCRIPTION_SENTENCES
             {
                 out.push(first - 1);
                 out.extend(first..=last);
@@ -805,7 +803,11 @@ mod tests {
         got.dedup();
         assert_eq!(
             got,
-            vec![at("## Options"), at("- **`-SkipDuplicate"), at("If a package")]
+            vec![
+                at("## Options"),
+                at("- **`-SkipDuplicate"),
+                at("If a package")
+            ]
         );
         assert!(is_label("- **`-Source`**"));
         assert!(is_label("`packageSourceCredentials`"));
