@@ -67,6 +67,10 @@ pub struct PackOptions {
     pub kind_weight: f64,
     /// Soft recency prior; informative only — recency acts as a tie-break switch (autotune).
     pub recency_weight: f64,
+    /// Outline structure: a kept line that heads an indented block (a test runner's `FAIL
+    /// file` over `  ● suite › test name`, a compiler's error over its location, a YAML key
+    /// over its value) brings the block's first line, while it fits the budget.
+    pub outline: bool,
     // — redundancy —
     /// MMR diversity pass. Off: re-measured at 94.9 % with and without (3 projects × 8 seeds,
     /// budget 3,000) once the elastic window and the fixed splitter left it nothing to decide.
@@ -169,6 +173,7 @@ impl Default for PackOptions {
             speaker_weight: 0.2,
             kind_weight: 0.2,
             recency_weight: 0.15,
+            outline: true,
             mmr: false,
             mmr_lambda: None,
             mmr_cand: None,
@@ -218,6 +223,7 @@ impl PackOptions {
             sem_unit_context: 0.0,
             speaker_weight: 0.0,
             kind_weight: 0.0,
+            outline: false,
             pin_hybrid: true,
             pin_hybrid_min_bm: 0.0,
             supersede_full_target: false,

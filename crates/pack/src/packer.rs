@@ -1295,7 +1295,7 @@ impl Packer {
             let spend = sel.spend();
             sel.used = mmr(&ctx.items, &self.lines, &pool, &mut sel.keep, spend, o);
         }
-        self.fill_elastic_window(&ctx.items, &pool, &mut sel);
+        self.fill_elastic_window(&mut ctx.items, &pool, &mut sel);
         let realized = self.give_back_lines_until_realized_size_fits(ctx, &mut sel);
 
         ctx.keep = sel.keep;
@@ -1353,7 +1353,16 @@ impl Packer {
     /// Elastic window: the budget is a ceiling, not a quota. Stop when relevance runs out
     /// (free at budgets 3,000–8,000; at 16,000 it saves 26 % of tokens for −1.8 facts).
     /// Without `elastic`, fill the budget in score order.
-    fn fill_elastic_window(&self, items: &[Item], pool: &[usize], sel: &mut LineSelection) {
+    fn fill_elastic_window(&self, items: &mut [Item], pool: &[usize], sel: &mut LineSelection) {
+        if self.opts.outline {
+            // The lines kept before the window (pins) bring their first children first.
+            for i in (0..items.len())
+                .filter(|&i| sel.keep[i])
+                .collect::<Vec<_>>()
+            {
+                self.keep_first_child(items, i, sel);
+            }
+        }
         for &i in pool {
             if sel.keep[i] {
                 continue;
@@ -1367,9 +1376,38 @@ impl Packer {
             }
             sel.keep[i] = true;
             sel.used += c;
+            if self.opts.outline {
+                self.keep_first_child(items, i, sel);
+            }
             if sel.used >= sel.budget {
                 break;
             }
+        }
+    }
+
+    /// [`PackOptions::outline`]: when kept line `i` is followed, in its message, by a more
+    /// indented non-blank line, keep that line too if it fits. A failing test's name, an
+    /// error's location or a key's value sits one line under the line that shares the
+    /// question's words, and means little without it (as a header means little alone).
+    /// The child is worth its parent's score from then on, so the budget contract gives the
+    /// two back together rather than the child first.
+    fn keep_first_child(&self, items: &mut [Item], i: usize, sel: &mut LineSelection) {
+        let j = i + 1;
+        if j >= items.len() || sel.keep[j] || items[j].first || items[j].dup {
+            return;
+        }
+        let indent = |k: usize| {
+            let t = &self.lines[items[k].line as usize].text;
+            (!t.trim().is_empty()).then(|| t.len() - t.trim_start().len())
+        };
+        let (Some(parent), Some(child)) = (indent(i), indent(j)) else {
+            return;
+        };
+        let c = sel.cost(&self.lines, &items[j]);
+        if child > parent && sel.used + c <= sel.budget {
+            sel.keep[j] = true;
+            sel.used += c;
+            items[j].score = items[j].score.max(items[i].score);
         }
     }
 

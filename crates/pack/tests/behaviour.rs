@@ -327,3 +327,38 @@ fn omission_notes_sit_where_the_messages_were_and_fit_the_budget() {
         }
     }
 }
+
+#[test]
+fn a_kept_line_over_an_indented_block_brings_its_first_line() {
+    // A test run whose failing test's name shares no word with the question; the line above
+    // it ("FAIL … refund …") does.
+    let run = "> jest refunds\n\nFAIL src/refunds/refund.service.test.ts\n  \
+               ● ledger › keeps cents when splitting\n\n    expect(received).toEqual(expected)\n\n\
+               Tests: 1 failed, 143 passed, 144 total";
+    let mut h = filler(60);
+    h.push(Message::new("tool", format!("[Tool result]: {run}")));
+    h.extend(filler(60));
+    h.push(Message::new("user", "which refund test was failing?"));
+    let on = Packer::default().pack(&h, 200);
+    assert!(
+        joined(&on).contains("keeps cents when splitting"),
+        "{}",
+        joined(&on)
+    );
+    assert!(on.stats.output_tokens <= 200);
+    let off = Packer::new(PackOptions {
+        outline: false,
+        ..PackOptions::default()
+    })
+    .pack(&h, 200);
+    assert!(
+        joined(&off).contains("FAIL src/refunds"),
+        "{}",
+        joined(&off)
+    );
+    assert!(
+        !joined(&off).contains("keeps cents"),
+        "without the rule the name is not kept here: {}",
+        joined(&off)
+    );
+}
