@@ -1389,8 +1389,8 @@ impl Packer {
     /// indented non-blank line, keep that line too if it fits. A failing test's name, an
     /// error's location or a key's value sits one line under the line that shares the
     /// question's words, and means little without it (as a header means little alone).
-    /// The child is worth its parent's score from then on, so the budget contract gives the
-    /// two back together rather than the child first.
+    /// The child is worth its parent's score (and pin) from then on, so the budget contract
+    /// gives the two back together rather than the child first.
     fn keep_first_child(&self, items: &mut [Item], i: usize, sel: &mut LineSelection) {
         let j = i + 1;
         if j >= items.len() || sel.keep[j] || items[j].first || items[j].dup {
@@ -1408,6 +1408,8 @@ impl Packer {
             sel.keep[j] = true;
             sel.used += c;
             items[j].score = items[j].score.max(items[i].score);
+            // A pinned line's child is given back with it, last.
+            items[j].pin = items[i].pin;
         }
     }
 

@@ -346,6 +346,17 @@ fn a_kept_line_over_an_indented_block_brings_its_first_line() {
         joined(&on)
     );
     assert!(on.stats.output_tokens <= 200);
+    // Under tight budgets the parent is pinned (it names "refund"): wherever it is kept, its
+    // child is too — the budget contract gives the two back together, not the child first.
+    for budget in (60..=200).step_by(5) {
+        let p = Packer::default().pack(&h, budget);
+        let text = joined(&p);
+        assert!(p.stats.output_tokens <= budget);
+        assert!(
+            !text.contains("FAIL src/refunds") || text.contains("keeps cents when splitting"),
+            "budget {budget}: {text}"
+        );
+    }
     let off = Packer::new(PackOptions {
         outline: false,
         ..PackOptions::default()
