@@ -672,6 +672,14 @@ mod tests {
         }
     }
 
+    /// The index of the first sentence of `p` that starts with `start` (leading indentation
+    /// aside).
+    fn sentence_at(p: &Prepared<'_>, start: &str) -> usize {
+        (0..p.sentences.len())
+            .find(|&i| p.sentence(i).trim_start().starts_with(start))
+            .unwrap_or_else(|| panic!("no sentence starting with {start:?} in {:?}", p.sentences))
+    }
+
     const SPEC: &str = "La multi-tenancy aislaba datos. Cada tenant veía solo su esquema. Las queries explícitas mantenían la RLS.";
     const SPEC_S: [&str; 3] = [
         "La multi-tenancy aislaba datos.",
@@ -687,11 +695,7 @@ mod tests {
     #[test]
     fn structure_brings_lead_in_table_header_and_heading() {
         let p = Prepared::new(STRUCTURED);
-        let at = |t: &str| {
-            (0..p.sentences.len())
-                .find(|&i| p.sentence(i).starts_with(t))
-                .unwrap_or_else(|| panic!("no sentence starting with {t:?}"))
-        };
+        let at = |t: &str| sentence_at(&p, t);
         assert_eq!(structural_context(&p, &[at("2. Run")]), vec![at("To sign")]);
         let mut got = structural_context(&p, &[at("| -Force")]);
         got.sort_unstable();
@@ -720,9 +724,7 @@ mod tests {
             .collect();
         let text = format!("[Doc: Order]\n\nNuGet looks in this order:\n\n{items}\nThe end.\n");
         let p = Prepared::new(&text);
-        let lead = (0..p.sentences.len())
-            .find(|&i| p.sentence(i).starts_with("NuGet looks"))
-            .unwrap();
+        let lead = sentence_at(&p, "NuGet looks");
         let got = structural_context(&p, &[lead]);
         assert_eq!(got.len(), LEAD_IN_ITEMS);
         assert!(got.iter().all(|&j| p.sentence(j).contains("Step number")));
@@ -734,11 +736,7 @@ mod tests {
         let text = "[Doc: Restore]\n\nIn Visual Studio, enable restore as follows. Otherwise \
                     read on.\n\n1. Open the settings.\n2. Set both options.\n\nDone here.\n";
         let p = Prepared::new(text);
-        let at = |t: &str| {
-            (0..p.sentences.len())
-                .find(|&i| p.sentence(i).starts_with(t))
-                .unwrap_or_else(|| panic!("no sentence starting with {t:?} in {:?}", p.sentences))
-        };
+        let at = |t: &str| sentence_at(&p, t);
         assert_eq!(
             structural_context(&p, &[at("In Visual Studio")]),
             vec![at("1. Open"), at("2. Set")]
@@ -763,11 +761,7 @@ mod tests {
                     seconds. The default is 300 seconds.\n\n- **`-Source`**\n\n  The server URL.\n\n\
                     Plain prose here. More prose there.\n";
         let p = Prepared::new(text);
-        let at = |t: &str| {
-            (0..p.sentences.len())
-                .find(|&i| p.sentence(i).trim_start().starts_with(t))
-                .unwrap_or_else(|| panic!("no sentence starting with {t:?} in {:?}", p.sentences))
-        };
+        let at = |t: &str| sentence_at(&p, t);
         let mut got = structural_context(&p, &[at("Specifies")]);
         got.sort_unstable();
         assert_eq!(
@@ -784,11 +778,7 @@ mod tests {
                     If a package and version already exists, skip it.\n\n- **`-Source`**\n\n  \
                     The server URL.\n";
         let p = Prepared::new(text);
-        let at = |t: &str| {
-            (0..p.sentences.len())
-                .find(|&i| p.sentence(i).trim_start().starts_with(t))
-                .unwrap_or_else(|| panic!("no sentence starting with {t:?} in {:?}", p.sentences))
-        };
+        let at = |t: &str| sentence_at(&p, t);
         let mut got = structural_context(&p, &[at("- **`-SkipDuplicate")]);
         got.sort_unstable();
         assert_eq!(got, vec![at("## Options"), at("If a package")]);
