@@ -1,5 +1,6 @@
 //! Throughput of the integer matrix product alone, in multiply-adds per second, on the shapes of
-//! an e5-small layer: `cargo run --release -p bib-embed --example qgemm_speed [rows] [portable]`.
+//! an e5-small layer (4-bit weights; 8-bit weights, as use-m3's, with a third argument `q8`):
+//! `cargo run --release -p bib-embed --example qgemm_speed [rows] [portable|detected] [q8]`.
 
 use std::time::Instant;
 
@@ -13,6 +14,7 @@ fn main() {
         Some("portable") => Kernel::Portable,
         _ => Kernel::detect(),
     };
+    let eight_bit = std::env::args().nth(3).as_deref() == Some("q8");
     let mut seed = 1u64;
     let mut next = move || {
         seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1);
@@ -20,7 +22,11 @@ fn main() {
     };
     for (out, inp) in [(1152, 384), (384, 384), (1536, 384), (384, 1536)] {
         let nib: Vec<u8> = (0..out * inp).map(|_| (next() % 16) as u8).collect();
-        let w = QMatrix::pack(out, inp, |o, k| nib[o * inp + k], |_, _| 0.01);
+        let w = if eight_bit {
+            QMatrix::quantize(out, inp, |o, k| f32::from(nib[o * inp + k]) - 7.5)
+        } else {
+            QMatrix::pack(out, inp, |o, k| nib[o * inp + k], |_, _| 0.01)
+        };
         let x: Vec<f32> = (0..rows * inp)
             .map(|_| next() as f32 / u32::MAX as f32 - 0.5)
             .collect();

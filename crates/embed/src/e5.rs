@@ -9,8 +9,8 @@
 //! Everything here is our own reading of that format:
 //! - the word-embedding table stays 4-bit in memory and single rows are expanded on lookup;
 //!   every other matrix stays 4-bit and multiplies activations quantized to 8 bits
-//!   ([`crate::qgemm`]) where the CPU has AVX-512 VNNI, and is expanded to f32 once at load
-//!   for `matrixmultiply` sgemm elsewhere ([`Products`]); queries, keys and values are one
+//!   ([`crate::qgemm`]) where the CPU has AVX-512 VNNI or AVX2, and is expanded to f32 once at
+//!   load for `matrixmultiply` sgemm elsewhere ([`Products`]); queries, keys and values are one
 //!   stacked matrix;
 //! - the tokenizer is the file's Unigram model (Viterbi, highest total score, single-character
 //!   unknown fallback), after the file's normalisation table, collapsing runs of spaces and the

@@ -12,15 +12,18 @@
 //!
 //! - [`Kernel::Vnni`]: AVX-512 VNNI (`vpdpbusd`, 64 products per instruction), 4 rows × 48
 //!   outputs per step, chosen at run time when the CPU has it;
+//! - [`Kernel::Avx2`]: AVX2 (`vpmaddubsw` + `vpmaddwd`, 32 products per pair), 4 rows × 16
+//!   outputs per step, for CPUs without AVX-512 VNNI (many AMD EPYC and older Intel parts);
 //! - [`Kernel::Portable`]: the same arithmetic in plain Rust, for every other CPU.
 //!
 //! Integer sums are exact (at most 32 · 255 · 127 per block) and the float steps are the same,
-//! in the same order, so the two give the same bits (tested); forcing the portable path is how
-//! the fallback is tested on a machine with VNNI.
+//! in the same order, so the three give the same bits (tested on every kernel the CPU runs);
+//! forcing the portable path is how the fallback is tested on a machine with SIMD.
 //!
 //! This module holds the workspace's second `unsafe` code (after [`crate::mapped`]): the SIMD
 //! loads read through raw pointers whose bounds are checked before each kernel call, and the
-//! VNNI function is only called after run-time detection of the features it is compiled for.
+//! SIMD functions are only called after run-time detection of the features they are compiled
+//! for.
 #![allow(unsafe_code)]
 
 use std::ops::Range;
@@ -37,6 +40,8 @@ const TILE: usize = 16;
 pub enum Kernel {
     /// AVX-512 VNNI.
     Vnni,
+    /// AVX2.
+    Avx2,
     /// Plain Rust, same results.
     Portable,
 }
@@ -44,16 +49,32 @@ pub enum Kernel {
 impl Kernel {
     /// The fastest kernel this CPU runs.
     pub fn detect() -> Self {
+        Self::available()[0]
+    }
+
+    /// Every kernel this CPU runs, fastest first (the portable one always last).
+    pub fn available() -> Vec<Self> {
+        [Kernel::Vnni, Kernel::Avx2, Kernel::Portable]
+            .into_iter()
+            .filter(|k| k.runs_here())
+            .collect()
+    }
+
+    /// Whether this CPU has the features the kernel is compiled for.
+    pub fn runs_here(self) -> bool {
         #[cfg(target_arch = "x86_64")]
         {
-            if std::arch::is_x86_feature_detected!("avx512f")
-                && std::arch::is_x86_feature_detected!("avx512bw")
-                && std::arch::is_x86_feature_detected!("avx512vnni")
-            {
-                return Kernel::Vnni;
+            use std::arch::is_x86_feature_detected as has;
+            match self {
+                Kernel::Vnni => has!("avx512f") && has!("avx512bw") && has!("avx512vnni"),
+                Kernel::Avx2 => has!("avx2"),
+                Kernel::Portable => true,
             }
         }
-        Kernel::Portable
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            self == Kernel::Portable
+        }
     }
 }
 
@@ -67,12 +88,12 @@ pub enum Products {
 }
 
 impl Default for Products {
-    /// Integer products where the CPU has AVX-512 VNNI; elsewhere f32 sgemm, which is faster
-    /// there than the portable integer kernel (that one exists to test the arithmetic).
+    /// Integer products where the CPU has AVX-512 VNNI or AVX2; elsewhere f32 sgemm, which is
+    /// faster there than the portable integer kernel (that one exists to test the arithmetic).
     fn default() -> Self {
         match Kernel::detect() {
-            Kernel::Vnni => Products::Int8(Kernel::Vnni),
             Kernel::Portable => Products::F32,
+            simd => Products::Int8(simd),
         }
     }
 }
@@ -413,10 +434,15 @@ fn matmul_tiles(
     );
     match kernel {
         #[cfg(target_arch = "x86_64")]
-        Kernel::Vnni if Kernel::detect() == Kernel::Vnni => {
+        Kernel::Vnni if kernel.runs_here() => {
             // SAFETY: the CPU has the features `vnni::matmul` is compiled for (checked just
             // above), and the sizes it indexes by were asserted at the top.
             unsafe { vnni::matmul(x, rows, w, bias, y, tiles) }
+        }
+        #[cfg(target_arch = "x86_64")]
+        Kernel::Avx2 if kernel.runs_here() => {
+            // SAFETY: as above, for `avx2::matmul`.
+            unsafe { avx2::matmul(x, rows, w, bias, y, tiles) }
         }
         _ => portable(x, rows, w, bias, y, tiles),
     }
@@ -635,6 +661,245 @@ mod vnni {
     }
 }
 
+/// AVX2 has no `vpdpbusd`: products of bytes go through `vpmaddubsw` (unsigned × signed bytes,
+/// adjacent pairs summed into saturating 16-bit lanes) and `vpmaddwd` (pairs of 16-bit lanes
+/// into 32 bits). Neither saturates here, so the block integers are the portable path's:
+///
+/// - 4-bit weights (`q ∈ 0..16`) are the unsigned operand: a pair is at most
+///   `2 · 15 · 127 = 3810`, and a block's 8 groups summed in 16 bits at most `30480`;
+/// - 8-bit weights (`q ∈ 0..256`) would overflow a pair, so they are made signed
+///   (`q − 128`, a flip of the top bit) and the activation's sign moved onto them
+///   (`|x̂| · sign(x̂)·(q − 128)`, as ggml does): a pair is at most `2 · 127 · 128 = 32512`, and
+///   the offset is then already inside the integer.
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    use std::ops::Range;
+
+    use super::{Q8Rows, QMatrix, QK, TILE};
+
+    /// Rows per step with 4-bit weights (one tile of 16 outputs, two registers, per step):
+    /// 12 16-bit accumulators, 2 weight and one activation register of the 16. About 1.5× the
+    /// rate of 4 rows (`examples/qgemm_speed.rs`, best of three alternated runs).
+    const FOUR_BIT_ROWS: usize = 6;
+    /// Rows per step with 8-bit weights, which need two more registers per row step (the
+    /// activations' magnitudes, the signed products): 6 rows spill, 4 do not (~1.15×).
+    const SIGNED_ROWS: usize = 4;
+
+    /// Activation bytes per panel of rows, as the VNNI kernel.
+    const PANEL_BYTES: usize = 256 * 1024;
+
+    /// # Safety
+    /// The CPU must support AVX2, and the sizes of `x`, `w`, `bias` and `y` must agree as
+    /// [`super::matmul_tiles`] asserts.
+    #[target_feature(enable = "avx2")]
+    pub unsafe fn matmul(
+        x: &Q8Rows,
+        rows: Range<usize>,
+        w: &QMatrix,
+        bias: &[f32],
+        y: &mut [f32],
+        tiles: Range<usize>,
+    ) {
+        let ld = tiles.len() * TILE;
+        let is_four_bit = w.offset == 8;
+        let step = if is_four_bit {
+            FOUR_BIT_ROWS
+        } else {
+            SIGNED_ROWS
+        };
+        let panel = (PANEL_BYTES / x.cols.max(1)).max(step) / step * step;
+        let mut p = rows.start;
+        while p < rows.end {
+            let end = (p + panel).min(rows.end);
+            for t in tiles.clone() {
+                let mut i = p;
+                while i < end {
+                    let n = (end - i).min(step);
+                    let at = (i - rows.start) * ld + (t - tiles.start) * TILE;
+                    let out = y.as_mut_ptr().add(at);
+                    // SAFETY: rows i..i+n and tile t are inside the matrices, and output row
+                    // r of the step is at `out + r·ld` (loop bounds, asserted sizes).
+                    unsafe {
+                        match (is_four_bit, n) {
+                            (true, 6) => four_bit::<6>(x, w, bias, out, ld, i, t),
+                            (true, 5) => four_bit::<5>(x, w, bias, out, ld, i, t),
+                            (true, 4) => four_bit::<4>(x, w, bias, out, ld, i, t),
+                            (true, 3) => four_bit::<3>(x, w, bias, out, ld, i, t),
+                            (true, 2) => four_bit::<2>(x, w, bias, out, ld, i, t),
+                            (true, _) => four_bit::<1>(x, w, bias, out, ld, i, t),
+                            (false, 4) => signed::<4>(x, w, bias, out, ld, i, t),
+                            (false, 3) => signed::<3>(x, w, bias, out, ld, i, t),
+                            (false, 2) => signed::<2>(x, w, bias, out, ld, i, t),
+                            (false, _) => signed::<1>(x, w, bias, out, ld, i, t),
+                        }
+                    }
+                    i += n;
+                }
+            }
+            p = end;
+        }
+    }
+
+    /// Add block `b`'s exact integers `exact[r]` (8 outputs per register), scaled by the
+    /// weights' and activations' scales, to the float accumulators: multiply, then add, as
+    /// the portable path does.
+    ///
+    /// # Safety
+    /// AVX2; `i + R ≤ x.rows`, `b` a block of tile `t`.
+    #[inline(always)]
+    unsafe fn accumulate<const R: usize>(
+        acc: &mut [[__m256; 2]; R],
+        exact: [[__m256i; 2]; R],
+        x: &Q8Rows,
+        wd: *const f32,
+        i: usize,
+        b: usize,
+    ) {
+        let blocks = x.cols / QK;
+        let dw = [_mm256_loadu_ps(wd), _mm256_loadu_ps(wd.add(8))];
+        for (r, (a, e)) in acc.iter_mut().zip(exact).enumerate() {
+            let dx = _mm256_set1_ps(*x.d.get_unchecked((i + r) * blocks + b));
+            for ((ac, ec), s) in a.iter_mut().zip(e).zip(dw) {
+                let scale = _mm256_mul_ps(s, dx);
+                *ac = _mm256_add_ps(*ac, _mm256_mul_ps(_mm256_cvtepi32_ps(ec), scale));
+            }
+        }
+    }
+
+    /// Store `acc + bias` for rows `0..R` of the step at `out` (row stride `ld`).
+    ///
+    /// # Safety
+    /// AVX2; `out + r·ld .. + 16` writable for `r < R`, `bias` has tile `t`.
+    #[inline(always)]
+    unsafe fn store<const R: usize>(
+        acc: &[[__m256; 2]; R],
+        bias: &[f32],
+        out: *mut f32,
+        ld: usize,
+        t: usize,
+    ) {
+        let bv = bias.as_ptr().add(t * TILE);
+        let bv = [_mm256_loadu_ps(bv), _mm256_loadu_ps(bv.add(8))];
+        for (r, a) in acc.iter().enumerate() {
+            for (h, (ac, bh)) in a.iter().zip(bv).enumerate() {
+                _mm256_storeu_ps(out.add(r * ld + h * 8), _mm256_add_ps(*ac, bh));
+            }
+        }
+    }
+
+    /// Tile `t` of rows `i .. i + R` with 4-bit weights (offset 8).
+    ///
+    /// # Safety
+    /// As [`matmul`]; `i + R ≤ x.rows`, `t < w.out / 16`, `out + r·ld .. + 16` writable.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn four_bit<const R: usize>(
+        x: &Q8Rows,
+        w: &QMatrix,
+        bias: &[f32],
+        out: *mut f32,
+        ld: usize,
+        i: usize,
+        t: usize,
+    ) {
+        let blocks = w.inp / QK;
+        let groups = w.inp / 4;
+        let ones = _mm256_set1_epi16(1);
+        let wq = w.q.as_ptr().add(t * groups * 64);
+        let xq = x.q.as_ptr().add(i * x.cols);
+        let mut acc = [[_mm256_setzero_ps(); 2]; R];
+        for b in 0..blocks {
+            let mut dot = [[_mm256_setzero_si256(); 2]; R];
+            for g in b * (QK / 4)..(b + 1) * (QK / 4) {
+                let wg = wq.add(g * 64);
+                let wv = [
+                    _mm256_loadu_si256(wg as *const _),
+                    _mm256_loadu_si256(wg.add(32) as *const _),
+                ];
+                for (r, d) in dot.iter_mut().enumerate() {
+                    let xp = xq.add(r * x.cols + g * 4) as *const i32;
+                    let xv = _mm256_set1_epi32(xp.read_unaligned());
+                    for (dh, wh) in d.iter_mut().zip(wv) {
+                        *dh = _mm256_add_epi16(*dh, _mm256_maddubs_epi16(wh, xv));
+                    }
+                }
+            }
+            let mut exact = [[_mm256_setzero_si256(); 2]; R];
+            for (r, (e, d)) in exact.iter_mut().zip(dot).enumerate() {
+                let offset =
+                    _mm256_set1_epi32(w.offset * *x.sum.get_unchecked((i + r) * blocks + b));
+                for (eh, dh) in e.iter_mut().zip(d) {
+                    *eh = _mm256_sub_epi32(_mm256_madd_epi16(dh, ones), offset);
+                }
+            }
+            accumulate(
+                &mut acc,
+                exact,
+                x,
+                w.d.as_ptr().add((t * blocks + b) * TILE),
+                i,
+                b,
+            );
+        }
+        store(&acc, bias, out, ld, t);
+    }
+
+    /// Tile `t` of rows `i .. i + R` with 8-bit weights (offset 128).
+    ///
+    /// # Safety
+    /// As [`four_bit`].
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn signed<const R: usize>(
+        x: &Q8Rows,
+        w: &QMatrix,
+        bias: &[f32],
+        out: *mut f32,
+        ld: usize,
+        i: usize,
+        t: usize,
+    ) {
+        debug_assert_eq!(w.offset, 128);
+        let blocks = w.inp / QK;
+        let groups = w.inp / 4;
+        let ones = _mm256_set1_epi16(1);
+        let flip = _mm256_set1_epi8(i8::MIN);
+        let wq = w.q.as_ptr().add(t * groups * 64);
+        let xq = x.q.as_ptr().add(i * x.cols);
+        let mut acc = [[_mm256_setzero_ps(); 2]; R];
+        for b in 0..blocks {
+            let mut exact = [[_mm256_setzero_si256(); 2]; R];
+            for g in b * (QK / 4)..(b + 1) * (QK / 4) {
+                let wg = wq.add(g * 64);
+                let wv = [
+                    _mm256_xor_si256(_mm256_loadu_si256(wg as *const _), flip),
+                    _mm256_xor_si256(_mm256_loadu_si256(wg.add(32) as *const _), flip),
+                ];
+                for (r, e) in exact.iter_mut().enumerate() {
+                    let xp = xq.add(r * x.cols + g * 4) as *const i32;
+                    let xv = _mm256_set1_epi32(xp.read_unaligned());
+                    let ax = _mm256_abs_epi8(xv);
+                    for (eh, wh) in e.iter_mut().zip(wv) {
+                        let pairs = _mm256_maddubs_epi16(ax, _mm256_sign_epi8(wh, xv));
+                        *eh = _mm256_add_epi32(*eh, _mm256_madd_epi16(pairs, ones));
+                    }
+                }
+            }
+            accumulate(
+                &mut acc,
+                exact,
+                x,
+                w.d.as_ptr().add((t * blocks + b) * TILE),
+                i,
+                b,
+            );
+        }
+        store(&acc, bias, out, ld, t);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -719,14 +984,16 @@ mod tests {
         ] {
             let (x, w, bias, want) = case(rows, out, inp, seed);
             let mut a = vec![0f32; rows * out];
-            let mut b = vec![0f32; rows * out];
-            matmul(Kernel::detect(), &x, &w, &bias, &mut a);
-            matmul(Kernel::Portable, &x, &w, &bias, &mut b);
-            assert_eq!(
-                a.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-                b.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-                "{rows}×{out}×{inp}: kernels differ"
-            );
+            matmul(Kernel::Portable, &x, &w, &bias, &mut a);
+            for kernel in Kernel::available() {
+                let mut b = vec![0f32; rows * out];
+                matmul(kernel, &x, &w, &bias, &mut b);
+                assert_eq!(
+                    a.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                    b.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                    "{rows}×{out}×{inp}: {kernel:?} differs from the portable kernel"
+                );
+            }
             // Relative error of the whole product (8-bit activations: about 1 %).
             let err: f32 = a
                 .iter()
@@ -752,7 +1019,7 @@ mod tests {
             let (x, w, bias, _) = case(rows, out, inp, seed);
             let mut one = vec![0f32; rows * out];
             matmul(Kernel::Portable, &x, &w, &bias, &mut one);
-            for kernel in [Kernel::detect(), Kernel::Portable] {
+            for kernel in Kernel::available() {
                 let (a, b) = on_one_and_two_threads(kernel, &x, &w, &bias, rows * out);
                 assert_eq!(a, one, "{rows}×{out}×{inp} {kernel:?}");
                 assert_eq!(b, one, "{rows}×{out}×{inp} {kernel:?} in parallel");
@@ -773,16 +1040,21 @@ mod tests {
             let bias: Vec<f32> = (0..out).map(|_| g.unit()).collect();
             let q = Q8Rows::quantize(&x, inp);
             let mut outs = Vec::new();
-            for kernel in [Kernel::detect(), Kernel::Portable] {
+            for kernel in Kernel::available() {
                 let (a, b) = on_one_and_two_threads(kernel, &q, &w, &bias, rows * out);
                 assert_eq!(a, b, "{rows}×{out}×{inp} {kernel:?} in parallel");
                 outs.push(a);
             }
-            assert_eq!(
-                outs[0].iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-                outs[1].iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-                "{rows}×{out}×{inp}: kernels differ"
-            );
+            for (kernel, o) in Kernel::available().into_iter().zip(&outs) {
+                assert_eq!(
+                    o.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                    outs[outs.len() - 1]
+                        .iter()
+                        .map(|v| v.to_bits())
+                        .collect::<Vec<_>>(),
+                    "{rows}×{out}×{inp}: {kernel:?} differs from the portable kernel"
+                );
+            }
             let (mut err, mut norm) = (0f32, 0f32);
             for r in 0..rows {
                 for o in 0..out {
@@ -794,6 +1066,54 @@ mod tests {
             }
             let rel = (err / norm).sqrt();
             assert!(rel <= 0.01, "{rows}×{out}×{inp}: relative error {rel}");
+        }
+    }
+
+    /// The largest weights and activations of either sign: no 16-bit sum in a SIMD kernel
+    /// saturates, so every kernel gives the exact integers (checked against i64 arithmetic).
+    #[test]
+    fn extreme_values_do_not_saturate() {
+        let (rows, out, inp) = (5, 32, 64);
+        // Every activation quantizes to ±127 (each block's maximum magnitude is 1).
+        let x: Vec<f32> = (0..rows * inp)
+            .map(|i| if (i / 3 + i / 7) % 2 == 0 { 1.0 } else { -1.0 })
+            .collect();
+        let q = Q8Rows::quantize(&x, inp);
+        assert!(q.q.iter().all(|v| v.abs() == 127));
+        let bias = vec![0f32; out];
+        // 4-bit weights at 0 and 15; 8-bit weights at ±127 (bytes 1 and 255).
+        let four = QMatrix::pack(
+            out,
+            inp,
+            |o, k| if (o + k) % 3 == 0 { 0 } else { 15 },
+            |_, _| 1.0,
+        );
+        let eight = QMatrix::quantize(out, inp, |o, k| if (o * k) % 5 == 0 { -1.0 } else { 1.0 });
+        for (name, w) in [("4-bit", &four), ("8-bit", &eight)] {
+            let blocks = inp / QK;
+            let mut want = vec![0f32; rows * out];
+            for r in 0..rows {
+                for o in 0..out {
+                    let (t, c) = (o / TILE, o % TILE);
+                    let mut acc = 0f32;
+                    for b in 0..blocks {
+                        let mut dot = 0i64;
+                        for k in b * QK..(b + 1) * QK {
+                            let byte = w.q[(t * (inp / 4) + k / 4) * 64 + c * 4 + k % 4];
+                            let weight = i64::from(byte) - i64::from(w.offset);
+                            dot += weight * i64::from(q.q[r * inp + k]);
+                        }
+                        let scale = w.d[(t * blocks + b) * TILE + c] * q.d[r * blocks + b];
+                        acc += dot as f32 * scale;
+                    }
+                    want[r * out + o] = acc + bias[o];
+                }
+            }
+            for kernel in Kernel::available() {
+                let mut got = vec![0f32; rows * out];
+                matmul(kernel, &q, w, &bias, &mut got);
+                assert_eq!(got, want, "{name} {kernel:?}");
+            }
         }
     }
 

@@ -21,8 +21,8 @@
 //!
 //! The per-token products (the projection and the six convolution steps, 97 % of the work) run
 //! in one of two ways ([`Products`]): with 8-bit weights (per block of 32, stored in the packed
-//! file) × 8-bit activations through [`crate::qgemm`] (where the CPU has AVX-512 VNNI; the portable
-//! integer kernel gives the same bits), or in f32 with `ndarray`/`matrixmultiply`. In the integer
+//! file) × 8-bit activations through [`crate::qgemm`] (where the CPU has AVX-512 VNNI or AVX2;
+//! the portable integer kernel gives the same bits), or in f32 with `ndarray`/`matrixmultiply`. In the integer
 //! path each convolution input is quantized once (fused into the layer norm or the ReLU +
 //! residual step of [`crate::ops`]) and its windows are stacked from the quantized rows. The
 //! per-text products (the feature projection and the head: a few rows) stay f32 either way.

@@ -69,8 +69,8 @@ fn token_counts_match_the_reference_package() {
     }
 }
 
-/// Every way of computing the products: the default (8-bit activations with the VNNI kernel
-/// where the CPU has it, else f32), the portable integer kernel forced, and f32 weights.
+/// Every way of computing the products: the default (8-bit activations with the VNNI or AVX2
+/// kernel where the CPU has one, else f32), the portable integer kernel forced, and f32 weights.
 #[test]
 fn vectors_match_the_reference_package() {
     let Some(_) = load_model() else { return };

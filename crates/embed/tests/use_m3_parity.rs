@@ -54,7 +54,7 @@ fn token_ids_match_the_reference_package() {
 }
 
 /// Every way of computing the per-token products: the default (8-bit weights × 8-bit
-/// activations with the VNNI kernel where the CPU has it, else f32), the portable integer
+/// activations with the VNNI or AVX2 kernel where the CPU has one, else f32), the portable integer
 /// kernel forced, and f32; the two integer kernels give the same bits.
 #[test]
 fn vectors_match_the_reference_package() {
@@ -227,7 +227,7 @@ fn an_old_packed_file_is_upgraded_to_what_a_fresh_pack_writes() {
     assert!(cosine(&f32.embed(&[q], EmbedKind::Query).unwrap()[0], &want[0]) > 0.9999);
     assert_eq!(std::fs::read(&packed).unwrap(), old);
     // Integer products quantize at load (the same matrices) and upgrade the file — with the
-    // best integer kernel this CPU has (the portable one where there is no VNNI, where the
+    // best integer kernel this CPU has (the portable one where there is no SIMD kernel, where the
     // default products, and so `want`, are f32).
     let int8 = Products::Int8(Kernel::detect());
     let upgrading = UseM3::load_with(dir.path(), int8).unwrap();
