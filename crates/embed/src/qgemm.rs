@@ -12,8 +12,9 @@
 //!
 //! - [`Kernel::Vnni`]: AVX-512 VNNI (`vpdpbusd`, 64 products per instruction), 4 rows × 48
 //!   outputs per step, chosen at run time when the CPU has it;
-//! - [`Kernel::Avx2`]: AVX2 (`vpmaddubsw` + `vpmaddwd`, 32 products per pair), 4 rows × 16
-//!   outputs per step, for CPUs without AVX-512 VNNI (many AMD EPYC and older Intel parts);
+//! - [`Kernel::Avx2`]: AVX2 (`vpmaddubsw` + `vpmaddwd`, 32 products per pair), 6 rows (4-bit
+//!   weights) or 4 rows (8-bit) × 16 outputs per step, for CPUs without AVX-512 VNNI (many AMD
+//!   EPYC and older Intel parts);
 //! - [`Kernel::Portable`]: the same arithmetic in plain Rust, for every other CPU.
 //!
 //! Integer sums are exact (at most 32 · 255 · 127 per block) and the float steps are the same,
