@@ -88,6 +88,18 @@ pub enum Products {
     Int8(Kernel),
 }
 
+impl std::fmt::Display for Products {
+    /// `f32`, or `int8 (AVX2)`: how a local model's matrix products run, for `bib status`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Products::F32 => f.write_str("f32"),
+            Products::Int8(Kernel::Vnni) => f.write_str("int8 (AVX-512 VNNI)"),
+            Products::Int8(Kernel::Avx2) => f.write_str("int8 (AVX2)"),
+            Products::Int8(Kernel::Portable) => f.write_str("int8 (portable)"),
+        }
+    }
+}
+
 impl Default for Products {
     /// Integer products where the CPU has AVX-512 VNNI or AVX2; elsewhere f32 sgemm, which is
     /// faster there than the portable integer kernel (that one exists to test the arithmetic).

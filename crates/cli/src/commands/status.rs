@@ -1,6 +1,6 @@
 //! `bib status [--json]` — where the knowledge base is, its collections with document and
-//! chunk counts, the embedding model, the term function of its lexical index, and the last
-//! ingest run with its result. The report is `bib_store::read::status`, the same one MCP
+//! chunk counts, the embedding model, the term function of its lexical index, the products
+//! this CPU runs local models with, and the last ingest run with its result. The report is `bib_store::read::status`, the same one MCP
 //! `bib_status` returns.
 
 #[derive(Debug, clap::Args)]
@@ -27,6 +27,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     println!(
         "model: {}",
         st.model.as_deref().unwrap_or("none (no chunks yet)")
+    );
+    // What this CPU runs a local model's products with (the same vectors on every kernel;
+    // f32 differs by cosine ≥ 0.9998).
+    println!(
+        "cpu: {} products for local models",
+        bib_embed::qgemm::Products::default()
     );
     let default_terms = bib_store::TermConfig::default();
     match store.term_config() {
