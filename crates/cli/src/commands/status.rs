@@ -1,7 +1,7 @@
 //! `bib status [--json]` — where the knowledge base is, its collections with document and
 //! chunk counts, the embedding model, the term function of its lexical index, the products
-//! this CPU runs local models with, and the last ingest run with its result. The report is `bib_store::read::status`, the same one MCP
-//! `bib_status` returns.
+//! this CPU runs local models with, and the last ingest run with its result. The report is
+//! `bib_store::read::status`, the same one MCP `bib_status` returns.
 
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
