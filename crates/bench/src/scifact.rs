@@ -585,6 +585,7 @@ fn write_json_report(
 fn short_spec(s: &Signals) -> String {
     let on: Vec<String> = [
         ("field", s.field),
+        ("name", s.name),
         ("phrase", s.phrase),
         ("sentence", s.sentence),
         ("sentence_lex", s.sentence_lex),

@@ -349,7 +349,7 @@ fn ask_explains_every_part_of_a_score() {
         let x = &r["explain"];
         assert_eq!(x["fusion"], "convex", "{x:#}");
         assert_eq!(x["final"], r["score"], "{x:#}");
-        let parts: f64 = ["field", "phrase", "sentence", "sentence_lex", "doc"]
+        let parts: f64 = ["field", "name", "phrase", "sentence", "sentence_lex", "doc"]
             .iter()
             .filter_map(|k| x[k]["contribution"].as_f64())
             .sum();

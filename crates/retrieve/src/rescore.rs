@@ -14,8 +14,8 @@ use crate::index::{ChunkId, ChunkRecord};
 use crate::prf;
 use crate::retrieve::{RetrieveOptions, Retriever, ScoredHit};
 use crate::signals::{
-    best_other_of_doc, field_text, min_max, normalize_exact, phrase_score, ExactItem, QueryTerms,
-    SignalPart, Signals,
+    best_other_of_doc, field_text, file_stem_text, min_max, name_score, normalize_exact,
+    phrase_score, ExactItem, QueryTerms, SignalPart, Signals,
 };
 use crate::trim::Prepared;
 
@@ -62,7 +62,7 @@ impl Retriever<'_> {
         Ok(fused)
     }
 
-    /// The field and phrase parts of each hit (`recs[i]` is the record of `hits[i]`).
+    /// The field, name and phrase parts of each hit (`recs[i]` is the record of `hits[i]`).
     fn lexical_parts(
         &self,
         query: &str,
@@ -81,6 +81,10 @@ impl Retriever<'_> {
         };
         for (h, rec) in hits.iter_mut().zip(recs) {
             let Some(rec) = rec else { continue };
+            if sig.name > 0.0 {
+                let (v, m) = name_score(query, &file_stem_text(&rec.path), &rec.title, cfg);
+                h.explain.name = Some(SignalPart::new(v, sig.name, m, None));
+            }
             if let Some(q) = &qterms {
                 let (v, m) = q.field_score(&terms_with(&field_text(rec), cfg));
                 h.explain.field = Some(SignalPart::new(v, sig.field, m, None));
@@ -421,6 +425,33 @@ mod tests {
             "{:?}",
             paths(&boosted)
         );
+        // The name signal, as the default weighs it: `nuspec` is the name of `nuspec.md` and
+        // only a word of `create.md`.
+        let named = run("nuspec", Signals::default());
+        let unnamed = run(
+            "nuspec",
+            Signals {
+                name: 0.0,
+                ..Signals::default()
+            },
+        );
+        assert!(
+            rank_of(&unnamed, "reference/nuspec.md") > Some(0),
+            "{:?}",
+            paths(&unnamed)
+        );
+        assert_eq!(
+            rank_of(&named, "reference/nuspec.md"),
+            Some(0),
+            "{:?}",
+            paths(&named)
+        );
+        let name_of = |r: &RetrievalResult, p: &str| {
+            let c = r.chunks.iter().find(|c| c.chunk.path == p).unwrap();
+            c.explain.name.as_ref().unwrap().value
+        };
+        assert_eq!(name_of(&named, "reference/nuspec.md"), 1.0);
+        assert_eq!(name_of(&named, "guides/create.md"), 0.0);
         let phrase = Signals {
             phrase: 1.5,
             exact_candidates: 5,
@@ -464,6 +495,7 @@ mod tests {
         let q = "restore says \"Unable to find package\" for my package source";
         let all = Signals {
             field: 0.3,
+            name: 0.3,
             phrase: 0.3,
             sentence: 0.3,
             sentence_lex: 0.3,
@@ -480,6 +512,7 @@ mod tests {
                 let x = &c.explain;
                 let parts: f64 = [
                     &x.field,
+                    &x.name,
                     &x.phrase,
                     &x.sentence,
                     &x.sentence_lex,
@@ -492,7 +525,8 @@ mod tests {
                 .sum();
                 assert!((x.fused + parts - c.score).abs() < 1e-12, "{x:?}");
                 assert_eq!(x.final_score, c.score);
-                assert!(x.field.is_some() && x.sentence.is_some() && x.doc.is_some());
+                assert!(x.field.is_some() && x.name.is_some() && x.sentence.is_some());
+                assert!(x.doc.is_some());
                 assert!(x.sentence_lex.is_some() && x.prf.is_some() && x.prf_vec.is_some());
                 assert_eq!(
                     x.phrase.is_some(),

@@ -509,6 +509,7 @@ fn explain_lines(e: &bib_retrieve::signals::Explain) -> Vec<String> {
     )];
     for (name, part) in [
         ("field", &e.field),
+        ("name", &e.name),
         ("phrase", &e.phrase),
         ("sentence", &e.sentence),
         ("sent-bm25", &e.sentence_lex),
