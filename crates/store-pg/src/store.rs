@@ -40,54 +40,10 @@ fn pg(op: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
     }
 }
 
-/// The text of [`BM25_SQL`] with `$where` before its grouping (one copy of the formula).
-macro_rules! bm25_sql {
-    ($where:literal) => {
-        concat!(
-            "SELECT p.chunk_id, \
-                    sum(w.idf * p.tf * ($2 + 1.0) / (p.tf + $2 * (1.0 - $3 + $3 * p.dl / w.avg))) \
-                    AS score \
-             FROM (\
-                 SELECT d.term, GREATEST(ln(1.0 + (s.n - d.df + 0.5) / (d.df + 0.5)), 1e-6) AS idf, \
-                        s.avg \
-                 FROM term_df d CROSS JOIN (\
-                     SELECT GREATEST(n_chunks, 1)::float8 AS n, \
-                            CASE WHEN n_chunks > 0 AND total_len > 0 \
-                                 THEN total_len::float8 / n_chunks ELSE 1.0 END AS avg \
-                     FROM lex_stats WHERE id = 1) s \
-                 WHERE d.term = ANY($1) AND d.df > 0 \
-                   AND (SELECT value FROM meta WHERE key = 'terms') IS NOT DISTINCT FROM $5 \
-                 OFFSET 0) w \
-             JOIN postings p ON p.term = w.term ",
-            $where,
-            "GROUP BY p.chunk_id ORDER BY score DESC, p.chunk_id LIMIT $4"
-        )
-    };
-}
-
-/// BM25 over the postings of the query's distinct terms (`$1`), with `k1 = $2`, `b = $3`,
-/// best `$4` first (ties by chunk id), provided the recorded term function (`meta.terms`) is
-/// still `$5`, the one the terms were analysed with — else no rows, and the caller reads the
-/// term function again (it changes only by a reindex, perhaps in another process). Document
-/// frequencies (`term_df`) count every document, as in the SQLite store: a filter narrows the
-/// hits, not the statistics. It is the formula of `bib_text::bm25` (`idf` × `tf_factor`) in
-/// SQL; the conformance suite holds it to the SQLite store's scores.
-///
-/// Kept plain on purpose: each term's weight read from `term_df` (it was counted from the
-/// posting list, a second scan of every list), then one index-only scan per term's list,
-/// joined and summed. 100k synthetic chunks, 60 six-word queries, SQL alone: 4.0–4.7 ms p50
-/// against 4.3–5.0 for the counting version (1.08×). A MaxScore version in one statement (the
-/// rarest lists scanned, the others looked up only for chunks that could still reach the
-/// top, a full pass when that top was not proven) ran slower there (4.5–9 ms): its CTEs and
-/// fallbacks cost more than the postings they saved.
-///
-/// `OFFSET 0` keeps the weights a subquery of one row per term: without that fence the
-/// planner pulls it up into the join and evaluates `ln` and the average for every posting.
-/// 200 synthetic queries at 100k chunks, SQL alone: p50 3.3 → 1.9 ms.
-const BM25_SQL: &str = bm25_sql!("");
-
-/// [`BM25_SQL`] among the chunks of the documents `$6` only.
-const BM25_FILTERED_SQL: &str = bm25_sql!("WHERE p.node_id = ANY($6) ");
+/// BM25 over the postings of the query's distinct terms, best `limit` first, through the
+/// schema's `bib_bm25` function ([`crate::schema`], migration 6: the formula, its history and
+/// why it is a function). `$6` is the documents a filter allows, `NULL` for all.
+const BM25_SQL: &str = "SELECT chunk_id, score FROM bib_bm25($1, $2, $3, $4, $5, $6)";
 
 /// `"name"` with inner quotes doubled.
 fn quote_ident(name: &str) -> String {
@@ -633,7 +589,7 @@ impl PgStore {
         Ok((recorded, terms))
     }
 
-    /// One BM25 statement ([`BM25_SQL`]): the best `limit` chunks for `query` analysed with
+    /// One BM25 call ([`BM25_SQL`]): the best `limit` chunks for `query` analysed with
     /// `terms`, or none when `meta.terms` no longer holds `recorded`.
     async fn bm25_rows(
         &self,
@@ -650,21 +606,16 @@ impl PgStore {
         let params = Bm25Params::default();
         // Scored where the postings are: one statement (one snapshot, so the statistics and
         // the postings agree) that ships back only the best `limit` chunks.
-        let sql = if allowed.is_some() {
-            BM25_FILTERED_SQL
-        } else {
-            BM25_SQL
-        };
-        let mut statement = sqlx::query(sql)
+        let rows = sqlx::query(BM25_SQL)
             .bind(&q)
             .bind(params.k1)
             .bind(params.b)
             .bind(limit)
-            .bind(recorded);
-        if let Some(nodes) = allowed {
-            statement = statement.bind(nodes);
-        }
-        let rows = statement.fetch_all(&self.pool).await.map_err(pg("bm25"))?;
+            .bind(recorded)
+            .bind(allowed)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(pg("bm25"))?;
         // Each posting's chunk exists in the statement's snapshot (a foreign key that
         // cascades), so the hits need no second look at `chunks`.
         rows.iter()
