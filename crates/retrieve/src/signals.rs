@@ -91,7 +91,8 @@ impl Signals {
             || self.prf_vec > 0.0
     }
 
-    /// Parse `off`, `default`, or `key=value` pairs over the default (`field=0.2,doc=0`).
+    /// Parse `off`, `default`, or `key=value` pairs over the default (`field=0.2,doc=0`) or over
+    /// a leading `off` / `default` (`off,name=1`).
     pub fn parse(spec: &str) -> Result<Signals, RetrieveError> {
         let bad = |reason: String| RetrieveError::InvalidOption {
             name: "signals".into(),
@@ -103,8 +104,24 @@ impl Signals {
             "default" | "" => return Ok(Self::default()),
             _ => {}
         }
-        let mut out = Self::default();
-        for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        // A leading `off` or `default` names the base the weights change (`off,name=1`: that
+        // signal alone); without one, the weights change the default.
+        let mut parts = s
+            .split(',')
+            .map(str::trim)
+            .filter(|p| !p.is_empty())
+            .peekable();
+        let mut out = match parts.peek().map(|p| p.to_ascii_lowercase()).as_deref() {
+            Some("off" | "none") => Self::OFF,
+            _ => Self::default(),
+        };
+        if parts
+            .peek()
+            .is_some_and(|p| matches!(p.to_ascii_lowercase().as_str(), "off" | "none" | "default"))
+        {
+            parts.next();
+        }
+        for part in parts {
             let (k, v) = part
                 .split_once('=')
                 .ok_or_else(|| bad(format!("`{part}` is not key=value")))?;
@@ -829,6 +846,16 @@ mod tests {
         assert_eq!(Signals::parse("off").unwrap(), Signals::OFF);
         let s = Signals::parse("field=0.25, doc=0").unwrap();
         assert_eq!((s.field, s.doc), (0.25, 0.0));
+        let s = Signals::parse("default,field=0.25").unwrap();
+        assert_eq!((s.field, s.phrase), (0.25, Signals::default().phrase));
+        let s = Signals::parse("off, name=1").unwrap();
+        assert_eq!(
+            s,
+            Signals {
+                name: 1.0,
+                ..Signals::OFF
+            }
+        );
         assert_eq!(Signals::parse(&s.spec()).unwrap(), s);
         for (spec, needle) in [
             ("field=-1", "field"),

@@ -148,7 +148,7 @@ pub const KEYS: &[Key] = &[
     .flags(&["rrf-k"]),
     Key::new(
         "ask.signals",
-        "Ranking signals over the fused list: off, default, or weights over the defaults such as \"field=0.2,phrase=0,doc=0\" (field, name, phrase, sentence, sentence_lex, doc, prf, prf_vec; depth, exact_candidates, prf_docs, prf_terms).",
+        "Ranking signals over the fused list: off, default, or weights over the defaults such as \"field=0.2,phrase=0,doc=0\" (over none after a leading off: \"off,name=1\"; field, name, phrase, sentence, sentence_lex, doc, prf, prf_vec; depth, exact_candidates, prf_docs, prf_terms).",
     )
     .env("RETRIEVAL_SIGNALS", EnvKind::Text)
     .flags(&["signals"]),

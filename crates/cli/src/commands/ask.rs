@@ -105,7 +105,8 @@ pub struct Args {
     #[arg(long)]
     pub fusion_alpha: Option<f64>,
     /// Ranking signals over the fused list: `off`, `default`, or weights over the defaults
-    /// such as `field=0.2,phrase=0.3,sentence=0,doc=0`
+    /// such as `field=0.2,phrase=0.3,sentence=0,doc=0` (after a leading `off`, over none:
+    /// `off,name=1`)
     #[arg(long, value_name = "SPEC")]
     pub signals: Option<Signals>,
     /// Show, per result, every part of its score: BM25 (raw and scaled), cosine, the fusion
