@@ -3,7 +3,7 @@
 //!
 //! - **field**: how much of the question's IDF mass the chunk's title, heading path and file
 //!   name cover (a BM25F-like boost of those fields over the body);
-//! - **name**: the question *is* a page's name — every term of it is in the file name or the
+//! - **name**: the question *is* a page's name — every word of it is in the file name or the
 //!   title, valued by how much of that name it covers (`nuspec` → `nuspec.md`, where headings
 //!   such as "Create the .nuspec file" only mention it);
 //! - **phrase**: exact strings — quoted phrases, identifier-like tokens (`NU1101`,
@@ -152,9 +152,9 @@ impl Signals {
                 "exact_candidates" | "exact" => out.exact_candidates = int()?,
                 other => {
                     return Err(bad(format!(
-                    "unknown signal `{other}` (field, name, phrase, sentence, sentence_lex, doc, \
-                         prf, prf_vec, prf_docs, prf_terms, depth, exact_candidates)"
-                )))
+                        "unknown signal `{other}` (field, name, phrase, sentence, sentence_lex, \
+                         doc, prf, prf_vec, prf_docs, prf_terms, depth, exact_candidates)"
+                    )))
                 }
             }
         }
@@ -164,8 +164,8 @@ impl Signals {
     /// The canonical `key=value` form.
     pub fn spec(&self) -> String {
         format!(
-            "field={},name={},phrase={},sentence={},sentence_lex={},doc={},prf={},prf_vec={},prf_docs={},\
-             prf_terms={},depth={},exact_candidates={}",
+            "field={},name={},phrase={},sentence={},sentence_lex={},doc={},prf={},prf_vec={},\
+             prf_docs={},prf_terms={},depth={},exact_candidates={}",
             self.field,
             self.name,
             self.phrase,
@@ -523,8 +523,7 @@ pub fn phrase_score(items: &[ExactItem], normalized_content: &str) -> (f64, Vec<
 /// The text of a chunk's fields: title, heading path and file name (without extension, `-`/`_`
 /// as spaces).
 pub fn field_text(rec: &ChunkRecord) -> String {
-    let file = rec.path.rsplit('/').next().unwrap_or(&rec.path);
-    let stem = file.strip_suffix(".md").unwrap_or(file);
+    let stem = file_stem(&rec.path);
     let mut s = String::with_capacity(64);
     s.push_str(&rec.title);
     for h in &rec.heading_path {
@@ -534,8 +533,14 @@ pub fn field_text(rec: &ChunkRecord) -> String {
     s.push(' ');
     s.push_str(stem);
     s.push(' ');
-    s.push_str(&stem.replace(['-', '_', '.'], " "));
+    s.push_str(&file_stem_text(&rec.path));
     s
+}
+
+/// A path's file name without directory and `.md` extension.
+fn file_stem(path: &str) -> &str {
+    let file = path.rsplit('/').next().unwrap_or(path);
+    file.strip_suffix(".md").unwrap_or(file)
 }
 
 /// The name signal of a chunk: the share of the words of its file name (or title, whichever
@@ -577,9 +582,7 @@ pub fn name_score(query: &str, stem: &str, title: &str, cfg: &TermConfig) -> (f6
 
 /// A chunk's file name without directory and extension, `-`, `_` and `.` as spaces.
 pub fn file_stem_text(path: &str) -> String {
-    let file = path.rsplit('/').next().unwrap_or(path);
-    let stem = file.strip_suffix(".md").unwrap_or(file);
-    stem.replace(['-', '_', '.'], " ")
+    file_stem(path).replace(['-', '_', '.'], " ")
 }
 
 /// IDF of each query term in the index.
