@@ -604,8 +604,9 @@ impl PgStore {
             return Ok(Vec::new());
         }
         let params = Bm25Params::default();
-        // Scored where the postings are: one statement (one snapshot, so the statistics and
-        // the postings agree) that ships back only the best `limit` chunks.
+        // Scored where the postings are: one statement (one snapshot — a STABLE function reads
+        // with its caller's — so the statistics and the postings agree) that ships back only
+        // the best `limit` chunks.
         let rows = sqlx::query(BM25_SQL)
             .bind(&q)
             .bind(params.k1)
