@@ -189,9 +189,9 @@ CREATE TRIGGER postings_term_df_remove AFTER DELETE ON postings
     // 6: BM25 as a function, `bib_bm25(terms, k1, b, limit, term_function, nodes)`, so its
     // statement is planned once per connection (issue 20). As a plain prepared statement
     // PostgreSQL re-planned it at every call — its generic plan is estimated a little
-    // dearer than a custom one, so the plan cache never switched — and planning (~0.5 ms)
-    // was a quarter of the query. The function forces the generic plan, which is the custom
-    // plan's shape anyway: one index-only scan of `postings` per term.
+    // dearer than a custom one, so the plan cache never switched. The function forces the
+    // generic plan, which is the custom plan's shape anyway (one index-only scan of
+    // `postings` per term): 2.55 → 2.17 ms p50 at 100k chunks, round trip included.
     //
     // The formula is `bib_text::bm25` (`idf` × `tf_factor`) in SQL, held to the SQLite
     // store's scores by the conformance suite. Each term's weight is read from `term_df`
