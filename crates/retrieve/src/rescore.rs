@@ -14,8 +14,8 @@ use crate::index::{ChunkId, ChunkRecord};
 use crate::prf;
 use crate::retrieve::{RetrieveOptions, Retriever, ScoredHit};
 use crate::signals::{
-    best_other_of_doc, field_text, file_stem_text, min_max, name_score, normalize_exact,
-    phrase_score, ExactItem, QueryTerms, SignalPart, Signals,
+    best_other_of_doc, field_text, file_stem_text, min_max, normalize_exact, phrase_score,
+    ExactItem, NameQuery, QueryTerms, SignalPart, Signals,
 };
 use crate::trim::Prepared;
 
@@ -79,10 +79,11 @@ impl Retriever<'_> {
         } else {
             None
         };
+        let name_query = (sig.name > 0.0).then(|| NameQuery::new(query, cfg));
         for (h, rec) in hits.iter_mut().zip(recs) {
             let Some(rec) = rec else { continue };
-            if sig.name > 0.0 {
-                let (v, m) = name_score(query, &file_stem_text(&rec.path), &rec.title, cfg);
+            if let Some(q) = &name_query {
+                let (v, m) = q.score(&file_stem_text(&rec.path), &rec.title);
                 h.explain.name = Some(SignalPart::new(v, sig.name, m, None));
             }
             if let Some(q) = &qterms {
@@ -411,19 +412,17 @@ mod tests {
             field: 1.0,
             ..Signals::OFF
         };
-        let rank_of = |r: &RetrievalResult, p: &str| paths(r).iter().position(|x| *x == p);
-        let plain = run("nuspec", Signals::OFF);
+        // `page` is below the top without the signal and first with it.
+        let lifts = |without: &RetrievalResult, with: &RetrievalResult, page: &str| {
+            let rank_of = |r: &RetrievalResult| paths(r).iter().position(|x| *x == page);
+            assert!(rank_of(without) > Some(0), "{:?}", paths(without));
+            assert_eq!(rank_of(with), Some(0), "{:?}", paths(with));
+        };
         let boosted = run("nuspec", field);
-        assert!(
-            rank_of(&plain, "reference/nuspec.md") > Some(0),
-            "{:?}",
-            paths(&plain)
-        );
-        assert_eq!(
-            rank_of(&boosted, "reference/nuspec.md"),
-            Some(0),
-            "{:?}",
-            paths(&boosted)
+        lifts(
+            &run("nuspec", Signals::OFF),
+            &boosted,
+            "reference/nuspec.md",
         );
         // The name signal, as the default weighs it: `nuspec` is the name of `nuspec.md` and
         // only a word of `create.md`.
@@ -435,17 +434,7 @@ mod tests {
                 ..Signals::default()
             },
         );
-        assert!(
-            rank_of(&unnamed, "reference/nuspec.md") > Some(0),
-            "{:?}",
-            paths(&unnamed)
-        );
-        assert_eq!(
-            rank_of(&named, "reference/nuspec.md"),
-            Some(0),
-            "{:?}",
-            paths(&named)
-        );
+        lifts(&unnamed, &named, "reference/nuspec.md");
         let name_of = |r: &RetrievalResult, p: &str| {
             let c = r.chunks.iter().find(|c| c.chunk.path == p).unwrap();
             c.explain.name.as_ref().unwrap().value
@@ -458,19 +447,8 @@ mod tests {
             ..Signals::OFF
         };
         let q = "restore says \"Unable to find package\" for my package source";
-        let plain = run(q, Signals::OFF);
         let boosted = run(q, phrase);
-        assert!(
-            rank_of(&plain, "errors/nu1101.md") > Some(0),
-            "{:?}",
-            paths(&plain)
-        );
-        assert_eq!(
-            rank_of(&boosted, "errors/nu1101.md"),
-            Some(0),
-            "{:?}",
-            paths(&boosted)
-        );
+        lifts(&run(q, Signals::OFF), &boosted, "errors/nu1101.md");
         let p = boosted.chunks[0].explain.phrase.as_ref().unwrap();
         assert!(
             p.matched.contains(&"unable to find package".to_string()),

@@ -543,41 +543,63 @@ fn file_stem(path: &str) -> &str {
     file.strip_suffix(".md").unwrap_or(file)
 }
 
-/// The name signal of a chunk: the share of the words of its file name (or title, whichever
-/// is more) that the question holds, when the question holds nothing else; 0 when a word of
-/// the question is in neither. Words are split at `.`, `-`, `_` and `/` (`nuget.config` is two
-/// words, as `nuget-config-file.md` is three) and compared by their terms under `cfg` (a word
-/// matches when one of its terms is one of the other's); words without a term (stop words)
-/// are left out.
-pub fn name_score(query: &str, stem: &str, title: &str, cfg: &TermConfig) -> (f64, Vec<String>) {
-    let words = |text: &str| -> Vec<Vec<String>> {
-        text.split(|c: char| c.is_whitespace() || matches!(c, '.' | '-' | '_' | '/'))
-            .map(|w| terms_with(w, cfg))
-            .filter(|t| !t.is_empty())
-            .collect()
-    };
-    let q = words(query);
-    if q.is_empty() {
-        return (0.0, Vec::new());
-    }
-    let meets = |a: &[String], b: &[String]| a.iter().any(|t| b.contains(t));
-    let covers = |name: &[Vec<String>]| -> f64 {
-        if name.is_empty() || !q.iter().all(|qw| name.iter().any(|nw| meets(qw, nw))) {
-            return 0.0;
+/// The question as the name signal sees it: its words, each as its terms under the index's
+/// term function. Built once per question, then scored against every candidate's names.
+///
+/// The name signal of a chunk ([`NameQuery::score`]) is the share of the words of its file
+/// name (or title, whichever is more) that the question holds, when the question holds
+/// nothing else; 0 when a word of the question is in neither. Words are split at `.`, `-`, `_`
+/// and `/` (`nuget.config` is two words, as `nuget-config-file.md` is three) and compared by
+/// their terms (a word matches when one of its terms is one of the other's); words without a
+/// term (stop words) are left out.
+#[derive(Debug, Clone)]
+pub struct NameQuery<'c> {
+    words: Vec<Vec<String>>,
+    cfg: &'c TermConfig,
+}
+
+impl<'c> NameQuery<'c> {
+    pub fn new(query: &str, cfg: &'c TermConfig) -> Self {
+        Self {
+            words: name_words(query, cfg),
+            cfg,
         }
-        let held = name
-            .iter()
-            .filter(|nw| q.iter().any(|qw| meets(qw, nw)))
-            .count();
-        held as f64 / name.len() as f64
-    };
-    let v = covers(&words(stem)).max(covers(&words(title)));
-    let matched = if v > 0.0 {
-        q.into_iter().flatten().collect()
-    } else {
-        Vec::new()
-    };
-    (v, matched)
+    }
+
+    /// The name signal of a page with file name `stem` (as [`file_stem_text`] gives it) and
+    /// `title`, and the question's terms when it is one of its names.
+    pub fn score(&self, stem: &str, title: &str) -> (f64, Vec<String>) {
+        if self.words.is_empty() {
+            return (0.0, Vec::new());
+        }
+        let meets = |a: &[String], b: &[String]| a.iter().any(|t| b.contains(t));
+        let covers = |name: &[Vec<String>]| -> f64 {
+            let q = &self.words;
+            if name.is_empty() || !q.iter().all(|qw| name.iter().any(|nw| meets(qw, nw))) {
+                return 0.0;
+            }
+            let held = name
+                .iter()
+                .filter(|nw| q.iter().any(|qw| meets(qw, nw)))
+                .count();
+            held as f64 / name.len() as f64
+        };
+        let v = covers(&name_words(stem, self.cfg)).max(covers(&name_words(title, self.cfg)));
+        let matched = if v > 0.0 {
+            self.words.iter().flatten().cloned().collect()
+        } else {
+            Vec::new()
+        };
+        (v, matched)
+    }
+}
+
+/// The words of `text` for the name signal, each as its terms; words without one left out.
+fn name_words(text: &str, cfg: &TermConfig) -> Vec<Vec<String>> {
+    text.split(|c: char| c.is_whitespace() || matches!(c, '.' | '-' | '_' | '/'))
+        .map(|w| terms_with(w, cfg))
+        .filter(|t| !t.is_empty())
+        .collect()
 }
 
 /// A chunk's file name without directory and extension, `-`, `_` and `.` as spaces.
@@ -796,8 +818,9 @@ mod tests {
     #[test]
     fn name_signal_is_the_share_of_a_name_the_question_is() {
         let cfg = TermConfig::default();
-        let name =
-            |q: &str, path: &str, title: &str| name_score(q, &file_stem_text(path), title, &cfg);
+        let name = |q: &str, path: &str, title: &str| {
+            NameQuery::new(q, &cfg).score(&file_stem_text(path), title)
+        };
         // The bare name of a page is all of its file name; a heading that mentions the word
         // is not a name.
         let (v, m) = name("nuspec", "reference/nuspec.md", ".nuspec reference");
