@@ -474,3 +474,36 @@ fn ask_synthesize_streams_with_citations() {
     assert_eq!(v["answer"], "The timeout is 300 seconds [1].");
     h.join().unwrap();
 }
+
+/// A knowledge base whose only ingest found nothing answers "no results", and says on stderr
+/// how to fill it (stdout stays the plain answer for pipes).
+#[test]
+fn ask_on_an_empty_knowledge_base_says_how_to_fill_it() {
+    let t = tempfile::tempdir().unwrap();
+    if !model_available(t.path()) {
+        return;
+    }
+    let cwd = t.path();
+    std::fs::create_dir_all(cwd.join("empty")).unwrap();
+    let store = cwd.join("kb.sqlite");
+    let o = bib(
+        cwd,
+        &["ingest", "empty", "--store", store.to_str().unwrap()],
+        &[],
+    );
+    assert!(!o.status.success(), "{}", text(&o));
+    assert!(store.exists(), "the failed run is recorded in the store");
+    let o = bib(
+        cwd,
+        &["ask", "how do I push?", "--store", store.to_str().unwrap()],
+        &[],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(stdout.starts_with("no results for"), "{stdout}");
+    assert!(
+        stderr.contains("holds no chunks yet") && stderr.contains("bib ingest"),
+        "{stderr}"
+    );
+}

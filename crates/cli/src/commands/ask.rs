@@ -430,6 +430,12 @@ pub fn run(a: Args) -> anyhow::Result<()> {
 
     let mut out = std::io::stdout().lock();
     print_human(&mut out, &result, &options, synth_cfg.is_none(), a.explain)?;
+    // "no results" from a knowledge base that holds nothing: say what to do (stderr, so a
+    // pipe reads the same answer either way).
+    if result.chunks.is_empty() && store.lexical_stats().is_ok_and(|s| s.chunks == 0) {
+        out.flush()?;
+        eprintln!("hint: the knowledge base at {spec} holds no chunks yet; add Markdown with `bib ingest <dir>`");
+    }
     if let Some(cfg) = &synth_cfg {
         writeln!(out, "\n── answer ({}) ──", cfg.model)?;
         out.flush()?;
