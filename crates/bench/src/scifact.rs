@@ -62,6 +62,10 @@ pub struct Args {
     /// `field=0.2,sentence=0.1` (repeatable).
     #[arg(long = "signals", value_name = "SPEC", default_values = ["off", "default"])]
     signals: Vec<String>,
+    /// BM25 weight of convex fusion in the `--signals` rows [default: the one `bib ask`
+    /// calibrates for `--model`].
+    #[arg(long, value_name = "A")]
+    fusion_alpha: Option<f64>,
     /// Write the report as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -154,7 +158,10 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         .map(|sp| sp.parse::<Signals>())
         .collect::<Result<_, _>>()?;
     for sg in &signals {
-        names.push(format!("ask ({})", short_spec(sg)));
+        match a.fusion_alpha {
+            Some(alpha) => names.push(format!("ask ({}, α {alpha})", short_spec(sg))),
+            None => names.push(format!("ask ({})", short_spec(sg))),
+        }
     }
     let cache = EmbeddingCache::with_capacity(1_000_000);
     if signals.iter().any(|sg| sg.sentence > 0.0) {
@@ -332,7 +339,7 @@ fn list_row_names(a: &Args, ks: &[f64]) -> Vec<String> {
 fn index_of_row_compared_with_best_single_list(a: &Args, ks: &[f64]) -> usize {
     // The row compared with the best single list: bib ask's default fusion when it is among
     // the rows, else RRF k = 60.
-    let default_alpha = bib_retrieve::retrieve::DEFAULT_CONVEX_ALPHA;
+    let default_alpha = bib_retrieve::retrieve::calibrated_alpha(&a.model);
     a.convex
         .iter()
         .position(|&al| (al - default_alpha).abs() < 1e-9)
@@ -375,11 +382,15 @@ fn ranked_lists_of_every_row(
         push_best_sentence_lists(ctx, qv, &bm, &mut lists);
     }
     for sg in ctx.signals {
-        let opts = RetrieveOptions {
+        let mut opts = RetrieveOptions {
             top_k: 100,
             signals: *sg,
             ..RetrieveOptions::default()
         };
+        opts.convex_alpha = ctx
+            .a
+            .fusion_alpha
+            .unwrap_or_else(|| bib_retrieve::retrieve::calibrated_alpha(&ctx.a.model));
         lists.push(
             ctx.retriever
                 .search(&q.text, &opts, &Filter::default(), Some(qv))?,

@@ -72,7 +72,7 @@ pub struct Args {
     /// Fusion of the top-k table in hybrid mode.
     #[arg(long, value_enum, ignore_case = true, default_value = "convex")]
     fusion: Fusion,
-    /// BM25 weight α of convex fusion [default: the product default].
+    /// BM25 weight α of convex fusion [default: the one `bib ask` calibrates for `--model`].
     #[arg(long)]
     fusion_alpha: Option<f64>,
     /// Length of each list (BM25, vector) before fusion [default: the product default]
@@ -237,8 +237,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let ks = sorted_distinct_cutoffs(&a)?;
     let wanted = wanted_set_names(&a)?;
     let embedder = crate::load_embedder(&a.model)?;
-    let d = RetrieveOptions::default();
-    let alpha = a.fusion_alpha.unwrap_or(d.convex_alpha);
+    let alpha = a
+        .fusion_alpha
+        .unwrap_or_else(|| bib_retrieve::retrieve::calibrated_alpha(&a.model));
     anyhow::ensure!(
         (0.0..=1.0).contains(&alpha),
         "--fusion-alpha must be within [0, 1]"
@@ -664,7 +665,7 @@ impl WikiRun<'_> {
                 fusion: *fusion,
                 convex_alpha: a
                     .fusion_alpha
-                    .unwrap_or(RetrieveOptions::default().convex_alpha),
+                    .unwrap_or_else(|| bib_retrieve::retrieve::calibrated_alpha(&a.model)),
                 trim: *trim,
                 ..RetrieveOptions::default()
             };

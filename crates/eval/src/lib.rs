@@ -74,6 +74,10 @@ pub struct EvalArgs {
     pub mode: Mode,
     /// List length before fusion.
     pub candidates: usize,
+    /// How hybrid combines its lists, as `bib ask` does.
+    pub fusion: bib_retrieve::Fusion,
+    /// BM25 weight of convex fusion (the caller passes the knowledge base's calibrated one).
+    pub convex_alpha: f64,
     /// Ask the configured chat endpoint for an answer per variant (off: retrieval only).
     pub synthesize: bool,
     /// Questions to evaluate (used when non-empty).
@@ -111,6 +115,8 @@ impl Default for EvalArgs {
             small_to_big_window: 1,
             mode: Mode::Hybrid,
             candidates: 50,
+            fusion: bib_retrieve::Fusion::default(),
+            convex_alpha: bib_retrieve::retrieve::DEFAULT_CONVEX_ALPHA,
             synthesize: false,
             questions: Vec::new(),
             golden: None,
@@ -409,6 +415,8 @@ fn baseline_retrieve_options(args: &EvalArgs) -> RetrieveOptions {
         top_k: args.top_k,
         mode: args.mode,
         candidates: args.candidates.max(args.top_k),
+        fusion: args.fusion,
+        convex_alpha: args.convex_alpha,
         signals: args.signals,
         ..RetrieveOptions::default()
     }
@@ -737,4 +745,29 @@ fn sweep_question(
         evidence: item.evidence.clone(),
         answer: item.answer.clone(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The baseline retrieves as `bib ask` would with the same settings: its fusion and the
+    /// fusion weight the caller calibrated for the knowledge base's model.
+    #[test]
+    fn baseline_takes_the_fusion_and_its_weight_from_the_arguments() {
+        let args = EvalArgs {
+            fusion: bib_retrieve::Fusion::Rrf,
+            convex_alpha: 0.5,
+            top_k: 8,
+            candidates: 3,
+            ..EvalArgs::default()
+        };
+        let o = baseline_retrieve_options(&args);
+        assert_eq!((o.fusion, o.convex_alpha), (bib_retrieve::Fusion::Rrf, 0.5));
+        assert_eq!(
+            (o.top_k, o.candidates),
+            (8, 8),
+            "never fewer candidates than top_k"
+        );
+    }
 }

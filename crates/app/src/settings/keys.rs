@@ -138,9 +138,16 @@ pub const KEYS: &[Key] = &[
     )
     .env("RETRIEVAL_FUSION", EnvKind::Name)
     .flags(&["fusion"]),
-    Key::new("ask.fusion_alpha", "Keyword (BM25) weight of convex fusion, from 0 to 1.")
-        .env("RETRIEVAL_FUSION_ALPHA", EnvKind::Number)
-        .flags(&["fusion-alpha"]),
+    Key::new(
+        "ask.fusion_alpha",
+        "Keyword (BM25) weight of convex fusion, from 0 to 1. Unset: the value calibrated for \
+         the knowledge base's model (use-m3 0.7, e5-small 0.5; any other, such as an `openai:` \
+         endpoint's, use-m3's 0.7).",
+    )
+    .env("RETRIEVAL_FUSION_ALPHA", EnvKind::Number)
+    .example("0.7")
+    .unset_means("calibrated per model: use-m3 0.7, e5-small 0.5, others 0.7")
+    .flags(&["fusion-alpha"]),
     Key::new(
         "ask.rrf_k",
         "Constant k of reciprocal rank fusion (--fusion rrf, and the hybrid trim scorer).",

@@ -12,6 +12,7 @@ mod keys;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+use bib_retrieve::retrieve::calibrated_alpha;
 use bib_retrieve::trim::{calibrated_threshold, ASK_PROFILE};
 use bib_retrieve::{
     Filter, Fusion, Mode, RerankOptions, RetrieveOptions, Signals, TrimOptions, TrimScorer,
@@ -59,7 +60,10 @@ pub struct AskSettings {
     pub mode: Mode,
     pub candidates: usize,
     pub fusion: Fusion,
-    pub fusion_alpha: f64,
+    /// BM25 weight of convex fusion; `None`: the value calibrated for the knowledge base's
+    /// model ([`bib_retrieve::retrieve::calibrated_alpha`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fusion_alpha: Option<f64>,
     pub rrf_k: f64,
     /// Ranking signals over the fused list (`Signals`, written as its `key=value` spec).
     pub signals: Signals,
@@ -94,7 +98,7 @@ impl Default for AskSettings {
             mode: r.mode,
             candidates: r.candidates,
             fusion: r.fusion,
-            fusion_alpha: r.convex_alpha,
+            fusion_alpha: None,
             rrf_k: r.rrf_k,
             signals: r.signals,
             trim: false,
@@ -140,7 +144,9 @@ impl AskSettings {
             candidates: self.candidates,
             rrf_k: self.rrf_k,
             fusion: self.fusion,
-            convex_alpha: self.fusion_alpha,
+            convex_alpha: self
+                .fusion_alpha
+                .unwrap_or_else(|| calibrated_alpha(model_id)),
             trim: self.trim.then(|| self.trim_options(model_id)),
             signals: self.signals,
             rerank: self.rerank.then(|| self.rerank_options()),
@@ -164,10 +170,10 @@ impl AskSettings {
         if self.top_k == 0 {
             return Err(bad("top_k", "must be at least 1".into()));
         }
-        if !(0.0..=1.0).contains(&self.fusion_alpha) {
+        if let Some(alpha) = self.fusion_alpha.filter(|a| !(0.0..=1.0).contains(a)) {
             return Err(bad(
                 "fusion_alpha",
-                format!("{} is not a weight in [0, 1]", self.fusion_alpha),
+                format!("{alpha} is not a weight in [0, 1]"),
             ));
         }
         let named = |what: &'static str| {

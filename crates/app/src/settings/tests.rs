@@ -62,6 +62,14 @@ fn defaults_are_retrievals_and_the_ask_profile() {
             ..ASK_PROFILE
         }
     );
+    // So is convex fusion's BM25 weight, and one that is set holds for every model.
+    assert_eq!(s.ask.fusion_alpha, None);
+    let alpha = |s: &Settings, model: &str| s.ask.retrieve_options(model).convex_alpha;
+    assert_eq!(alpha(&s, bib_embed::DEFAULT_MODEL), 0.7);
+    assert_eq!(alpha(&s, "e5-small"), 0.5);
+    assert_eq!(alpha(&s, "openai:nomic-embed-text"), 0.7);
+    let set = Settings::resolve(None, &no_env, |s| s.ask.fusion_alpha = Some(0.9)).unwrap();
+    assert_eq!(alpha(&set, "e5-small"), 0.9);
     assert!(s.ask.log, "the query log is on by default");
     assert_eq!(s.ask.fallback, ModelFallback::None, "no silent fallback");
     assert!(s.ingest.sentence_vectors);
@@ -158,7 +166,7 @@ fn precedence_flags_env_file_defaults() {
         ),
         (Some(0.42), 1, 0)
     );
-    assert_eq!((s.ask.fusion, s.ask.fusion_alpha), (Fusion::Rrf, 0.9));
+    assert_eq!((s.ask.fusion, s.ask.fusion_alpha), (Fusion::Rrf, Some(0.9)));
     assert_eq!(s.ask.trim_min_sentences, ASK_PROFILE.min_sentences);
     // Empty variables are unset.
     let s = Settings::resolve(None, &env_of(&[("BIB_STORE", " ")]), |_| ()).unwrap();
@@ -254,7 +262,7 @@ fn environment_and_range_errors_name_their_source() {
     }
     type Flags = fn(&mut Settings);
     let out_of_range: [(&str, Flags); 4] = [
-        ("ask.fusion_alpha", |s| s.ask.fusion_alpha = 2.0),
+        ("ask.fusion_alpha", |s| s.ask.fusion_alpha = Some(2.0)),
         ("ask.top_k", |s| s.ask.top_k = 0),
         ("ask.trim_threshold", |s| s.ask.trim_threshold = Some(3.0)),
         ("ask.filters", |s| s.ask.filters = vec!["no-equals".into()]),
@@ -306,6 +314,7 @@ fn keys_document_every_setting_and_nothing_else() {
         },
         ask: AskSettings {
             trim_threshold: Some(0.5),
+            fusion_alpha: Some(0.6),
             ..AskSettings::default()
         },
         ..Settings::default()

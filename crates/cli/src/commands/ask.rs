@@ -156,7 +156,7 @@ fn apply_flags(a: &Args, s: &mut Settings) {
     ask.mode = a.mode.unwrap_or(ask.mode);
     ask.trim_scorer = a.trim_scorer.unwrap_or(ask.trim_scorer);
     ask.fusion = a.fusion.unwrap_or(ask.fusion);
-    ask.fusion_alpha = a.fusion_alpha.unwrap_or(ask.fusion_alpha);
+    ask.fusion_alpha = a.fusion_alpha.or(ask.fusion_alpha);
     ask.rrf_k = a.rrf_k.unwrap_or(ask.rrf_k);
     ask.trim_threshold = a.trim_threshold.or(ask.trim_threshold);
     if a.trim {
