@@ -328,6 +328,26 @@ pub fn wanted_terms(text: &str, cfg: &TermConfig, wanted: &[String]) -> HashSet<
         .collect()
 }
 
+/// The initials (lower case, accents folded) of every term `text` can give under `cfg`: the
+/// first letter of each token and of each of its compound parts, since every term starts
+/// there (Snowball rewrites endings only). A cheap test that a text cannot hold some term,
+/// without stemming it. `None` with `camel`, whose parts start inside a word.
+pub fn term_initials(text: &str, cfg: &TermConfig) -> Option<HashSet<char>> {
+    if cfg.camel {
+        return None;
+    }
+    let lower = lower_nfc(text);
+    let mut out = HashSet::new();
+    for tok in tokens(&lower) {
+        for part in tok.split(['.', '/', '-', '_']) {
+            if let Some(c) = part.chars().next() {
+                out.insert(fold_char(c));
+            }
+        }
+    }
+    Some(out)
+}
+
 /// Words to analyse: those starting with one of these letters (lower case, accents folded);
 /// `None`: every word.
 type Only<'a> = Option<&'a HashSet<char>>;
