@@ -14,7 +14,7 @@ use std::path::PathBuf;
 
 use bib_eval::load_golden;
 use bib_eval::stats::percentile;
-use bib_retrieve::relevance::floor_for;
+use bib_retrieve::relevance::{floor_for, term_coverage};
 use bib_retrieve::Relevance;
 use bib_retrieve::{EmbeddingCache, Filter, RetrieveOptions, Retriever, StoreIndex, StoreVectors};
 use serde_json::json;
@@ -89,7 +89,7 @@ fn parse_sweep(s: &str) -> anyhow::Result<Vec<f64>> {
 
 /// Whether an ask judges `q` "no good match" at `floor`.
 fn fires_on(q: &Scored, floor: f64) -> bool {
-    Relevance::judge(Some(q.cosine), Some(floor), q.coverage, 1).no_good_match
+    Relevance::judge(Some(q.cosine), Some(floor), Some(q.coverage), 1).no_good_match
 }
 
 /// `fires/n` of the questions of `sel` at `floor`.
@@ -137,6 +137,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         }
         let store = stores[wiki].clone();
         let index = StoreIndex::new(store.as_ref());
+        let terms = bib_store::Store::term_config(store.as_ref())?;
         // Sentence vectors come from the store, where ingest put them (as in `bib ask`): the
         // sentence signal ranks the results whose words the coverage rule reads.
         let cache = EmbeddingCache::default().with_backing(std::sync::Arc::new(StoreVectors(
@@ -152,7 +153,12 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 id: q.id.clone().unwrap_or_else(|| format!("{set}#{}", i + 1)),
                 topic: topics.get(i).cloned().unwrap_or_default(),
                 cosine: r.relevance.best_cosine.unwrap_or(f64::NAN),
-                coverage: r.relevance.term_coverage,
+                // The ask reads the results' words only below the floor in force; the sweep
+                // judges at every floor, so it needs them for every question.
+                coverage: r.relevance.term_coverage.unwrap_or_else(|| {
+                    let texts: Vec<&str> = r.chunks.iter().map(|c| c.text.as_str()).collect();
+                    term_coverage(&q.question, &texts, &terms)
+                }),
                 sentence_cosine: r
                     .chunks
                     .iter()

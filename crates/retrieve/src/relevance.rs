@@ -52,24 +52,33 @@ pub struct Relevance {
     /// The floor `best_cosine` is held against (`None`: no floor known for the model).
     pub floor: Option<f64>,
     /// The largest share of the question's words that one result contains (a word counts
-    /// when the chunk has it or its stem).
-    pub term_coverage: f64,
+    /// when the chunk has it or its stem); `None` when the cosine settled the answer alone
+    /// ([`Relevance::needs_words`] false), since reading the results' words is most of the
+    /// judgement's cost.
+    pub term_coverage: Option<f64>,
     /// `best_cosine` is below the floor and no result has every word of the question (or
     /// nothing was found at all).
     pub no_good_match: bool,
 }
 
 impl Relevance {
+    /// Whether the words of the results can change the judgement: only when the cosine is
+    /// below the floor.
+    pub fn needs_words(best_cosine: Option<f64>, floor: Option<f64>) -> bool {
+        matches!((best_cosine, floor), (Some(c), Some(f)) if c < f)
+    }
+
     /// Judge `best_cosine` against `floor`, unless one result contains every word of the
-    /// question (`term_coverage` 1); an answer with no result is never a good match.
+    /// question (`term_coverage` 1, to be given whenever [`Self::needs_words`]); an answer
+    /// with no result is never a good match.
     pub fn judge(
         best_cosine: Option<f64>,
         floor: Option<f64>,
-        term_coverage: f64,
+        term_coverage: Option<f64>,
         results: usize,
     ) -> Self {
-        let below = matches!((best_cosine, floor), (Some(c), Some(f)) if c < f);
-        let every_word = term_coverage >= 1.0;
+        let below = Self::needs_words(best_cosine, floor);
+        let every_word = term_coverage.is_some_and(|c| c >= 1.0);
         Self {
             best_cosine,
             floor,
@@ -113,19 +122,26 @@ mod tests {
     #[test]
     fn below_the_floor_or_empty_is_no_good_match() {
         let f = floor_for("use-m3");
-        assert!(Relevance::judge(Some(USE_M3_FLOOR - 0.01), f, 0.5, 5).no_good_match);
-        assert!(!Relevance::judge(Some(USE_M3_FLOOR), f, 0.5, 5).no_good_match);
-        assert!(Relevance::judge(Some(0.9), f, 1.0, 0).no_good_match);
+        assert!(Relevance::judge(Some(USE_M3_FLOOR - 0.01), f, Some(0.5), 5).no_good_match);
+        assert!(!Relevance::judge(Some(USE_M3_FLOOR), f, Some(0.5), 5).no_good_match);
+        assert!(Relevance::judge(Some(0.9), f, Some(1.0), 0).no_good_match);
         // Every word of the question in one result: an exact-string question, answered.
-        assert!(!Relevance::judge(Some(0.05), f, 1.0, 5).no_good_match);
+        assert!(!Relevance::judge(Some(0.05), f, Some(1.0), 5).no_good_match);
         // Without a cosine or without a floor nothing is judged but emptiness.
-        assert!(!Relevance::judge(None, f, 0.0, 3).no_good_match);
-        assert!(!Relevance::judge(Some(0.01), floor_for("other-model"), 0.0, 3).no_good_match);
+        assert!(!Relevance::judge(None, f, Some(0.0), 3).no_good_match);
+        assert!(
+            !Relevance::judge(Some(0.01), floor_for("other-model"), Some(0.0), 3).no_good_match
+        );
         // Each local model is held against its own floor: e5-small's cosines run far higher.
         let e5 = floor_for("e5-small");
         assert_eq!(e5, Some(E5_SMALL_FLOOR));
-        assert!(Relevance::judge(Some(0.80), e5, 0.5, 5).no_good_match);
-        assert!(!Relevance::judge(Some(0.80), f, 0.5, 5).no_good_match);
+        assert!(Relevance::judge(Some(0.80), e5, Some(0.5), 5).no_good_match);
+        assert!(!Relevance::judge(Some(0.80), f, Some(0.5), 5).no_good_match);
+        // At or above the floor the words cannot change the answer, and are not read.
+        assert!(!Relevance::needs_words(Some(USE_M3_FLOOR), f));
+        assert!(!Relevance::needs_words(None, f) && !Relevance::needs_words(Some(0.0), None));
+        assert!(Relevance::needs_words(Some(USE_M3_FLOOR - 0.01), f));
+        assert!(!Relevance::judge(Some(0.9), f, None, 5).no_good_match);
     }
 
     #[test]

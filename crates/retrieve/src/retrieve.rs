@@ -639,7 +639,11 @@ impl<'a> Retriever<'a> {
             tokenizer.map(|tk| baseline.iter().map(|c| c.exact_tokens(tk)).sum());
         let floor = self.embedder.and_then(|e| floor_for(e.model_id()));
         let texts: Vec<&str> = originals.iter().map(String::as_str).collect();
-        let coverage = term_coverage(query, &texts, &self.index.term_config()?);
+        let coverage = if Relevance::needs_words(best_cosine, floor) {
+            Some(term_coverage(query, &texts, &self.index.term_config()?))
+        } else {
+            None
+        };
         let relevance = Relevance::judge(best_cosine, floor, coverage, chunks.len());
         let tokens_in_context = chunks.iter().map(|c| estimate_tokens(&c.text)).sum();
         // Untrimmed, the context is the baseline: its tokens are counted once.
