@@ -663,9 +663,7 @@ impl WikiRun<'_> {
                 top_k: a.top_k,
                 mode: *mode,
                 fusion: *fusion,
-                convex_alpha: a
-                    .fusion_alpha
-                    .unwrap_or_else(|| bib_retrieve::retrieve::calibrated_alpha(&a.model)),
+                convex_alpha: self.alpha,
                 trim: *trim,
                 ..RetrieveOptions::default()
             };

@@ -135,6 +135,13 @@ impl AskSettings {
         }
     }
 
+    /// Convex fusion's BM25 weight over a knowledge base embedded with `model_id`: the one set,
+    /// else the one calibrated for the model.
+    pub fn convex_alpha(&self, model_id: &str) -> f64 {
+        self.fusion_alpha
+            .unwrap_or_else(|| calibrated_alpha(model_id))
+    }
+
     /// The options of one retrieval over a knowledge base embedded with `model_id`
     /// (trimming only when `trim` is on).
     pub fn retrieve_options(&self, model_id: &str) -> RetrieveOptions {
@@ -144,9 +151,7 @@ impl AskSettings {
             candidates: self.candidates,
             rrf_k: self.rrf_k,
             fusion: self.fusion,
-            convex_alpha: self
-                .fusion_alpha
-                .unwrap_or_else(|| calibrated_alpha(model_id)),
+            convex_alpha: self.convex_alpha(model_id),
             trim: self.trim.then(|| self.trim_options(model_id)),
             signals: self.signals,
             rerank: self.rerank.then(|| self.rerank_options()),

@@ -13,7 +13,6 @@ use anyhow::Context;
 use bib_app::Settings;
 use bib_embed::{EmbedKind, Embedder};
 use bib_eval::{EvalArgs, EvalReport, GoldenItem, Kb, SweepSpec, Variant};
-use bib_retrieve::retrieve::calibrated_alpha;
 use bib_retrieve::synth::SynthConfig;
 use bib_retrieve::trim::calibrated_threshold;
 use bib_retrieve::{ChunkRecord, EmbeddingCache, MemoryIndex, Mode, TrimScorer};
@@ -120,11 +119,6 @@ fn explicit_trim_threshold(a: &Args, settings: &Settings) -> Option<f32> {
     a.trim_threshold.or(settings.ask.trim_threshold)
 }
 
-/// The convex fusion weight set in the settings, if any (else each model's calibrated one).
-fn explicit_fusion_alpha(settings: &Settings) -> Option<f64> {
-    settings.ask.fusion_alpha
-}
-
 /// The harness's arguments: this command's flags over the `[ask]` settings.
 fn eval_args(a: &Args, settings: &Settings) -> anyhow::Result<EvalArgs> {
     let ask = &settings.ask;
@@ -146,8 +140,7 @@ fn eval_args(a: &Args, settings: &Settings) -> anyhow::Result<EvalArgs> {
         candidates: ask.candidates,
         fusion: ask.fusion,
         // As the threshold: the default model's here, the store's in `eval_store`.
-        convex_alpha: explicit_fusion_alpha(settings)
-            .unwrap_or_else(|| calibrated_alpha(bib_embed::DEFAULT_MODEL)),
+        convex_alpha: ask.convex_alpha(bib_embed::DEFAULT_MODEL),
         synthesize: a.synthesize,
         questions: a.questions.clone(),
         golden: a.golden.clone(),
@@ -240,7 +233,7 @@ fn eval_store(
     let model = store_model(store)?;
     let args = &EvalArgs {
         trim_threshold: trim_threshold.unwrap_or_else(|| calibrated_threshold(&model)),
-        convex_alpha: explicit_fusion_alpha(settings).unwrap_or_else(|| calibrated_alpha(&model)),
+        convex_alpha: settings.ask.convex_alpha(&model),
         ..args.clone()
     };
     let embedder = match load_embedder(&model, &ctx.embed) {
