@@ -8,6 +8,7 @@ use bib_store::rows::{now_ms, parse_json, to_u32};
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -50,6 +51,15 @@ fn quote_ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 
+/// Memory (KiB) to build an HNSW index over `rows` vectors of `dims` floats in one pass:
+/// pgvector keeps each element's vector and its neighbour lists (~600 bytes at m = 16) in
+/// `maintenance_work_mem`. Capped at 4 GiB, which holds 1.5M vectors of 512 floats.
+fn hnsw_build_memory_kib(rows: i64, dims: i32) -> i64 {
+    const CAP_KIB: i64 = 4 * 1024 * 1024;
+    let per_row = 4 * i64::from(dims.max(0)) + 640;
+    (rows.max(0).saturating_mul(per_row) / 1024).min(CAP_KIB)
+}
+
 fn get<'r, T>(row: &'r PgRow, idx: usize, op: &'static str) -> Result<T, StoreError>
 where
     T: sqlx::Decode<'r, sqlx::Postgres> + sqlx::Type<sqlx::Postgres>,
@@ -81,6 +91,11 @@ pub struct PgStore {
     location: String,
     /// Dimensions that already have their partial HNSW index.
     hnsw_dims: Mutex<HashSet<i32>>,
+    /// A bulk load is under way ([`Store::set_bulk_writes`]): writes commit without waiting
+    /// for the WAL flush, and missing HNSW indexes wait for [`Store::optimize`].
+    bulk: AtomicBool,
+    /// Dimensions written during a bulk load whose HNSW index [`Store::optimize`] builds.
+    hnsw_pending: Mutex<HashSet<i32>>,
     /// Query-log bounds applied by every `log_query`.
     retention: Mutex<QueryLogRetention>,
     /// The `terms` row BM25 last analysed a query with, and its parsed term function: a
@@ -137,6 +152,8 @@ impl PgStore {
             opts,
             location,
             hnsw_dims: Mutex::new(dims),
+            bulk: AtomicBool::new(false),
+            hnsw_pending: Mutex::new(HashSet::new()),
             retention: Mutex::new(QueryLogRetention::default()),
             terms_seen: Mutex::new(None),
         })
@@ -371,21 +388,6 @@ impl PgStore {
         })
     }
 
-    /// Build the HNSW indexes missing for the dimensions in use. Ingest does this as it goes;
-    /// a bulk load can skip that and call this once at the end.
-    pub fn ensure_hnsw_indexes(&self) -> Result<(), StoreError> {
-        let dims: Vec<i32> = self.block(async {
-            sqlx::query_scalar("SELECT DISTINCT dims FROM chunks")
-                .fetch_all(&self.pool)
-                .await
-                .map_err(pg("list dimensions"))
-        })?;
-        for d in dims {
-            self.ensure_hnsw_index(d)?;
-        }
-        Ok(())
-    }
-
     fn ensure_hnsw_index(&self, dims: i32) -> Result<(), StoreError> {
         if !(1..=HNSW_MAX_DIMS).contains(&dims) {
             return Ok(());
@@ -399,9 +401,32 @@ impl PgStore {
             return Ok(());
         }
         let res = self.block(async {
-            sqlx::query(AssertSqlSafe(schema::hnsw_index_sql(dims)))
-                .execute(&self.pool)
-                .await
+            let mut conn = self.pool.acquire().await?;
+            // The graph is built in memory when it fits in `maintenance_work_mem`, and many
+            // times slower on disk once it does not (1M vectors of 512 floats need ~2.5 GB),
+            // so this session asks for what the rows need, never less than the server's own.
+            let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM chunks WHERE dims = $1")
+                .bind(dims)
+                .fetch_one(&mut *conn)
+                .await?;
+            let server_kib: i64 = sqlx::query_scalar(
+                "SELECT setting::bigint FROM pg_settings WHERE name = 'maintenance_work_mem'",
+            )
+            .fetch_one(&mut *conn)
+            .await?;
+            let kib = hnsw_build_memory_kib(rows, dims).max(server_kib);
+            sqlx::query(AssertSqlSafe(format!(
+                "SET maintenance_work_mem = '{kib}kB'"
+            )))
+            .execute(&mut *conn)
+            .await?;
+            let built = sqlx::query(AssertSqlSafe(schema::hnsw_index_sql(dims)))
+                .execute(&mut *conn)
+                .await;
+            sqlx::query("RESET maintenance_work_mem")
+                .execute(&mut *conn)
+                .await?;
+            built
         });
         match res {
             Ok(_) => {}
@@ -719,6 +744,15 @@ impl PgStore {
         let meta = serde_json::to_string(&change.metadata)
             .map_err(|err| StoreError::Invalid(format!("metadata of {}: {err}", change.path)))?;
         let mut tx = self.pool.begin().await.map_err(pg("begin"))?;
+        if self.bulk.load(Ordering::Relaxed) {
+            // A bulk load commits without waiting for its WAL to reach the disk: a crash may
+            // lose the last documents written, never corrupt them, and the first ordinary
+            // commit after the load (the run's record) flushes all of it.
+            sqlx::query("SET LOCAL synchronous_commit = off")
+                .execute(&mut *tx)
+                .await
+                .map_err(pg("bulk commit mode"))?;
+        }
         // FOR SHARE: a reindex (`set_term_config`) waits for this write, or this write for it.
         let recorded: Option<String> =
             sqlx::query_scalar("SELECT value FROM meta WHERE key = 'terms' FOR SHARE")
@@ -1292,13 +1326,35 @@ impl Store for PgStore {
             .iter()
             .map(|c| c.embedding.len() as i32)
             .collect();
-        for d in dims {
-            self.ensure_hnsw_index(d)?;
+        if self.bulk.load(Ordering::Relaxed) {
+            // Inserting into a graph row by row costs several times building it once at the
+            // end; until then vector search reads these rows exactly.
+            self.hnsw_pending
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .extend(dims);
+        } else {
+            for d in dims {
+                self.ensure_hnsw_index(d)?;
+            }
         }
         Ok(out)
     }
 
+    fn set_bulk_writes(&self, on: bool) {
+        self.bulk.store(on, Ordering::Relaxed);
+    }
+
     fn optimize(&self) -> Result<(), StoreError> {
+        let pending: Vec<i32> = self
+            .hnsw_pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .drain()
+            .collect();
+        for d in pending {
+            self.ensure_hnsw_index(d)?;
+        }
         // VACUUM cannot run inside a transaction; on a pool connection it runs on its own.
         // It skips pages already all-visible, so after a small ingest it reads little.
         self.block(async {

@@ -395,6 +395,41 @@ fn hnsw_recall_at_10_against_exact() {
     assert!(keys(&pg, &hits).iter().all(|k| k.0.starts_with("r/doc1")));
 }
 
+/// A bulk load (an ingest run, `bib migrate`) leaves the HNSW index of new dimensions to
+/// `optimize`, which builds it once; meanwhile vector search answers exactly.
+#[test]
+fn a_bulk_load_builds_its_vector_index_at_the_end() {
+    let Some(url) = test_url() else { return };
+    let pg = fresh_store(&url, "bulk", HNSW);
+    let dims = 16;
+    let mut rng = Rng(5);
+    pg.set_bulk_writes(true);
+    for d in 0..60 {
+        pg.apply_document(&random_change(&mut rng, &format!("b/doc{d}.md"), 3, dims))
+            .unwrap();
+    }
+    pg.set_bulk_writes(false);
+    let index = format!("chunks_hnsw_{dims}");
+    let plan = pg.vector_plan(dims as i32).unwrap();
+    assert!(!plan.contains(&index), "built during the load:\n{plan}");
+    let exact = pg.reopen_with(VectorSearch::Exact).unwrap();
+    let q = rng.unit_vector(dims);
+    let ids = |hits: Vec<Hit>| hits.iter().map(|h| h.id).collect::<Vec<_>>();
+    let want = ids(exact.vector_search(&q, 10, &Filter::none()).unwrap());
+    assert_eq!(
+        ids(pg.vector_search(&q, 10, &Filter::none()).unwrap()),
+        want
+    );
+
+    pg.optimize().unwrap();
+    let plan = pg.vector_plan(dims as i32).unwrap();
+    assert!(plan.contains(&index), "no index after optimize:\n{plan}");
+    // Ordinary writes keep it up to date from now on.
+    pg.apply_document(&random_change(&mut rng, "b/late.md", 2, dims))
+        .unwrap();
+    assert_eq!(pg.lexical_stats().unwrap().chunks, 60 * 3 + 2);
+}
+
 /// BM25 remembers the term function it analysed the last query with and sends it along; when
 /// another connection reindexes with a different one, the next search follows at once.
 #[test]

@@ -129,15 +129,16 @@ pub trait Store: VectorsByHash + RunLog + Send + Sync {
     }
     /// Housekeeping after a batch of writes (the end of an ingest run that changed
     /// something), so that reads stay as fast as the backend can make them. PostgreSQL
-    /// vacuums the postings, which marks their pages all-visible so BM25 reads them from the
-    /// covering index alone. It never changes what is stored; a failure loses nothing and
+    /// builds the vector indexes a bulk load left for the end, and vacuums the postings, which
+    /// marks their pages all-visible so BM25 reads them from the covering index alone. It never changes what is stored; a failure loses nothing and
     /// may be reported as a warning. Backends with nothing to do keep this default.
     fn optimize(&self) -> Result<(), StoreError> {
         Ok(())
     }
     /// Whether a run of many writes (an ingest) is under way: a backend may then trade read
-    /// speed for write speed (SQLite checkpoints its write-ahead log less often). What is read
-    /// and written means the same either way. Backends with nothing to tune keep this default.
+    /// speed for write speed (SQLite checkpoints its write-ahead log less often; PostgreSQL
+    /// commits without waiting for the WAL flush and leaves new vector indexes to
+    /// [`Store::optimize`]). What is read and written means the same either way. Backends with nothing to tune keep this default.
     fn set_bulk_writes(&self, _on: bool) {}
     /// Atomically delete documents (by path) with all their chunks. Returns chunks deleted.
     fn remove_documents(&self, paths: &[String]) -> Result<u64, StoreError>;

@@ -90,8 +90,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         pg_target: pg_target.as_ref(),
     };
 
-    // Documents, chunks and vectors.
-    let old_ids = copy.copy_documents(&mut sum)?;
+    // Documents, chunks and vectors, as the bulk load they are (PostgreSQL builds its vector
+    // index once at the end instead of row by row).
+    dst.set_bulk_writes(true);
+    let copied = copy.copy_documents(&mut sum);
+    dst.set_bulk_writes(false);
+    let old_ids = copied?;
     // The translation of chunk ids for the query log.
     let new_ids = copy.target_chunk_ids()?;
     copy.copy_runs(&mut sum)?;
@@ -116,8 +120,7 @@ fn check_target_is_empty(dst: &dyn Store) -> anyhow::Result<()> {
 }
 
 /// The two stores of one migration. `pg_target` is the target again as its concrete
-/// PostgreSQL type when it is one (it can import runs with their original times and build
-/// its vector indexes).
+/// PostgreSQL type when it is one (it can import runs with their original times).
 struct Migration<'a> {
     src: &'a dyn Store,
     dst: &'a dyn Store,
@@ -271,13 +274,13 @@ impl Migration<'_> {
         Ok(())
     }
 
-    /// Build PostgreSQL's vector indexes, then audit the target: it must be coherent and
-    /// hold exactly the documents and chunks copied.
+    /// Finish the bulk load (PostgreSQL builds its vector indexes and vacuums the postings),
+    /// then audit the target: it must be coherent and hold exactly the documents and chunks
+    /// copied.
     fn verify_target(&self, sum: &Summary) -> anyhow::Result<()> {
         let dst = self.dst;
-        if let Some(p) = self.pg_target {
-            p.ensure_hnsw_indexes()?;
-        }
+        dst.optimize()
+            .context("building the target's indexes after the copy")?;
         let audit = dst.audit()?;
         if !audit.coherent || audit.documents != sum.documents || audit.chunks != sum.chunks {
             return Err(StoreError::Corrupt {
