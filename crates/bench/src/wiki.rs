@@ -795,6 +795,11 @@ mod tests {
         load_golden(&repo_root().join(format!("bench/wiki/dev_{lang}.jsonl"))).unwrap()
     }
 
+    /// The small held-out sets of `bench/wiki/heldout/` (same format, ids `<lang>-ho-NN`).
+    fn heldout_set(lang: &str) -> Vec<GoldenItem> {
+        load_golden(&repo_root().join(format!("bench/wiki/heldout/dev_{lang}.jsonl"))).unwrap()
+    }
+
     #[test]
     fn answered_needs_every_quote_within_k() {
         let chunks = [
@@ -846,6 +851,13 @@ mod tests {
             let pages: std::collections::HashSet<&String> =
                 qs.iter().flat_map(|q| &q.files).collect();
             assert!(pages.len() >= 30, "dev_{lang}: {} pages", pages.len());
+            for q in heldout_set(lang) {
+                let id = q.id.clone().expect("every held-out question has an id");
+                assert!(id.starts_with(&format!("{lang}-ho-")), "{id}");
+                assert!(ids.insert(id.clone()), "duplicate id {id}");
+                assert!(STYLES.contains(&style_of(&q)), "{id}: style {:?}", q.style);
+                assert!(!q.files.is_empty() && !q.evidence.is_empty() && q.answer.is_some());
+            }
         }
     }
 
@@ -869,7 +881,7 @@ mod tests {
         let mut missing = Vec::new();
         let mut checked = 0;
         for (lang, dir) in [("es", "nuget-es"), ("en", "nuget-en")] {
-            for q in dev_set(lang) {
+            for q in dev_set(lang).into_iter().chain(heldout_set(lang)) {
                 let pages: Vec<String> = q
                     .files
                     .iter()
@@ -888,7 +900,7 @@ mod tests {
                 }
             }
         }
-        assert!(checked >= 140, "only {checked} quotes checked");
+        assert!(checked >= 160, "only {checked} quotes checked");
         assert!(
             missing.is_empty(),
             "quotes not in their pages:\n{}",
