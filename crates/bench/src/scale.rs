@@ -17,6 +17,10 @@
 //! - **processes**: peak RSS and wall time of a real `bib ask` (a fresh process, hybrid) and
 //!   peak RSS of `bib serve` after asks over HTTP — what a user's machine sees.
 //!
+//! - **PostgreSQL** (`--pg URL`): the same queries on a copy of the store made with `bib
+//!   migrate` — BM25, HNSW vector search and the hybrid ask, recall@10 against the same exact
+//!   top-10 (by path and chunk index, as ids differ between stores).
+//!
 //! A last table divides each figure at the largest size by the same at the smallest.
 
 use std::io::{BufRead, BufReader};
@@ -27,6 +31,7 @@ use std::time::Instant;
 use anyhow::{bail, Context};
 use bib_eval::stats::percentile;
 use bib_store::{ChunkId, DocumentChange, Filter, SqliteStore, Store};
+use bib_store_pg::{PgOptions, PgStore, VectorSearch};
 use serde_json::{json, Value};
 
 use super::serve::Conn;
@@ -53,6 +58,12 @@ pub struct Args {
     /// Skip the `bib ask` and `bib serve` processes (no embedding model needed then).
     #[arg(long)]
     no_processes: bool,
+    /// Also time a PostgreSQL copy of each size's store (same paths, HNSW, recall@10 against
+    /// the same exact top-10): a `postgres://` URL whose `schema` holds it, or without one the
+    /// schema `bib_scale_<chunks>`. Copy a store there first with `bib migrate --from
+    /// <dir>/scale-<chunks>-<dims>d.sqlite --to <url>`.
+    #[arg(long, value_name = "URL")]
+    pg: Option<String>,
     /// Write the report as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -70,6 +81,8 @@ struct Row {
     ask_rss_mib: Option<f64>,
     ask_wall_s: Option<f64>,
     serve_rss_mib: Option<f64>,
+    /// The same queries on the PostgreSQL copy (`--pg`): path times and HNSW recall@10.
+    pg: Option<(PathTimes, f64)>,
 }
 
 impl Row {
@@ -88,6 +101,12 @@ impl Row {
             "ask_peak_rss_mib": self.ask_rss_mib,
             "ask_wall_s": self.ask_wall_s,
             "serve_peak_rss_mib": self.serve_rss_mib,
+            "postgres": self.pg.as_ref().map(|(t, recall)| json!({
+                "bm25_p50_ms": p(&t.bm25, 50.0), "bm25_p99_ms": p(&t.bm25, 99.0),
+                "vector_p50_ms": p(&t.vector, 50.0), "vector_p99_ms": p(&t.vector, 99.0),
+                "hybrid_p50_ms": p(&t.hybrid, 50.0), "hybrid_p99_ms": p(&t.hybrid, 99.0),
+                "recall10": recall,
+            })),
         })
     }
 }
@@ -125,6 +144,13 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         eprintln!("{n} chunks: exact top-10 of {} queries…", queries.len());
         let exact = exact_top10(&store, &queries)?;
         row.recall10 = recall_at_10(&exact, &tops);
+        if let Some(url) = &a.pg {
+            let exact_keys = exact
+                .iter()
+                .map(|ids| chunk_keys(&store, ids))
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            row.pg = Some(time_postgres(url, n, &path, &queries, &exact_keys)?);
+        }
         drop(store);
         if !a.no_processes {
             processes(&path, &queries, &mut row)?;
@@ -139,6 +165,51 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             .with_context(|| format!("writing {}", p.display()))?;
     }
     Ok(())
+}
+
+/// `(path, chunk_index)` of each id, in order: ids are local to one store.
+fn chunk_keys(store: &dyn Store, ids: &[ChunkId]) -> anyhow::Result<Vec<(String, u32)>> {
+    let mut by_id: std::collections::HashMap<ChunkId, (String, u32)> = store
+        .get_chunks(ids)?
+        .into_iter()
+        .map(|c| (c.id, (c.path, c.chunk_index)))
+        .collect();
+    Ok(ids.iter().filter_map(|id| by_id.remove(id)).collect())
+}
+
+/// Time the PostgreSQL copy of the `n`-chunk store at `url` (HNSW search) on the same queries;
+/// its path times and recall@10 against `exact` (by chunk key).
+fn time_postgres(
+    url: &str,
+    n: usize,
+    sqlite_path: &Path,
+    queries: &[(String, Vec<f32>)],
+    exact: &[Vec<(String, u32)>],
+) -> anyhow::Result<(PathTimes, f64)> {
+    let mut opts = PgOptions::parse(url)?.with_vector_search(VectorSearch::Hnsw {
+        ef_search: bib_store_pg::DEFAULT_EF_SEARCH,
+    });
+    if !url.contains("schema=") {
+        opts = opts.with_schema(&format!("bib_scale_{n}"))?;
+    }
+    let pg = PgStore::connect_with(opts)?;
+    let held = pg.lexical_stats()?.chunks;
+    if held != n as u64 {
+        bail!(
+            "{}: holds {held} chunks, not {n}; copy the store there first: bib migrate --from \
+             {} --to \"{url}\"",
+            pg.location(),
+            sqlite_path.display()
+        );
+    }
+    eprintln!("{n} chunks: timing {}…", pg.location());
+    let mut times = PathTimes::default();
+    let hits = time_store_paths(&pg, queries, &mut times)?;
+    let tops = hits
+        .iter()
+        .map(|h| chunk_keys(&pg, &h.iter().take(10).map(|h| h.id).collect::<Vec<_>>()))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    Ok((times, recall_at_10(exact, &tops)))
 }
 
 /// Documents written per transaction (`Store::apply_documents`): a bulk load, as an ingest of
@@ -400,6 +471,24 @@ fn print_report(rows: &[Row]) {
             opt(r.ask_wall_s, 2),
             opt(r.serve_rss_mib, 0),
         );
+    }
+    for r in rows {
+        if let Some((t, recall)) = &r.pg {
+            println!(
+                "{:>9} {:>9} {:>9} {:>8} {:>7.2}/{:>7.2} {:>7.2}/{:>7.2} {:>7.2}/{:>7.2} {:>9.4}   (postgres, hnsw)",
+                r.chunks,
+                "—",
+                "—",
+                "—",
+                p(&t.bm25, 50.0),
+                p(&t.bm25, 99.0),
+                p(&t.vector, 50.0),
+                p(&t.vector, 99.0),
+                p(&t.hybrid, 50.0),
+                p(&t.hybrid, 99.0),
+                recall,
+            );
+        }
     }
     let (Some(first), Some(last)) = (rows.first(), rows.last()) else {
         return;
