@@ -1350,10 +1350,16 @@ impl Store for PgStore {
             .hnsw_pending
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .drain()
+            .iter()
+            .copied()
             .collect();
         for d in pending {
+            // A size whose build failed stays pending for the next call.
             self.ensure_hnsw_index(d)?;
+            self.hnsw_pending
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&d);
         }
         // VACUUM cannot run inside a transaction; on a pool connection it runs on its own.
         // It skips pages already all-visible, so after a small ingest it reads little.
