@@ -58,9 +58,9 @@ pub struct Args {
     /// Skip the `bib ask` and `bib serve` processes (no embedding model needed then).
     #[arg(long)]
     no_processes: bool,
-    /// Also time a PostgreSQL copy of each size's store (same paths, HNSW, recall@10 against
-    /// the same exact top-10): a `postgres://` URL whose `schema` holds it, or without one the
-    /// schema `bib_scale_<chunks>`. Copy a store there first with `bib migrate --from
+    /// Also time a PostgreSQL copy of each size's store (same paths, HNSW with the URL's
+    /// `ef_search`, recall@10 against the same exact top-10): a `postgres://` URL whose
+    /// `schema` holds it, or without one the schema `bib_scale_<chunks>`. Copy a store there first with `bib migrate --from
     /// <dir>/scale-<chunks>-<dims>d.sqlite --to <url>`.
     #[arg(long, value_name = "URL")]
     pg: Option<String>,
@@ -187,9 +187,13 @@ fn time_postgres(
     queries: &[(String, Vec<f32>)],
     exact: &[Vec<(String, u32)>],
 ) -> anyhow::Result<(PathTimes, f64)> {
-    let mut opts = PgOptions::parse(url)?.with_vector_search(VectorSearch::Hnsw {
-        ef_search: bib_store_pg::DEFAULT_EF_SEARCH,
-    });
+    // HNSW, with the URL's `ef_search` when it gives one.
+    let mut opts = PgOptions::parse(url)?;
+    if opts.vector_search == VectorSearch::Exact {
+        opts = opts.with_vector_search(VectorSearch::Hnsw {
+            ef_search: bib_store_pg::DEFAULT_EF_SEARCH,
+        });
+    }
     if !url.contains("schema=") {
         opts = opts.with_schema(&format!("bib_scale_{n}"))?;
     }
