@@ -35,7 +35,7 @@ use bib_store_pg::{PgOptions, PgStore, VectorSearch};
 use serde_json::{json, Value};
 
 use super::serve::Conn;
-use super::stores::{recall_at_10, time_store_paths, PathTimes};
+use super::stores::{chunk_keys, recall_at_10, time_store_paths, top10_keys, ChunkKey, PathTimes};
 use super::synthetic::SyntheticCorpus;
 
 #[derive(Debug, clap::Args)]
@@ -167,16 +167,6 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `(path, chunk_index)` of each id, in order: ids are local to one store.
-fn chunk_keys(store: &dyn Store, ids: &[ChunkId]) -> anyhow::Result<Vec<(String, u32)>> {
-    let mut by_id: std::collections::HashMap<ChunkId, (String, u32)> = store
-        .get_chunks(ids)?
-        .into_iter()
-        .map(|c| (c.id, (c.path, c.chunk_index)))
-        .collect();
-    Ok(ids.iter().filter_map(|id| by_id.remove(id)).collect())
-}
-
 /// Time the PostgreSQL copy of the `n`-chunk store at `url` (HNSW search) on the same queries,
 /// after one untimed pass over them; its path times and recall@10 against `exact` (by chunk
 /// key).
@@ -185,7 +175,7 @@ fn time_postgres(
     n: usize,
     sqlite_path: &Path,
     queries: &[(String, Vec<f32>)],
-    exact: &[Vec<(String, u32)>],
+    exact: &[Vec<ChunkKey>],
 ) -> anyhow::Result<(PathTimes, f64)> {
     // HNSW, with the URL's `ef_search` when it gives one.
     let mut opts = PgOptions::parse(url)?;
@@ -213,11 +203,7 @@ fn time_postgres(
     time_store_paths(&pg, queries, &mut PathTimes::default())?;
     let mut times = PathTimes::default();
     let hits = time_store_paths(&pg, queries, &mut times)?;
-    let tops = hits
-        .iter()
-        .map(|h| chunk_keys(&pg, &h.iter().take(10).map(|h| h.id).collect::<Vec<_>>()))
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    Ok((times, recall_at_10(exact, &tops)))
+    Ok((times, recall_at_10(exact, &top10_keys(&pg, &hits)?)))
 }
 
 /// Documents written per transaction (`Store::apply_documents`): a bulk load, as an ingest of

@@ -382,15 +382,15 @@ fn ranked_lists_of_every_row(
         push_best_sentence_lists(ctx, qv, &bm, &mut lists);
     }
     for sg in ctx.signals {
-        let mut opts = RetrieveOptions {
+        let opts = RetrieveOptions {
             top_k: 100,
             signals: *sg,
+            convex_alpha: ctx
+                .a
+                .fusion_alpha
+                .unwrap_or_else(|| bib_retrieve::retrieve::calibrated_alpha(&ctx.a.model)),
             ..RetrieveOptions::default()
         };
-        opts.convex_alpha = ctx
-            .a
-            .fusion_alpha
-            .unwrap_or_else(|| bib_retrieve::retrieve::calibrated_alpha(&ctx.a.model));
         lists.push(
             ctx.retriever
                 .search(&q.text, &opts, &Filter::default(), Some(qv))?,

@@ -22,7 +22,7 @@ use anyhow::Context;
 use bib_embed::{EmbedError, EmbedKind, Embedder};
 use bib_eval::stats::percentile;
 use bib_retrieve::{EmbeddingCache, RetrieveOptions, Retriever, StoreIndex};
-use bib_store::{DocumentChange, Filter, Hit, SqliteStore, Store};
+use bib_store::{ChunkId, DocumentChange, Filter, Hit, SqliteStore, Store};
 use bib_store_pg::{PgOptions, PgStore, VectorSearch};
 use bib_text::tokens::{EstimateCounter, TokenCounter};
 use serde_json::json;
@@ -181,7 +181,7 @@ fn ingest(store: &dyn Store, data: &Dataset) -> anyhow::Result<f64> {
 }
 
 /// A chunk's identity across stores (chunk ids are local to one store).
-type ChunkKey = (String, u32);
+pub(crate) type ChunkKey = (String, u32);
 
 /// Latencies in milliseconds of the three store paths, one per query.
 #[derive(Debug, Default)]
@@ -269,18 +269,30 @@ pub(crate) fn time_store_paths(
 /// Time every query; also return each query's vector top-10 (for HNSW recall).
 fn query(store: &dyn Store, data: &Dataset, row: &mut Row) -> anyhow::Result<Vec<Vec<ChunkKey>>> {
     let hits = time_store_paths(store, &data.queries, &mut row.times)?;
-    let mut tops = Vec::with_capacity(hits.len());
-    for vs in hits {
-        let top: Vec<i64> = vs.iter().take(10).map(|h| h.id).collect();
-        tops.push(
-            store
-                .get_chunks(&top)?
-                .into_iter()
-                .map(|c| (c.path, c.chunk_index))
-                .collect(),
-        );
-    }
-    Ok(tops)
+    top10_keys(store, &hits)
+}
+
+/// `(path, chunk_index)` of each id, in order (ids are local to one store; unknown ones are
+/// skipped, as `Store::get_chunks` skips them).
+pub(crate) fn chunk_keys(store: &dyn Store, ids: &[ChunkId]) -> anyhow::Result<Vec<ChunkKey>> {
+    Ok(store
+        .get_chunks(ids)?
+        .into_iter()
+        .map(|c| (c.path, c.chunk_index))
+        .collect())
+}
+
+/// The first ten of each hit list as chunk keys: recall compared across stores.
+pub(crate) fn top10_keys(
+    store: &dyn Store,
+    hits: &[Vec<Hit>],
+) -> anyhow::Result<Vec<Vec<ChunkKey>>> {
+    hits.iter()
+        .map(|vs| {
+            let top: Vec<ChunkId> = vs.iter().take(10).map(|h| h.id).collect();
+            chunk_keys(store, &top)
+        })
+        .collect()
 }
 
 /// The share of each exact top-10 that the approximate top-10 holds, over all queries.
