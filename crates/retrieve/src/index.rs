@@ -44,6 +44,18 @@ pub trait ChunkIndex: Send + Sync {
     /// Stored vectors of chunks by id (unknown ids and chunks without a vector are skipped):
     /// convex fusion needs the cosine of BM25-only candidates.
     fn vectors(&self, ids: &[ChunkId]) -> Result<Vec<(ChunkId, Vec<f32>)>, RetrieveError>;
+    /// The cosine of each given chunk's vector to `query_vec` (unknown ids and chunks without
+    /// a vector skipped).
+    fn cosines(&self, query_vec: &[f32], ids: &[ChunkId]) -> Result<Vec<Hit>, RetrieveError> {
+        Ok(self
+            .vectors(ids)?
+            .into_iter()
+            .map(|(id, v)| Hit {
+                id,
+                score: f64::from(bib_embed::cosine(&v, query_vec)),
+            })
+            .collect())
+    }
     /// The term function this index's BM25 was built with: every other BM25 over its chunks
     /// (the trimmer's, the field signal's) analyses text the same way.
     fn term_config(&self) -> Result<TermConfig, RetrieveError>;

@@ -388,15 +388,7 @@ impl<'a> Retriever<'a> {
                     .chain(pulled.iter().copied())
                     .filter(|id| !in_vec.contains(id))
                     .collect();
-                let extra: Vec<Hit> = self
-                    .index
-                    .vectors(&missing)?
-                    .into_iter()
-                    .map(|(id, v)| Hit {
-                        id,
-                        score: f64::from(bib_embed::cosine(&v, qv)),
-                    })
-                    .collect();
+                let extra: Vec<Hit> = self.index.cosines(qv, &missing)?;
                 convex_scores(&bm25, &vector, &extra, &pulled, opts.convex_alpha)
             }
             (Mode::Bm25, _, _) if signals_apply => bm25_scaled(&bm25, &pulled),

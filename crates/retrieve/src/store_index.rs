@@ -57,6 +57,15 @@ impl ChunkIndex for StoreIndex<'_> {
         self.store.get_vectors(ids).map_err(RetrieveError::from)
     }
 
+    fn cosines(&self, query_vec: &[f32], ids: &[ChunkId]) -> Result<Vec<Hit>, RetrieveError> {
+        Ok(self
+            .store
+            .vector_scores(query_vec, ids)?
+            .into_iter()
+            .map(|(id, score)| Hit { id, score })
+            .collect())
+    }
+
     fn term_config(&self) -> Result<bib_text::terms::TermConfig, RetrieveError> {
         self.store.term_config().map_err(RetrieveError::from)
     }

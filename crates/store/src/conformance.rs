@@ -257,10 +257,19 @@ fn update_and_prune_tail(s: &dyn Store) {
     .unwrap();
     let before = s.chunk_states().unwrap();
     let id0 = s.bm25_search("alpha", 1, &Filter::none()).unwrap()[0].id;
+    let ids = s.chunk_ids().unwrap();
+    // Read (and so remembered, where a store remembers) before the change.
+    assert_eq!(s.get_chunks(&ids).unwrap()[1].content, "beta two");
     // Shrink to two chunks, chunk 1 changed, chunk 0 untouched.
     let mut ch = sample_change("a.md", &["alpha one", "beta changed"]);
     ch.upserts.remove(0);
     let out = s.apply_document(&ch).unwrap();
+    let read = s.get_chunks(&ids).unwrap();
+    assert_eq!(
+        read.iter().map(|c| c.content.as_str()).collect::<Vec<_>>(),
+        ["alpha one", "beta changed"],
+        "a chunk read after a write is the written one"
+    );
     assert!(!out.document_created);
     assert_eq!((out.created, out.updated, out.pruned), (0, 1, 1));
     let after = s.chunk_states().unwrap();
@@ -680,6 +689,20 @@ fn vector_search_is_exact(s: &dyn Store) {
         assert_eq!(h.id, want[i].0, "vector rank {}", i + 1);
         assert!((h.score - want[i].1).abs() < 1e-5);
     }
+    // The cosines of given chunks are the ones a search gives them, in the order asked.
+    let mut asked: Vec<i64> = all.iter().map(|h| h.id).rev().collect();
+    asked.insert(1, 999_999);
+    let scores = s.vector_scores(&q, &asked).unwrap();
+    assert_eq!(scores.len(), all.len(), "unknown ids are skipped");
+    for ((id, score), h) in scores.iter().zip(all.iter().rev()) {
+        assert_eq!(*id, h.id);
+        assert!(
+            (score - h.score).abs() < 1e-9,
+            "chunk {id}: {score} vs {}",
+            h.score
+        );
+    }
+    assert!(s.vector_scores(&[1.0, 0.0], &ids).unwrap().is_empty());
     // A chunk's own vector finds it first with cosine ≈ 1.
     let target = s.get_vectors(&[ids[3]]).unwrap().remove(0);
     let top = s.vector_search(&target.1, 1, &Filter::none()).unwrap();

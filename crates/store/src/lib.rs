@@ -22,6 +22,7 @@ pub mod conformance;
 mod error;
 pub mod filter;
 pub mod lexical;
+mod memo;
 pub mod quantized;
 pub mod read;
 pub mod rows;
@@ -183,6 +184,16 @@ pub trait Store: VectorsByHash + RunLog + Send + Sync {
     fn document_chunks(&self, path: &str) -> Result<Vec<ChunkRecord>, StoreError>;
     /// Stored vectors of the given chunks (same order as asked; unknown ids skipped).
     fn get_vectors(&self, ids: &[ChunkId]) -> Result<Vec<(ChunkId, Vec<f32>)>, StoreError>;
+    /// The cosine of each given chunk's stored vector to `query`, in the order asked (unknown
+    /// ids, and vectors of another length, skipped): convex fusion scores the BM25-only
+    /// candidates with it. The embedded store answers from the vectors its index holds.
+    fn vector_scores(
+        &self,
+        query: &[f32],
+        ids: &[ChunkId],
+    ) -> Result<Vec<(ChunkId, f64)>, StoreError> {
+        Ok(vector_index::exact_scores(query, self.get_vectors(ids)?))
+    }
 
     // ── search ─────────────────────────────────────────────────────────────────────────
     /// The `limit` best chunks by BM25 for `query` among those passing `filter`, best first

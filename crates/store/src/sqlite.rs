@@ -13,6 +13,7 @@
 //! connection's commits, seen through `PRAGMA data_version`).
 
 use crate::lexical::{top_bm25, PostingSource};
+use crate::memo::{ChunkMemo, Versioned};
 use crate::rows::{now_ms, parse_json, to_u32};
 use crate::vector_index::{IndexBuilder, VectorIndex, DEFAULT_EXACT_BUDGET};
 use std::collections::{HashMap, HashSet};
@@ -214,7 +215,6 @@ struct VectorCache {
 /// B-tree and VM costs ~20 % of an ask's CPU, and later questions share the common words).
 #[derive(Default)]
 struct LexicalMemo {
-    version: (i64, u64),
     counts: HashMap<String, u64>,
     lists: HashMap<String, Arc<[Posting]>>,
     /// Postings held in `lists`.
@@ -246,37 +246,14 @@ const POSTINGS_MEMO_MAX: usize = 2 << 20;
 /// A longer list is read from the table every time rather than crowd out the others.
 const POSTINGS_MEMO_LIST_MAX: usize = POSTINGS_MEMO_MAX / 8;
 
-impl LexicalMemo {
-    /// The memo, when it holds `version`.
-    fn of(&self, version: (i64, u64)) -> Option<&Self> {
-        (self.version == version).then_some(self)
-    }
-
-    /// The memo to fill at `version`: emptied first when `version` is newer than the one it
-    /// holds; `None` when `version` is older (a query that started before a write must not
-    /// throw away what later queries remembered). Both parts of a version only grow.
-    fn fill_at(&mut self, version: (i64, u64)) -> Option<&mut Self> {
-        if self.version == version {
-            return Some(self);
-        }
-        if version.0 >= self.version.0 && version.1 >= self.version.1 {
-            *self = Self {
-                version,
-                ..Self::default()
-            };
-            return Some(self);
-        }
-        None
-    }
-}
-
 /// The SQLite store. Cheap to share behind an `Arc`; one connection, serialised by a mutex.
 pub struct SqliteStore {
     conn: Mutex<Connection>,
     location: String,
     own_writes: AtomicU64,
     vectors: Mutex<Option<Arc<VectorCache>>>,
-    lexical_memo: Mutex<LexicalMemo>,
+    lexical_memo: Mutex<Versioned<LexicalMemo>>,
+    chunk_memo: Mutex<Versioned<ChunkMemo>>,
     retention: Mutex<QueryLogRetention>,
     /// Whether the file has `doc_sources` (a version-2 file opened read-only has not).
     sources: bool,
@@ -413,7 +390,8 @@ impl SqliteStore {
             location,
             own_writes: AtomicU64::new(0),
             vectors: Mutex::new(None),
-            lexical_memo: Mutex::new(LexicalMemo::default()),
+            lexical_memo: Mutex::new(Versioned::default()),
+            chunk_memo: Mutex::new(Versioned::default()),
             retention: Mutex::new(QueryLogRetention::default()),
             sources,
         })
@@ -605,7 +583,11 @@ impl SqliteStore {
         memo.counts.insert(term.to_string(), n);
     }
 
-    fn lexical_memo(&self) -> std::sync::MutexGuard<'_, LexicalMemo> {
+    fn chunk_memo(&self) -> MutexGuard<'_, Versioned<ChunkMemo>> {
+        self.chunk_memo.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn lexical_memo(&self) -> MutexGuard<'_, Versioned<LexicalMemo>> {
         self.lexical_memo.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -678,16 +660,16 @@ impl SqliteStore {
     /// Called with the connection still held, so no read sees the new version first.
     fn forget_terms(&self, before: (i64, u64), touched: &HashSet<String>) {
         let mut memo = self.lexical_memo();
-        if memo.version != before {
+        let after = (before.0, self.own_writes.load(Ordering::SeqCst));
+        let Some(memo) = memo.carry_over(before, after) else {
             return;
-        }
+        };
         for t in touched {
             memo.counts.remove(t);
             if let Some(list) = memo.lists.remove(t) {
                 memo.held -= list.len();
             }
         }
-        memo.version = (before.0, self.own_writes.load(Ordering::SeqCst));
     }
 
     /// Node ids passing `filter`, or `None` when the filter is empty.
@@ -1608,20 +1590,38 @@ impl Store for SqliteStore {
 
     fn get_chunks(&self, ids: &[ChunkId]) -> Result<Vec<ChunkRecord>, StoreError> {
         let conn = self.conn();
-        let mut stmt = conn
-            .prepare_cached(&format!("{CHUNK_SELECT} WHERE c.id = ?1"))
-            .map_err(StoreError::sqlite("get chunks"))?;
-        let mut out = Vec::with_capacity(ids.len());
-        for id in ids {
-            let row = stmt
-                .query_row(params![id], chunk_row)
-                .optional()
+        let version = self.version(&conn)?;
+        let mut out: Vec<Option<ChunkRecord>> = {
+            let memo = self.chunk_memo();
+            let memo = memo.of(version);
+            ids.iter()
+                .map(|&id| memo.and_then(|m| m.get(id)).cloned())
+                .collect()
+        };
+        if out.iter().any(Option::is_none) {
+            let mut stmt = conn
+                .prepare_cached(&format!("{CHUNK_SELECT} WHERE c.id = ?1"))
                 .map_err(StoreError::sqlite("get chunks"))?;
-            if let Some(r) = row {
-                out.push(chunk_record(r)?);
+            let mut read = Vec::new();
+            for (slot, id) in out.iter_mut().zip(ids) {
+                if slot.is_some() {
+                    continue;
+                }
+                let row = stmt
+                    .query_row(params![id], chunk_row)
+                    .optional()
+                    .map_err(StoreError::sqlite("get chunks"))?;
+                if let Some(r) = row {
+                    let record = chunk_record(r)?;
+                    read.push(record.clone());
+                    *slot = Some(record);
+                }
+            }
+            if let Some(memo) = self.chunk_memo().fill_at(version) {
+                read.iter().for_each(|r| memo.remember(r));
             }
         }
-        Ok(out)
+        Ok(out.into_iter().flatten().collect())
     }
 
     fn chunk_ids(&self) -> Result<Vec<ChunkId>, StoreError> {
@@ -1657,6 +1657,17 @@ impl Store for SqliteStore {
 
     fn get_vectors(&self, ids: &[ChunkId]) -> Result<Vec<(ChunkId, Vec<f32>)>, StoreError> {
         Self::stored_vectors(&self.conn(), ids)
+    }
+
+    fn vector_scores(
+        &self,
+        query: &[f32],
+        ids: &[ChunkId],
+    ) -> Result<Vec<(ChunkId, f64)>, StoreError> {
+        let cache = self.load_vectors(&self.conn())?;
+        cache
+            .index
+            .scores_of(query, ids, |ids| Self::stored_vectors(&self.conn(), ids))
     }
 
     fn bm25_search(
@@ -2214,20 +2225,38 @@ mod tests {
         assert_eq!(pages(&store), WAL_CHECKPOINT_PAGES.0);
     }
 
-    /// A query that started before a write reads nothing from the memo of the newer version
-    /// and does not throw it away; a newer version starts it over.
+    /// Remembered chunk records follow every write: this store's own and another
+    /// connection's (a rewritten chunk keeps its id, so only the version tells).
     #[test]
-    fn the_lexical_memo_is_never_reset_by_an_older_version() {
-        let mut memo = LexicalMemo::default();
-        memo.fill_at((3, 5))
-            .unwrap()
-            .counts
-            .insert("zebra".into(), 2);
-        assert!(memo.fill_at((3, 4)).is_none());
-        assert!(memo.fill_at((2, 9)).is_none());
-        assert!(memo.of((3, 4)).is_none());
-        assert_eq!(memo.of((3, 5)).unwrap().counts["zebra"], 2);
-        assert!(memo.fill_at((4, 5)).unwrap().counts.is_empty());
+    fn remembered_chunks_follow_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("kb.sqlite");
+        let a = SqliteStore::open(&p).unwrap();
+        let b = SqliteStore::open(&p).unwrap();
+        let change = crate::conformance::sample_change;
+        a.apply_document(&change("a.md", &["one", "two"])).unwrap();
+        let ids = a.chunk_ids().unwrap();
+        let read = |s: &SqliteStore| -> Vec<String> {
+            s.get_chunks(&ids)
+                .unwrap()
+                .into_iter()
+                .map(|c| c.content)
+                .collect()
+        };
+        assert_eq!(
+            (read(&a), read(&b)),
+            (
+                vec!["one".into(), "two".into()],
+                vec!["one".into(), "two".into()]
+            )
+        );
+        b.apply_document(&change("a.md", &["one", "deux"])).unwrap();
+        assert_eq!(read(&a), ["one", "deux"], "another connection's write");
+        a.apply_document(&change("a.md", &["uno", "deux"])).unwrap();
+        assert_eq!(read(&a), ["uno", "deux"], "this store's own write");
+        assert_eq!(read(&b), ["uno", "deux"]);
+        b.remove_documents(&["a.md".to_string()]).unwrap();
+        assert!(read(&a).is_empty());
     }
 
     /// Remembered document frequencies follow every write: this store's own and another

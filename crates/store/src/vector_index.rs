@@ -49,6 +49,16 @@ fn exact_dot(a: &[f32], b: &[f32]) -> f64 {
     f64::from(dot)
 }
 
+/// The exact score of each stored vector to `query` (vectors of another length skipped), by
+/// the same arithmetic as a search's rescoring.
+pub(crate) fn exact_scores(query: &[f32], rows: Vec<(ChunkId, Vec<f32>)>) -> Vec<(ChunkId, f64)> {
+    let q = unit(query);
+    rows.into_iter()
+        .filter(|(_, v)| v.len() == q.len())
+        .map(|(id, v)| (id, exact_dot(&unit(&v), &q)))
+        .collect()
+}
+
 /// Vectors of one length.
 struct Group {
     ids: Vec<ChunkId>,
@@ -83,7 +93,8 @@ impl IndexBuilder {
         }
     }
 
-    /// Add one stored vector (any norm; it is normalized here).
+    /// Add one stored vector (any norm; it is normalized here). Rows come in ascending id
+    /// order (lookups by id search the ids by bisection).
     pub(crate) fn push(&mut self, id: ChunkId, node: NodeId, vector: &[f32]) {
         let v = unit(vector);
         let g = match self.groups.iter().position(|g| g.codes.dims() == v.len()) {
@@ -105,6 +116,10 @@ impl IndexBuilder {
             }
         }
         let g = &mut self.groups[g];
+        debug_assert!(
+            g.ids.last().is_none_or(|&last| last < id),
+            "ids out of order"
+        );
         g.ids.push(id);
         g.nodes.push(node);
         g.codes.push(&v);
@@ -159,15 +174,36 @@ impl VectorIndex {
         } else {
             let mut ids: Vec<ChunkId> = rows.iter().map(|&r| g.ids[r]).collect();
             ids.sort_unstable();
-            fetch(&ids)?
-                .into_iter()
-                .filter(|(_, v)| v.len() == q.len())
-                .map(|(id, v)| (id, exact_dot(&unit(&v), &q)))
-                .collect()
+            exact_scores(query, fetch(&ids)?)
         };
         scored.sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         scored.truncate(limit);
         Ok(scored)
+    }
+
+    /// The exact score to `query` of each of `ids` (in the order asked; unknown ids and
+    /// vectors of another length skipped), from the exact copies the index holds, or from
+    /// `fetch` when it holds none — the scores [`Self::search`] gives the same rows.
+    pub(crate) fn scores_of<E>(
+        &self,
+        query: &[f32],
+        ids: &[ChunkId],
+        fetch: impl FnOnce(&[ChunkId]) -> Result<Vec<(ChunkId, Vec<f32>)>, E>,
+    ) -> Result<Vec<(ChunkId, f64)>, E> {
+        let Some(g) = self.groups.iter().find(|g| g.codes.dims() == query.len()) else {
+            return Ok(Vec::new());
+        };
+        if g.exact.is_none() {
+            return Ok(exact_scores(query, fetch(ids)?));
+        }
+        let q = unit(query);
+        Ok(ids
+            .iter()
+            .filter_map(|&id| {
+                let row = g.ids.binary_search(&id).ok()?;
+                Some((id, exact_dot(g.exact_row(row)?, &q)))
+            })
+            .collect())
     }
 
     /// The `depth` rows of `g` with the best 8-bit scores (among those passing `pass`).
@@ -368,6 +404,28 @@ mod tests {
             let want = exact_scan(&rows, &vs[0], limit, allowed);
             for budget in [usize::MAX, 0] {
                 let got = index(&rows, budget).search(&vs[0], limit, allowed, fetch_from(&rows));
+                prop_assert_eq!(&got.unwrap(), &want);
+            }
+        }
+
+        /// Given ids are scored as a search scores them, in the order asked, from memory or
+        /// fetched; unknown ids and vectors of another length are skipped.
+        #[test]
+        fn given_ids_score_as_a_search_scores_them(n in 1usize..60, seed in 1u64..u64::MAX) {
+            let vs = random_vectors(n + 1, 24, seed);
+            let mut rows: Vec<(ChunkId, NodeId, Vec<f32>)> = vs[1..]
+                .iter()
+                .enumerate()
+                .map(|(i, v)| (i as ChunkId * 2 + 1, 0, v.clone()))
+                .collect();
+            rows.push((10_000, 0, vec![1.0; 7]));
+            let want = exact_scan(&rows, &vs[0], usize::MAX, None);
+            let mut ids: Vec<ChunkId> = want.iter().rev().map(|w| w.0).collect();
+            ids.push(4); // no such row
+            ids.push(10_000); // another length
+            let want: Vec<(ChunkId, f64)> = want.into_iter().rev().collect();
+            for budget in [usize::MAX, 0] {
+                let got = index(&rows, budget).scores_of(&vs[0], &ids, fetch_from(&rows));
                 prop_assert_eq!(&got.unwrap(), &want);
             }
         }
