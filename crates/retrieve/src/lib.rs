@@ -26,6 +26,7 @@
 //!    the answer; [`log::log_entry`] is what every ask records.
 
 pub mod cache;
+mod chunk_text;
 pub mod error;
 pub mod filter;
 pub mod fusion;

@@ -4,18 +4,20 @@
 //! candidates below the depth keep their fused score.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use bib_embed::{EmbedKind, Embedder};
 use bib_text::bm25::{Bm25Index, Bm25Params};
 use bib_text::terms::{term_sequence_with, terms_with, TermConfig};
 
+use crate::chunk_text::ChunkText;
 use crate::error::RetrieveError;
 use crate::index::{ChunkId, ChunkRecord};
 use crate::prf;
 use crate::retrieve::{RetrieveOptions, Retriever, ScoredHit};
 use crate::signals::{
-    best_other_of_doc, field_text, file_stem_text, min_max, normalize_exact, phrase_score,
-    ExactItem, NameQuery, QueryTerms, SignalPart, Signals,
+    best_other_of_doc, field_text, file_stem_text, min_max, phrase_score, ExactItem, NameQuery,
+    QueryTerms, SignalPart, Signals,
 };
 use crate::trim::Prepared;
 
@@ -44,8 +46,10 @@ impl Retriever<'_> {
         let by_id: HashMap<ChunkId, &ChunkRecord> = records.iter().map(|r| (r.id, r)).collect();
         let cfg = self.index.term_config()?;
         let recs: Vec<Option<&ChunkRecord>> = ids.iter().map(|id| by_id.get(id).copied()).collect();
-        self.lexical_parts(query, &sig, items, &cfg, &recs, &mut fused[..depth])?;
-        self.sentence_parts(query, &sig, qv, &cfg, &recs, &mut fused[..depth])?;
+        let texts = ChunkText::of_all(recs.iter().map(|r| r.map(ChunkRecord::text)).collect());
+        self.lexical_parts(query, &sig, &cfg, &recs, &mut fused[..depth])?;
+        phrase_parts(&sig, items, &texts, &mut fused[..depth]);
+        self.sentence_parts(query, &sig, qv, &cfg, &texts, &mut fused[..depth])?;
         for h in fused[..depth].iter_mut() {
             h.score = h.explain.fused + h.explain.contributions();
         }
@@ -62,12 +66,11 @@ impl Retriever<'_> {
         Ok(fused)
     }
 
-    /// The field, name and phrase parts of each hit (`recs[i]` is the record of `hits[i]`).
+    /// The field and name parts of each hit (`recs[i]` is the record of `hits[i]`).
     fn lexical_parts(
         &self,
         query: &str,
         sig: &Signals,
-        items: &[ExactItem],
         cfg: &TermConfig,
         recs: &[Option<&ChunkRecord>],
         hits: &mut [ScoredHit],
@@ -90,10 +93,6 @@ impl Retriever<'_> {
                 let (v, m) = q.field_score(&terms_with(&field_text(rec), cfg));
                 h.explain.field = Some(SignalPart::new(v, sig.field, m, None));
             }
-            if sig.phrase > 0.0 && !items.is_empty() {
-                let (v, m) = phrase_score(items, &normalize_exact(&rec.text()));
-                h.explain.phrase = Some(SignalPart::new(v, sig.phrase, m, None));
-            }
         }
         Ok(())
     }
@@ -106,7 +105,7 @@ impl Retriever<'_> {
         sig: &Signals,
         qv: Option<&[f32]>,
         cfg: &TermConfig,
-        recs: &[Option<&ChunkRecord>],
+        texts: &[Option<Arc<ChunkText>>],
         hits: &mut [ScoredHit],
     ) -> Result<(), RetrieveError> {
         let want_cos = match (sig.sentence > 0.0, qv, self.embedder) {
@@ -117,7 +116,7 @@ impl Retriever<'_> {
         if want_cos.is_none() && want_lex.is_none() {
             return Ok(());
         }
-        let evidence = self.sentence_evidence(query, want_cos, want_lex, recs)?;
+        let evidence = self.sentence_evidence(query, want_cos, want_lex, texts)?;
         let raw = |f: fn(&SentenceEvidence) -> &Option<(f64, String)>| -> Vec<f64> {
             evidence
                 .iter()
@@ -148,20 +147,19 @@ impl Retriever<'_> {
         Ok(())
     }
 
-    /// Per record: its best sentence by cosine to the question when `qv` is given (only the
+    /// Per text: its best sentence by cosine to the question when `qv` is given (only the
     /// sentence vectors the cache already holds, under the trimmer's split and keys), and its
-    /// best sentence by BM25 over all the records' sentences when `lexical` is.
+    /// best sentence by BM25 over all the texts' sentences when `lexical` is.
     fn sentence_evidence(
         &self,
         query: &str,
         qv: Option<(&dyn Embedder, &[f32])>,
         lexical: Option<&TermConfig>,
-        recs: &[Option<&ChunkRecord>],
+        texts: &[Option<Arc<ChunkText>>],
     ) -> Result<Vec<SentenceEvidence>, RetrieveError> {
-        let texts: Vec<Option<String>> = recs.iter().map(|r| r.map(ChunkRecord::text)).collect();
         let prepared: Vec<Option<Prepared<'_>>> = texts
             .iter()
-            .map(|t| t.as_deref().map(Prepared::new))
+            .map(|t| t.as_deref().map(ChunkText::prepared))
             .collect();
         let all: Vec<&str> = prepared
             .iter()
@@ -194,7 +192,7 @@ impl Retriever<'_> {
             _ => Vec::new(),
         };
         let mut at = 0;
-        let mut out = Vec::with_capacity(recs.len());
+        let mut out = Vec::with_capacity(texts.len());
         for p in &prepared {
             let Some(p) = p else {
                 out.push(SentenceEvidence::default());
@@ -302,6 +300,25 @@ fn best_in(scores: &[f64], at: usize, m: usize) -> Option<(f64, usize)> {
         .filter_map(|i| scores.get(at + i).map(|&s| (s, i)))
         .filter(|(s, _)| s.is_finite())
         .max_by(|a, b| a.0.total_cmp(&b.0))
+}
+
+/// The phrase part of each hit: the question's exact items found in its text (`texts[i]` is
+/// the text of `hits[i]`).
+fn phrase_parts(
+    sig: &Signals,
+    items: &[ExactItem],
+    texts: &[Option<Arc<ChunkText>>],
+    hits: &mut [ScoredHit],
+) {
+    if sig.phrase <= 0.0 || items.is_empty() {
+        return;
+    }
+    for (h, text) in hits.iter_mut().zip(texts) {
+        if let Some(text) = text {
+            let (v, m) = phrase_score(items, text.normalized());
+            h.explain.phrase = Some(SignalPart::new(v, sig.phrase, m, None));
+        }
+    }
 }
 
 /// Document aggregation: each hit gains `weight ×` the best score of another hit of the same
