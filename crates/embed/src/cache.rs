@@ -48,25 +48,61 @@ pub trait VectorBacking: Send + Sync {
     fn put(&self, model_id: &str, items: &[(String, Vec<f32>)]);
 }
 
-type Key = (String, EmbedKind, String);
+/// The texts of one (model, kind), looked up by `&str` without building a key.
+type Group = HashMap<String, Arc<[f32]>>;
 
 #[derive(Debug, Default)]
 struct Entries {
-    map: HashMap<Key, Arc<[f32]>>,
-    /// Insertion order, for evicting the oldest first.
-    order: VecDeque<Key>,
+    /// One map per (model id, kind); few, so found by a scan.
+    groups: Vec<((String, EmbedKind), Group)>,
+    /// Insertion order (group index, text), for evicting the oldest first.
+    order: VecDeque<(usize, String)>,
+    len: usize,
 }
 
 impl Entries {
-    fn insert(&mut self, key: Key, v: Arc<[f32]>, capacity: usize) {
-        if self.map.insert(key.clone(), v).is_none() {
-            self.order.push_back(key);
+    fn group(&self, model_id: &str, kind: EmbedKind) -> Option<&Group> {
+        self.groups
+            .iter()
+            .find(|((m, k), _)| m == model_id && *k == kind)
+            .map(|(_, g)| g)
+    }
+
+    fn get(&self, model_id: &str, kind: EmbedKind, text: &str) -> Option<Arc<[f32]>> {
+        self.group(model_id, kind)?.get(text).cloned()
+    }
+
+    fn insert(
+        &mut self,
+        model_id: &str,
+        kind: EmbedKind,
+        text: String,
+        v: Arc<[f32]>,
+        capacity: usize,
+    ) {
+        let gi = match self
+            .groups
+            .iter()
+            .position(|((m, k), _)| m == model_id && *k == kind)
+        {
+            Some(i) => i,
+            None => {
+                self.groups
+                    .push(((model_id.to_string(), kind), Group::default()));
+                self.groups.len() - 1
+            }
+        };
+        if self.groups[gi].1.insert(text.clone(), v).is_none() {
+            self.order.push_back((gi, text));
+            self.len += 1;
         }
-        while self.map.len() > capacity {
-            let Some(old) = self.order.pop_front() else {
+        while self.len > capacity {
+            let Some((g, old)) = self.order.pop_front() else {
                 break;
             };
-            self.map.remove(&old);
+            if self.groups[g].1.remove(&old).is_some() {
+                self.len -= 1;
+            }
         }
     }
 }
@@ -122,7 +158,7 @@ impl EmbeddingCache {
 
     /// Number of vectors held in memory.
     pub fn len(&self) -> usize {
-        self.lock().map.len()
+        self.lock().len
     }
 
     /// Whether the cache holds nothing in memory.
@@ -148,7 +184,6 @@ impl EmbeddingCache {
         texts: &[&str],
         kind: EmbedKind,
     ) -> Vec<Option<Arc<[f32]>>> {
-        let key = |t: &str| (model_id.to_string(), kind, t.to_string());
         let mut out: Vec<Option<Arc<[f32]>>> = Vec::with_capacity(texts.len());
         // Each distinct missing text once, with every position it fills.
         let mut missing: Vec<&str> = Vec::new();
@@ -156,7 +191,7 @@ impl EmbeddingCache {
         {
             let entries = self.lock();
             for (i, t) in texts.iter().enumerate() {
-                let hit = entries.map.get(&key(t)).cloned();
+                let hit = entries.get(model_id, kind, t);
                 if hit.is_none() {
                     let e = slots.entry(t).or_default();
                     if e.is_empty() {
@@ -178,7 +213,7 @@ impl EmbeddingCache {
                         for &i in &slots[t] {
                             out[i] = Some(v.clone());
                         }
-                        entries.insert(key(t), v, self.capacity);
+                        entries.insert(model_id, kind, t.to_string(), v, self.capacity);
                     }
                 }
             }
@@ -238,11 +273,7 @@ impl EmbeddingCache {
         }
         let mut entries = self.lock();
         for t in &missing {
-            entries.insert(
-                (model.clone(), kind, t.to_string()),
-                fresh[t].clone(),
-                self.capacity,
-            );
+            entries.insert(&model, kind, t.to_string(), fresh[t].clone(), self.capacity);
         }
         drop(entries);
         Ok(out
@@ -256,7 +287,7 @@ impl EmbeddingCache {
     pub fn insert(&self, model_id: &str, kind: EmbedKind, items: Vec<(String, Vec<f32>)>) {
         let mut entries = self.lock();
         for (t, v) in items {
-            entries.insert((model_id.to_string(), kind, t), Arc::from(v), self.capacity);
+            entries.insert(model_id, kind, t, Arc::from(v), self.capacity);
         }
     }
 }
