@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 
-use crate::{ChunkId, ChunkRecord};
+use crate::{ChunkId, ChunkRecord, NodeId};
 
 /// A database version: `(PRAGMA data_version, own writes)`.
 pub(crate) type Version = (i64, u64);
@@ -70,6 +70,19 @@ pub(crate) struct ChunkMemo {
 impl ChunkMemo {
     pub(crate) fn get(&self, id: ChunkId) -> Option<&ChunkRecord> {
         self.records.get(&id)
+    }
+
+    /// Forget the records of the documents `nodes` (rewritten or removed).
+    pub(crate) fn forget_nodes(&mut self, nodes: &std::collections::HashSet<NodeId>) {
+        let mut freed = 0;
+        self.records.retain(|_, r| {
+            let keep = !nodes.contains(&r.node_id);
+            if !keep {
+                freed += record_bytes(r);
+            }
+            keep
+        });
+        self.bytes -= freed;
     }
 
     /// Remember `record` (the memo starts over when it would exceed its budget).

@@ -15,6 +15,7 @@
 
 use std::collections::HashSet;
 use std::ops::Range;
+use std::sync::Arc;
 
 use crate::quantized::{DotKernel, QuantizedQuery, QuantizedVectors};
 use crate::{ChunkId, NodeId};
@@ -130,16 +131,31 @@ impl IndexBuilder {
 
     pub(crate) fn finish(self) -> VectorIndex {
         VectorIndex {
-            groups: self.groups,
+            groups: Arc::new(self.groups),
             kernel: DotKernel::detect(),
+            dead: HashSet::new(),
+            extra: Vec::new(),
         }
     }
 }
 
-/// See the module documentation.
+/// A stored vector row: `(chunk id, node id, vector)`.
+pub(crate) type VectorRow = (ChunkId, NodeId, Vec<f32>);
+
+/// Rows an index takes as changes on top of what it was built from ([`VectorIndex::patched`])
+/// before it is better read again.
+const PATCH_MAX_ROWS: usize = 2_048;
+
+/// See the module documentation. Besides the rows it was built from (shared between an index
+/// and its patched copies), an index holds the changes written since: the nodes whose built
+/// rows are no longer current, and the current rows of those nodes, searched exactly.
 pub(crate) struct VectorIndex {
-    groups: Vec<Group>,
+    groups: Arc<Vec<Group>>,
     kernel: DotKernel,
+    /// Nodes whose rows in `groups` are stale.
+    dead: HashSet<NodeId>,
+    /// The rows written since the index was built: `(id, node, unit vector)`.
+    extra: Vec<VectorRow>,
 }
 
 impl VectorIndex {
@@ -153,32 +169,88 @@ impl VectorIndex {
         allowed: Option<&HashSet<NodeId>>,
         fetch: impl FnOnce(&[ChunkId]) -> Result<Vec<(ChunkId, Vec<f32>)>, E>,
     ) -> Result<Vec<(ChunkId, f64)>, E> {
-        let Some(g) = self.groups.iter().find(|g| g.codes.dims() == query.len()) else {
-            return Ok(Vec::new());
-        };
-        if limit == 0 || g.ids.is_empty() {
+        if limit == 0 {
             return Ok(Vec::new());
         }
         let q = unit(query);
-        let pass = |node: NodeId| allowed.is_none_or(|a| a.contains(&node));
+        let allow = |node: NodeId| allowed.is_none_or(|a| a.contains(&node));
+        let mut scored = match self.groups.iter().find(|g| g.codes.dims() == query.len()) {
+            Some(g) if !g.ids.is_empty() => {
+                self.search_built(g, query, &q, limit, allowed, fetch)?
+            }
+            _ => Vec::new(),
+        };
+        scored.extend(
+            self.extra
+                .iter()
+                .filter(|(_, node, v)| v.len() == q.len() && allow(*node))
+                .map(|(id, _, v)| (*id, exact_dot(v, &q))),
+        );
+        scored.sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        scored.truncate(limit);
+        Ok(scored)
+    }
+
+    /// [`Self::search`] over the rows the index was built from (stale ones left out), scored
+    /// exactly, unsorted; `q` is `query` as a unit vector.
+    fn search_built<E>(
+        &self,
+        g: &Group,
+        query: &[f32],
+        q: &[f32],
+        limit: usize,
+        allowed: Option<&HashSet<NodeId>>,
+        fetch: impl FnOnce(&[ChunkId]) -> Result<Vec<(ChunkId, Vec<f32>)>, E>,
+    ) -> Result<Vec<(ChunkId, f64)>, E> {
+        let pass = |node: NodeId| {
+            allowed.is_none_or(|a| a.contains(&node))
+                && (self.dead.is_empty() || !self.dead.contains(&node))
+        };
         let depth = (limit.saturating_mul(RESCORE_FACTOR)).max(RESCORE_MIN);
         let rows: Vec<usize> = if g.ids.len() <= depth {
             (0..g.ids.len()).filter(|&r| pass(g.nodes[r])).collect()
         } else {
-            self.candidates(g, &q, depth, &pass)
+            self.candidates(g, q, depth, &pass)
         };
-        let mut scored: Vec<(ChunkId, f64)> = if g.exact.is_some() {
-            rows.iter()
-                .filter_map(|&r| Some((g.ids[r], exact_dot(g.exact_row(r)?, &q))))
-                .collect()
-        } else {
-            let mut ids: Vec<ChunkId> = rows.iter().map(|&r| g.ids[r]).collect();
-            ids.sort_unstable();
-            exact_scores(query, fetch(&ids)?)
-        };
-        scored.sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
-        scored.truncate(limit);
-        Ok(scored)
+        if g.exact.is_some() {
+            return Ok(rows
+                .iter()
+                .filter_map(|&r| Some((g.ids[r], exact_dot(g.exact_row(r)?, q))))
+                .collect());
+        }
+        let mut ids: Vec<ChunkId> = rows.iter().map(|&r| g.ids[r]).collect();
+        ids.sort_unstable();
+        // The store's current vectors; a row rewritten since is among `extra` and its node
+        // is dead here, so it is not fetched twice.
+        Ok(exact_scores(query, fetch(&ids)?))
+    }
+
+    /// A copy of this index after a write that replaced every row of `nodes` by `rows`
+    /// (`(id, node, vector)`, any norm; a removed node has none). `None` when the changes
+    /// held would exceed [`PATCH_MAX_ROWS`]: read the index again instead.
+    pub(crate) fn patched(
+        &self,
+        nodes: &HashSet<NodeId>,
+        rows: Vec<VectorRow>,
+    ) -> Option<VectorIndex> {
+        let mut extra: Vec<VectorRow> = self
+            .extra
+            .iter()
+            .filter(|(_, node, _)| !nodes.contains(node))
+            .cloned()
+            .collect();
+        extra.extend(rows.into_iter().map(|(id, node, v)| (id, node, unit(&v))));
+        if extra.len() > PATCH_MAX_ROWS {
+            return None;
+        }
+        let mut dead = self.dead.clone();
+        dead.extend(nodes.iter().copied());
+        Some(VectorIndex {
+            groups: self.groups.clone(),
+            kernel: self.kernel,
+            dead,
+            extra,
+        })
     }
 
     /// The exact score to `query` of each of `ids` (in the order asked; unknown ids and
@@ -190,19 +262,27 @@ impl VectorIndex {
         ids: &[ChunkId],
         fetch: impl FnOnce(&[ChunkId]) -> Result<Vec<(ChunkId, Vec<f32>)>, E>,
     ) -> Result<Vec<(ChunkId, f64)>, E> {
-        let Some(g) = self.groups.iter().find(|g| g.codes.dims() == query.len()) else {
-            return Ok(Vec::new());
-        };
-        if g.exact.is_none() {
+        let g = self.groups.iter().find(|g| g.codes.dims() == query.len());
+        if g.is_some_and(|g| g.exact.is_none()) {
+            // The store's current vectors, which are what the index's changes hold too.
             return Ok(exact_scores(query, fetch(ids)?));
         }
         let q = unit(query);
+        let built = |id: ChunkId| {
+            let g = g?;
+            let row = g.ids.binary_search(&id).ok()?;
+            if self.dead.contains(&g.nodes[row]) {
+                return None;
+            }
+            Some(exact_dot(g.exact_row(row)?, &q))
+        };
+        let written = |id: ChunkId| {
+            let (_, _, v) = self.extra.iter().find(|r| r.0 == id)?;
+            (v.len() == q.len()).then(|| exact_dot(v, &q))
+        };
         Ok(ids
             .iter()
-            .filter_map(|&id| {
-                let row = g.ids.binary_search(&id).ok()?;
-                Some((id, exact_dot(g.exact_row(row)?, &q)))
-            })
+            .filter_map(|&id| Some((id, written(id).or_else(|| built(id))?)))
             .collect())
     }
 
@@ -406,6 +486,57 @@ mod tests {
                 let got = index(&rows, budget).search(&vs[0], limit, allowed, fetch_from(&rows));
                 prop_assert_eq!(&got.unwrap(), &want);
             }
+        }
+
+        /// An index patched with writes (nodes rewritten with new and reused ids, removed,
+        /// added) searches and scores as an index built from the rows they leave.
+        #[test]
+        fn a_patched_index_equals_one_built_after_the_writes(
+            seed in 1u64..u64::MAX,
+            writes in proptest::collection::vec((0i64..8, 0usize..4, any::<bool>()), 1..6),
+            budget_exact: bool,
+        ) {
+            let vs = random_vectors(200, 12, seed);
+            let mut fresh = vs[1..].iter().cloned();
+            // Three rows per node 0..6 to begin with.
+            let mut rows: Vec<(ChunkId, NodeId, Vec<f32>)> = (0..18)
+                .map(|i| (i as ChunkId, i as NodeId / 3, fresh.next().unwrap()))
+                .collect();
+            let budget = if budget_exact { usize::MAX } else { 0 };
+            let mut idx = index(&rows, budget);
+            let mut next_id = 100;
+            for (node, n, reuse) in writes {
+                let old: Vec<ChunkId> = rows.iter().filter(|r| r.1 == node).map(|r| r.0).collect();
+                rows.retain(|r| r.1 != node);
+                let mut written = Vec::new();
+                for k in 0..n {
+                    let id = match old.get(k) {
+                        Some(&id) if reuse => id,
+                        _ => { next_id += 1; next_id }
+                    };
+                    written.push((id, node, fresh.next().unwrap()));
+                }
+                rows.extend(written.iter().cloned());
+                idx = idx.patched(&[node].into_iter().collect(), written).unwrap();
+            }
+            rows.sort_by_key(|r| r.0);
+            let built = index(&rows, budget);
+            let ids: Vec<ChunkId> = (0..120).collect();
+            for limit in [1, 5, 50] {
+                prop_assert_eq!(
+                    idx.search(&vs[0], limit, None, fetch_from(&rows)).unwrap(),
+                    built.search(&vs[0], limit, None, fetch_from(&rows)).unwrap()
+                );
+            }
+            let allowed: HashSet<NodeId> = [1, 2, 7].into_iter().collect();
+            prop_assert_eq!(
+                idx.search(&vs[0], 10, Some(&allowed), fetch_from(&rows)).unwrap(),
+                built.search(&vs[0], 10, Some(&allowed), fetch_from(&rows)).unwrap()
+            );
+            prop_assert_eq!(
+                idx.scores_of(&vs[0], &ids, fetch_from(&rows)).unwrap(),
+                built.scores_of(&vs[0], &ids, fetch_from(&rows)).unwrap()
+            );
         }
 
         /// Given ids are scored as a search scores them, in the order asked, from memory or
