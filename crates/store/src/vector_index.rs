@@ -142,8 +142,8 @@ impl IndexBuilder {
 /// A stored vector row: `(chunk id, node id, vector)`.
 pub(crate) type VectorRow = (ChunkId, NodeId, Vec<f32>);
 
-/// Rows an index takes as changes on top of what it was built from ([`VectorIndex::patched`])
-/// before it is better read again.
+/// Changes (rows written plus documents rewritten or removed) an index takes on top of what it
+/// was built from ([`VectorIndex::patched`]) before it is better read again.
 const PATCH_MAX_ROWS: usize = 2_048;
 
 /// See the module documentation. Besides the rows it was built from (shared between an index
@@ -227,7 +227,7 @@ impl VectorIndex {
 
     /// A copy of this index after a write that replaced every row of `nodes` by `rows`
     /// (`(id, node, vector)`, any norm; a removed node has none). `None` when the changes
-    /// held would exceed [`PATCH_MAX_ROWS`]: read the index again instead.
+    /// held (rows and nodes) would exceed [`PATCH_MAX_ROWS`]: read the index again instead.
     pub(crate) fn patched(
         &self,
         nodes: &HashSet<NodeId>,
@@ -240,11 +240,11 @@ impl VectorIndex {
             .cloned()
             .collect();
         extra.extend(rows.into_iter().map(|(id, node, v)| (id, node, unit(&v))));
-        if extra.len() > PATCH_MAX_ROWS {
-            return None;
-        }
         let mut dead = self.dead.clone();
         dead.extend(nodes.iter().copied());
+        if extra.len() + dead.len() > PATCH_MAX_ROWS {
+            return None;
+        }
         Some(VectorIndex {
             groups: self.groups.clone(),
             kernel: self.kernel,
@@ -560,6 +560,26 @@ mod tests {
                 prop_assert_eq!(&got.unwrap(), &want);
             }
         }
+    }
+
+    /// Changes pile up only to a bound, however many documents are written or removed: then
+    /// the index asks to be read again.
+    #[test]
+    fn patches_are_bounded() {
+        let vs = random_vectors(2, 8, 3);
+        let mut idx = index(&[(1, 1, vs[0].clone())], usize::MAX);
+        let mut taken = 0;
+        for node in 0..10_000 {
+            match idx.patched(&[node].into_iter().collect(), Vec::new()) {
+                Some(next) => {
+                    idx = next;
+                    taken += 1;
+                }
+                None => break,
+            }
+            assert!(idx.dead.len() + idx.extra.len() <= PATCH_MAX_ROWS);
+        }
+        assert_eq!(taken, PATCH_MAX_ROWS);
     }
 
     /// However many threads share the scan, and with a filter, the candidates are the same.
