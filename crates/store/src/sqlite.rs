@@ -747,13 +747,14 @@ impl SqliteStore {
 
     /// The vector rows of `nodes` as a write leaves them (read inside its transaction), when
     /// the vector index in memory is of the version `before` the write and so can take them
-    /// as a patch; `None` otherwise.
+    /// as a patch; `None` otherwise, or when they cannot be read (the index is then read
+    /// again by the next search: a cache never fails a write).
     fn rows_for_vector_patch(
         &self,
         tx: &Transaction<'_>,
         before: Version,
         nodes: &HashSet<NodeId>,
-    ) -> Result<Option<Vec<VectorRow>>, StoreError> {
+    ) -> Option<Vec<VectorRow>> {
         let current = self
             .vectors
             .lock()
@@ -761,31 +762,34 @@ impl SqliteStore {
             .as_ref()
             .is_some_and(|c| c.version == before);
         if !current {
-            return Ok(None);
+            return None;
         }
-        let mut stmt = tx
-            .prepare_cached("SELECT id, embedding FROM chunks WHERE node_id = ?1 ORDER BY id")
-            .map_err(StoreError::sqlite("read written vectors"))?;
-        let mut rows = Vec::new();
-        for &node in nodes {
-            let mut q = stmt
-                .query(params![node])
+        let read = || -> Result<Vec<VectorRow>, StoreError> {
+            let mut stmt = tx
+                .prepare_cached("SELECT id, embedding FROM chunks WHERE node_id = ?1 ORDER BY id")
                 .map_err(StoreError::sqlite("read written vectors"))?;
-            while let Some(r) = q
-                .next()
-                .map_err(StoreError::sqlite("read written vectors"))?
-            {
-                let id: i64 = r
-                    .get(0)
+            let mut rows = Vec::new();
+            for &node in nodes {
+                let mut q = stmt
+                    .query(params![node])
                     .map_err(StoreError::sqlite("read written vectors"))?;
-                let blob = r
-                    .get_ref(1)
-                    .and_then(|v| v.as_blob().map_err(Into::into))
-                    .map_err(StoreError::sqlite("read written vectors"))?;
-                rows.push((id, node, blob_to_vec(blob)?));
+                while let Some(r) = q
+                    .next()
+                    .map_err(StoreError::sqlite("read written vectors"))?
+                {
+                    let id: i64 = r
+                        .get(0)
+                        .map_err(StoreError::sqlite("read written vectors"))?;
+                    let blob = r
+                        .get_ref(1)
+                        .and_then(|v| v.as_blob().map_err(Into::into))
+                        .map_err(StoreError::sqlite("read written vectors"))?;
+                    rows.push((id, node, blob_to_vec(blob)?));
+                }
             }
-        }
-        Ok(Some(rows))
+            Ok(rows)
+        };
+        read().ok()
     }
 
     /// After this store's own write, which replaced every vector row of `nodes` by `rows`:
@@ -1609,7 +1613,7 @@ impl Store for SqliteStore {
             .map(|c| Self::apply_in(&tx, c, &terms, &mut touched))
             .collect::<Result<Vec<_>, _>>()?;
         let nodes: HashSet<NodeId> = out.iter().map(|o| o.node_id).collect();
-        let rows = self.rows_for_vector_patch(&tx, before, &nodes)?;
+        let rows = self.rows_for_vector_patch(&tx, before, &nodes);
         tx.commit().map_err(StoreError::sqlite("commit"))?;
         self.wrote();
         self.forget_terms(before, &touched);
