@@ -44,10 +44,25 @@ pub(crate) fn unit(v: &[f32]) -> Vec<f32> {
     v.iter().map(|x| x / n).collect()
 }
 
-/// The exact score of two unit vectors.
+/// The exact score of two unit vectors: their `f32` dot product, summed in eight lanes (which
+/// the compiler turns into SIMD; one running sum is a chain of dependent additions, and the
+/// rescoring of 256 candidates took ~5 % of a served ask) and the lanes added in a fixed
+/// order, so every caller gets the same bits.
 fn exact_dot(a: &[f32], b: &[f32]) -> f64 {
-    let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
-    f64::from(dot)
+    let mut lanes = [0f32; 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f32 = ca
+        .remainder()
+        .iter()
+        .zip(cb.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    for (x, y) in ca.zip(cb) {
+        for i in 0..8 {
+            lanes[i] += x[i] * y[i];
+        }
+    }
+    f64::from(lanes.iter().sum::<f32>() + tail)
 }
 
 /// The exact score of each stored vector to `query` (vectors of another length skipped), by
