@@ -656,11 +656,10 @@ impl SqliteStore {
 
     /// After this store's own write, which changed only the postings of `touched`: the memo
     /// of the version `before` the write stays valid for every other term, and moves to the
-    /// new version. (A memo of another version is left alone: the next read starts it over.)
-    /// Called with the connection still held, so no read sees the new version first.
-    fn forget_terms(&self, before: (i64, u64), touched: &HashSet<String>) {
+    /// version `after` it. (A memo of another version is left alone: the next read starts it
+    /// over.)
+    fn forget_terms(&self, before: Version, after: Version, touched: &HashSet<String>) {
         let mut memo = self.lexical_memo();
-        let after = (before.0, self.own_writes.load(Ordering::SeqCst));
         let Some(memo) = memo.carry_over(before, after) else {
             return;
         };
@@ -765,26 +764,19 @@ impl SqliteStore {
             return None;
         }
         let read = || -> Result<Vec<VectorRow>, StoreError> {
+            let what = "read written vectors";
             let mut stmt = tx
-                .prepare_cached("SELECT id, embedding FROM chunks WHERE node_id = ?1 ORDER BY id")
-                .map_err(StoreError::sqlite("read written vectors"))?;
+                .prepare_cached(
+                    "SELECT id, node_id, embedding FROM chunks WHERE node_id = ?1 ORDER BY id",
+                )
+                .map_err(StoreError::sqlite(what))?;
             let mut rows = Vec::new();
             for &node in nodes {
                 let mut q = stmt
                     .query(params![node])
-                    .map_err(StoreError::sqlite("read written vectors"))?;
-                while let Some(r) = q
-                    .next()
-                    .map_err(StoreError::sqlite("read written vectors"))?
-                {
-                    let id: i64 = r
-                        .get(0)
-                        .map_err(StoreError::sqlite("read written vectors"))?;
-                    let blob = r
-                        .get_ref(1)
-                        .and_then(|v| v.as_blob().map_err(Into::into))
-                        .map_err(StoreError::sqlite("read written vectors"))?;
-                    rows.push((id, node, blob_to_vec(blob)?));
+                    .map_err(StoreError::sqlite(what))?;
+                while let Some(r) = q.next().map_err(StoreError::sqlite(what))? {
+                    rows.push(vector_row(r, what)?);
                 }
             }
             Ok(rows)
@@ -797,10 +789,11 @@ impl SqliteStore {
     /// new version, so the next search does not read every vector again (a whole reload per
     /// write took a quarter of `bib serve`'s CPU with four writers on the SciFact KB). Without
     /// `rows`, or when the patch would grow too large, the index is dropped and read again
-    /// by the next search. Called with the connection still held.
+    /// by the next search.
     fn patch_vectors(
         &self,
         before: Version,
+        after: Version,
         nodes: &HashSet<NodeId>,
         rows: Option<Vec<VectorRow>>,
     ) {
@@ -808,7 +801,6 @@ impl SqliteStore {
         let Some(c) = cache.as_ref().filter(|c| c.version == before) else {
             return;
         };
-        let after = (before.0, self.own_writes.load(Ordering::SeqCst));
         *cache = rows
             .and_then(|rows| c.index.patched(nodes, rows))
             .map(|index| {
@@ -821,12 +813,30 @@ impl SqliteStore {
 
     /// After this store's own write, which rewrote or removed the documents of `nodes`: the
     /// chunk records remembered at the version `before` stay valid for every other document,
-    /// and move to the new version. Called with the connection still held.
-    fn forget_chunks(&self, before: Version, nodes: &HashSet<NodeId>) {
-        let after = (before.0, self.own_writes.load(Ordering::SeqCst));
+    /// and move to the version `after` it.
+    fn forget_chunks(&self, before: Version, after: Version, nodes: &HashSet<NodeId>) {
         if let Some(memo) = self.chunk_memo().carry_over(before, after) {
             memo.forget_nodes(nodes);
         }
+    }
+
+    /// What this store remembers, after its own committed write that moved the database from
+    /// version `before`, touched the postings of `terms` and rewrote or removed the documents
+    /// of `nodes` (their vector rows now `rows`): count the write, then carry each memo and
+    /// the vector index over to the new version. Called with the connection still held, so no
+    /// read sees the new version first.
+    fn after_own_write(
+        &self,
+        before: Version,
+        terms: &HashSet<String>,
+        nodes: &HashSet<NodeId>,
+        rows: Option<Vec<VectorRow>>,
+    ) {
+        self.wrote();
+        let after = (before.0, self.own_writes.load(Ordering::SeqCst));
+        self.forget_terms(before, after, terms);
+        self.forget_chunks(before, after, nodes);
+        self.patch_vectors(before, after, nodes, rows);
     }
 
     fn load_vectors(&self, conn: &Connection) -> Result<Arc<VectorCache>, StoreError> {
@@ -845,13 +855,8 @@ impl SqliteStore {
         let mut rows = stmt.query([]).map_err(StoreError::sqlite("load vectors"))?;
         let mut index = IndexBuilder::new(DEFAULT_EXACT_BUDGET);
         while let Some(r) = rows.next().map_err(StoreError::sqlite("load vectors"))? {
-            let id: i64 = r.get(0).map_err(StoreError::sqlite("load vectors"))?;
-            let node: i64 = r.get(1).map_err(StoreError::sqlite("load vectors"))?;
-            let blob = r
-                .get_ref(2)
-                .and_then(|v| v.as_blob().map_err(Into::into))
-                .map_err(StoreError::sqlite("load vectors"))?;
-            index.push(id, node, &blob_to_vec(blob)?);
+            let (id, node, vector) = vector_row(r, "load vectors")?;
+            index.push(id, node, &vector);
         }
         let cache = Arc::new(VectorCache {
             version,
@@ -1223,6 +1228,18 @@ fn chunk_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<RawChunk> {
         r.get(16)?,
         r.get(17)?,
     ))
+}
+
+/// A row of `SELECT id, node_id, embedding FROM chunks …`, decoded; `what` names the read in
+/// errors.
+fn vector_row(r: &rusqlite::Row<'_>, what: &'static str) -> Result<VectorRow, StoreError> {
+    let id: i64 = r.get(0).map_err(StoreError::sqlite(what))?;
+    let node: i64 = r.get(1).map_err(StoreError::sqlite(what))?;
+    let blob = r
+        .get_ref(2)
+        .and_then(|v| v.as_blob().map_err(Into::into))
+        .map_err(StoreError::sqlite(what))?;
+    Ok((id, node, blob_to_vec(blob)?))
 }
 
 fn chunk_record(r: RawChunk) -> Result<ChunkRecord, StoreError> {
@@ -1615,10 +1632,7 @@ impl Store for SqliteStore {
         let nodes: HashSet<NodeId> = out.iter().map(|o| o.node_id).collect();
         let rows = self.rows_for_vector_patch(&tx, before, &nodes);
         tx.commit().map_err(StoreError::sqlite("commit"))?;
-        self.wrote();
-        self.forget_terms(before, &touched);
-        self.forget_chunks(before, &nodes);
-        self.patch_vectors(before, &nodes, rows);
+        self.after_own_write(before, &touched, &nodes, rows);
         Ok(out)
     }
 
@@ -1658,10 +1672,7 @@ impl Store for SqliteStore {
                 .map_err(e("delete document"))?;
         }
         tx.commit().map_err(e("commit"))?;
-        self.wrote();
-        self.forget_terms(before, &touched);
-        self.forget_chunks(before, &nodes);
-        self.patch_vectors(before, &nodes, Some(Vec::new()));
+        self.after_own_write(before, &touched, &nodes, Some(Vec::new()));
         Ok(removed)
     }
 
