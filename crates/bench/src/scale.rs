@@ -300,7 +300,7 @@ fn exact_top10(
                     for (q, b) in qpart.iter().zip(bpart) {
                         for (id, v) in vs {
                             if v.len() == q.len() {
-                                b.push((dot(q, v), *id));
+                                b.push((bib_text::vectors::dot(q, v), *id));
                             }
                         }
                         if b.len() > 10 {
@@ -323,11 +323,6 @@ fn exact_top10(
 
 fn by_score_then_id(x: &(f32, ChunkId), y: &(f32, ChunkId)) -> std::cmp::Ordering {
     y.0.total_cmp(&x.0).then(x.1.cmp(&y.1))
-}
-
-/// The dot product the store's exact scoring computes (same order of additions).
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| x * y).sum()
 }
 
 fn unit(v: &[f32]) -> Vec<f32> {

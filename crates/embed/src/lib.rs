@@ -135,29 +135,11 @@ pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
     if a.len() != b.len() || a.is_empty() {
         return 0.0;
     }
-    // Eight lanes per sum (SIMD once compiled; one running sum is a chain of dependent
-    // additions, and an ask scores ~300 sentence vectors), added in a fixed order.
-    let (mut dot8, mut na8, mut nb8) = ([0f32; 8], [0f32; 8], [0f32; 8]);
-    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
-    let (mut dot, mut na, mut nb) = (0.0f32, 0.0f32, 0.0f32);
-    for (x, y) in ca.remainder().iter().zip(cb.remainder()) {
-        dot += x * y;
-        na += x * x;
-        nb += y * y;
-    }
-    for (x, y) in ca.zip(cb) {
-        for i in 0..8 {
-            dot8[i] += x[i] * y[i];
-            na8[i] += x[i] * x[i];
-            nb8[i] += y[i] * y[i];
-        }
-    }
-    let dot = dot8.iter().sum::<f32>() + dot;
-    let na = na8.iter().sum::<f32>() + na;
-    let nb = nb8.iter().sum::<f32>() + nb;
+    use bib_text::vectors::dot;
+    let (na, nb) = (dot(a, a), dot(b, b));
     if na == 0.0 || nb == 0.0 {
         0.0
     } else {
-        dot / (na.sqrt() * nb.sqrt())
+        dot(a, b) / (na.sqrt() * nb.sqrt())
     }
 }

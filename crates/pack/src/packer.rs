@@ -1178,7 +1178,7 @@ impl Packer {
         for &mid in &ctx.old_msg {
             for &(first, end, id) in self.units_of(mid) {
                 let v = self.units[id as usize].vec.as_deref().unwrap_or(&[]);
-                let s = f64::from(crate::units::dot(qv, v));
+                let s = f64::from(bib_text::vectors::dot(qv, v));
                 compared += 1;
                 for u in &mut usem[ix + first as usize..ix + end as usize] {
                     *u = u.max(s);

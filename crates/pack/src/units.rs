@@ -78,42 +78,9 @@ pub fn message_units(lines: &[&str], max_chars: usize) -> Vec<Unit> {
     out
 }
 
-/// Dot product of two vectors (0 when their lengths differ): the cosine of two unit vectors,
-/// as every `Embedder` returns. Eight independent sums, so the compiler can vectorise it: a
-/// pack compares the question with every unit of the history.
-pub fn dot(a: &[f32], b: &[f32]) -> f32 {
-    if a.len() != b.len() {
-        return 0.0;
-    }
-    let mut acc = [0f32; 8];
-    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
-    let tail: f32 = ca
-        .remainder()
-        .iter()
-        .zip(cb.remainder())
-        .map(|(x, y)| x * y)
-        .sum();
-    for (x, y) in ca.zip(cb) {
-        for k in 0..8 {
-            acc[k] += x[k] * y[k];
-        }
-    }
-    acc.iter().sum::<f32>() + tail
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn dot_matches_the_plain_sum() {
-        let a: Vec<f32> = (0..21).map(|i| (i as f32 * 0.37).sin()).collect();
-        let b: Vec<f32> = (0..21).map(|i| (i as f32 * 0.11).cos()).collect();
-        let plain: f32 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
-        assert!((dot(&a, &b) - plain).abs() < 1e-5);
-        assert_eq!(dot(&a, &b[..20]), 0.0);
-        assert_eq!(dot(&[], &[]), 0.0);
-    }
 
     fn spans(u: &[Unit]) -> Vec<(usize, usize, &str)> {
         u.iter()

@@ -44,25 +44,10 @@ pub(crate) fn unit(v: &[f32]) -> Vec<f32> {
     v.iter().map(|x| x / n).collect()
 }
 
-/// The exact score of two unit vectors: their `f32` dot product, summed in eight lanes (which
-/// the compiler turns into SIMD; one running sum is a chain of dependent additions, and the
-/// rescoring of 256 candidates took ~5 % of a served ask) and the lanes added in a fixed
-/// order, so every caller gets the same bits.
+/// The exact score of two unit vectors: the one dot product ([`bib_text::vectors::dot`], SIMD
+/// once compiled), so the store, the packer and the benchmarks' ground truth agree to the bit.
 fn exact_dot(a: &[f32], b: &[f32]) -> f64 {
-    let mut lanes = [0f32; 8];
-    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
-    let tail: f32 = ca
-        .remainder()
-        .iter()
-        .zip(cb.remainder())
-        .map(|(x, y)| x * y)
-        .sum();
-    for (x, y) in ca.zip(cb) {
-        for i in 0..8 {
-            lanes[i] += x[i] * y[i];
-        }
-    }
-    f64::from(lanes.iter().sum::<f32>() + tail)
+    f64::from(bib_text::vectors::dot(a, b))
 }
 
 /// The exact score of each stored vector to `query` (vectors of another length skipped), by

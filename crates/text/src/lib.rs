@@ -9,6 +9,7 @@
 //! - [`chunk`]: Markdown-aware chunks with the `[Doc: title › heading]` prefix.
 //! - [`tokens`]: the spec's token estimate and the [`tokens::TokenCounter`] seam for exact counts.
 //! - [`terms`]: the one term function that feeds every BM25 in the system (spec 003).
+//! - [`vectors`]: the one dot product every vector score adds up the same way.
 //!
 //! **Invariant:** nothing in this crate does I/O or panics on any input.
 
@@ -19,3 +20,4 @@ pub mod markdown;
 pub mod sentences;
 pub mod terms;
 pub mod tokens;
+pub mod vectors;
