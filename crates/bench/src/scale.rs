@@ -19,7 +19,10 @@
 //!
 //! - **PostgreSQL** (`--pg URL`): the same queries on a copy of the store made with `bib
 //!   migrate` — BM25, HNSW vector search and the hybrid ask, recall@10 against the same exact
-//!   top-10 (by path and chunk index, as ids differ between stores).
+//!   top-10 (by path and chunk index, as ids differ between stores); then BM25 on both stores
+//!   **side by side**: each query on SQLite and on PostgreSQL one right after the other (which
+//!   first alternates), three rounds, so both see the same moment of a machine whose speed
+//!   drifts — the ratio of issue 20 ("PostgreSQL BM25 within 2× of SQLite") from one run.
 //!
 //! A last table divides each figure at the largest size by the same at the smallest.
 
@@ -83,6 +86,43 @@ struct Row {
     serve_rss_mib: Option<f64>,
     /// The same queries on the PostgreSQL copy (`--pg`): path times and HNSW recall@10.
     pg: Option<(PathTimes, f64)>,
+    /// BM25 on both stores interleaved per query (`--pg`).
+    bm25_side_by_side: Option<SideBySide>,
+}
+
+/// BM25 top-100 times of the same queries on SQLite and PostgreSQL, interleaved per query.
+#[derive(Debug, Default)]
+struct SideBySide {
+    /// SQLite reading each query's postings from the file (its memo emptied before each).
+    sqlite_cold_ms: Vec<f64>,
+    /// SQLite answering a query it answered before (postings from its memo).
+    sqlite_ms: Vec<f64>,
+    postgres_ms: Vec<f64>,
+}
+
+impl SideBySide {
+    /// PostgreSQL's p50 over SQLite's, with SQLite's memo warm and cold.
+    fn ratios_of_p50s(&self) -> (f64, f64) {
+        let pg = percentile(&self.postgres_ms, 50.0);
+        (
+            pg / percentile(&self.sqlite_ms, 50.0).max(1e-9),
+            pg / percentile(&self.sqlite_cold_ms, 50.0).max(1e-9),
+        )
+    }
+
+    fn report(&self) -> Value {
+        let p = |v: &[f64], q: f64| percentile(v, q);
+        let (warm, cold) = self.ratios_of_p50s();
+        json!({
+            "sqlite_bm25_p50_ms": p(&self.sqlite_ms, 50.0), "sqlite_bm25_p99_ms": p(&self.sqlite_ms, 99.0),
+            "sqlite_cold_bm25_p50_ms": p(&self.sqlite_cold_ms, 50.0),
+            "sqlite_cold_bm25_p99_ms": p(&self.sqlite_cold_ms, 99.0),
+            "postgres_bm25_p50_ms": p(&self.postgres_ms, 50.0), "postgres_bm25_p99_ms": p(&self.postgres_ms, 99.0),
+            "ratio_of_p50": warm,
+            "ratio_of_p50_sqlite_cold": cold,
+            "timings_each": self.sqlite_ms.len(),
+        })
+    }
 }
 
 impl Row {
@@ -107,6 +147,7 @@ impl Row {
                 "hybrid_p50_ms": p(&t.hybrid, 50.0), "hybrid_p99_ms": p(&t.hybrid, 99.0),
                 "recall10": recall,
             })),
+            "bm25_side_by_side": self.bm25_side_by_side.as_ref().map(SideBySide::report),
         })
     }
 }
@@ -149,7 +190,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 .iter()
                 .map(|ids| chunk_keys(&store, ids))
                 .collect::<anyhow::Result<Vec<_>>>()?;
-            row.pg = Some(time_postgres(url, n, &path, &queries, &exact_keys)?);
+            let pg = connect_postgres(url, n, &path)?;
+            row.pg = Some(time_postgres(&pg, n, &queries, &exact_keys)?);
+            row.bm25_side_by_side = Some(bm25_side_by_side(&store, &pg, &queries)?);
         }
         drop(store);
         if !a.no_processes {
@@ -167,17 +210,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Time the PostgreSQL copy of the `n`-chunk store at `url` (HNSW search) on the same queries,
-/// after one untimed pass over them; its path times and recall@10 against `exact` (by chunk
-/// key).
-fn time_postgres(
-    url: &str,
-    n: usize,
-    sqlite_path: &Path,
-    queries: &[(String, Vec<f32>)],
-    exact: &[Vec<ChunkKey>],
-) -> anyhow::Result<(PathTimes, f64)> {
-    // HNSW, with the URL's `ef_search` when it gives one.
+/// Open the PostgreSQL copy of the `n`-chunk store at `url`, with HNSW search (the URL's
+/// `ef_search` when it gives one); an error names the `bib migrate` that makes the copy.
+fn connect_postgres(url: &str, n: usize, sqlite_path: &Path) -> anyhow::Result<PgStore> {
     let mut opts = PgOptions::parse(url)?;
     if opts.vector_search == VectorSearch::Exact {
         opts = opts.with_vector_search(VectorSearch::Hnsw {
@@ -197,13 +232,67 @@ fn time_postgres(
             sqlite_path.display()
         );
     }
+    Ok(pg)
+}
+
+/// Time the PostgreSQL copy on the same queries, after one untimed pass over them; its path
+/// times and recall@10 against `exact` (by chunk key).
+fn time_postgres(
+    pg: &PgStore,
+    n: usize,
+    queries: &[(String, Vec<f32>)],
+    exact: &[Vec<ChunkKey>],
+) -> anyhow::Result<(PathTimes, f64)> {
     // One untimed pass first: the SQLite measurements before this one read the whole SQLite
     // file, which pushes PostgreSQL's pages out of the page cache; a server's are warm.
     eprintln!("{n} chunks: warming and timing {}…", pg.location());
-    time_store_paths(&pg, queries, &mut PathTimes::default())?;
+    time_store_paths(pg, queries, &mut PathTimes::default())?;
     let mut times = PathTimes::default();
-    let hits = time_store_paths(&pg, queries, &mut times)?;
-    Ok((times, recall_at_10(exact, &top10_keys(&pg, &hits)?)))
+    let hits = time_store_paths(pg, queries, &mut times)?;
+    Ok((times, recall_at_10(exact, &top10_keys(pg, &hits)?)))
+}
+
+/// Rounds of [`bm25_side_by_side`].
+const SIDE_BY_SIDE_ROUNDS: usize = 3;
+
+/// BM25 top 100 of every query on both stores, one right after the other, the first store
+/// alternating from query to query, [`SIDE_BY_SIDE_ROUNDS`] times (after one untimed pass):
+/// a drift in the machine's speed — minutes apart, the same binary here ran 40 % slower —
+/// then falls on both stores alike instead of on whichever was timed second. SQLite is timed
+/// twice per query: with its memo emptied first (the postings read from the file, as the
+/// first time a server meets the query's terms) and then again (from its memo, as a server
+/// answers terms it has met); PostgreSQL has no such memo, its shared buffers are warm.
+fn bm25_side_by_side(
+    sqlite: &SqliteStore,
+    pg: &dyn Store,
+    queries: &[(String, Vec<f32>)],
+) -> anyhow::Result<SideBySide> {
+    let f = Filter::default();
+    for (q, _) in queries {
+        sqlite.bm25_search(q, 100, &f)?;
+        pg.bm25_search(q, 100, &f)?;
+    }
+    let time = |store: &dyn Store, q: &str| -> anyhow::Result<f64> {
+        let t = Instant::now();
+        std::hint::black_box(store.bm25_search(q, 100, &f)?);
+        Ok(t.elapsed().as_secs_f64() * 1000.0)
+    };
+    let mut out = SideBySide::default();
+    for round in 0..SIDE_BY_SIDE_ROUNDS {
+        for (i, (q, _)) in queries.iter().enumerate() {
+            let pg_first = (i + round) % 2 == 1;
+            if pg_first {
+                out.postgres_ms.push(time(pg, q)?);
+            }
+            sqlite.forget_remembered();
+            out.sqlite_cold_ms.push(time(sqlite, q)?);
+            out.sqlite_ms.push(time(sqlite, q)?);
+            if !pg_first {
+                out.postgres_ms.push(time(pg, q)?);
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// Documents written per transaction (`Store::apply_documents`): a bulk load, as an ingest of
@@ -476,6 +565,25 @@ fn print_report(rows: &[Row]) {
                 p(&t.hybrid, 50.0),
                 p(&t.hybrid, 99.0),
                 recall,
+            );
+        }
+    }
+    for r in rows {
+        if let Some(sbs) = &r.bm25_side_by_side {
+            let p = |v: &[f64], q: f64| percentile(v, q);
+            let (warm, cold) = sbs.ratios_of_p50s();
+            println!(
+                "\n{} chunks, BM25 top 100 side by side ({} timings each, interleaved per query), p50/p99 ms:\n  \
+                 PostgreSQL {:.2}/{:.2} · SQLite, postings read from the file {:.2}/{:.2} ({cold:.2}×) · \
+                 SQLite, postings remembered {:.2}/{:.2} ({warm:.2}×)",
+                r.chunks,
+                sbs.sqlite_ms.len(),
+                p(&sbs.postgres_ms, 50.0),
+                p(&sbs.postgres_ms, 99.0),
+                p(&sbs.sqlite_cold_ms, 50.0),
+                p(&sbs.sqlite_cold_ms, 99.0),
+                p(&sbs.sqlite_ms, 50.0),
+                p(&sbs.sqlite_ms, 99.0),
             );
         }
     }

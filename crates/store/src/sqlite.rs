@@ -538,6 +538,14 @@ impl SqliteStore {
         PathBuf::from(&self.location)
     }
 
+    /// Forget the postings, document frequencies and chunk records remembered so far, as a
+    /// freshly opened store would hold them (the page cache and the vector index stay). For
+    /// benchmarks that time a query whose terms are read from the file, not from memory.
+    pub fn forget_remembered(&self) {
+        *self.lexical_memo() = Versioned::default();
+        *self.chunk_memo() = Versioned::default();
+    }
+
     fn conn(&self) -> MutexGuard<'_, Connection> {
         // A poisoned lock only means another thread panicked mid-call; SQLite rolled back any
         // open transaction when its guard dropped, so the connection is still usable.
@@ -2360,6 +2368,37 @@ mod tests {
         assert_eq!(read(&b), ["uno", "deux"]);
         b.remove_documents(&["a.md".to_string()]).unwrap();
         assert!(read(&a).is_empty());
+    }
+
+    /// Forgetting what was remembered changes no answer: the next reads fill the memos again
+    /// from the file, and a write after it is seen.
+    #[test]
+    fn forgetting_the_memos_changes_no_answer() {
+        let s = SqliteStore::open_in_memory().unwrap();
+        let change = crate::conformance::sample_change;
+        s.apply_document(&change("a.md", &["alpha beta", "beta gamma"]))
+            .unwrap();
+        s.apply_document(&change("b.md", &["gamma delta"])).unwrap();
+        let f = Filter::default();
+        let ask = |q: &str| -> Vec<(ChunkId, u64)> {
+            s.bm25_search(q, 10, &f)
+                .unwrap()
+                .into_iter()
+                .map(|h| (h.id, h.score.to_bits()))
+                .collect()
+        };
+        let ids = s.chunk_ids().unwrap();
+        let before = (ask("beta gamma"), s.get_chunks(&ids).unwrap());
+        assert_eq!(before.0.len(), 3);
+        s.forget_remembered();
+        assert_eq!((ask("beta gamma"), s.get_chunks(&ids).unwrap()), before);
+        s.forget_remembered();
+        s.apply_document(&change("b.md", &["epsilon"])).unwrap();
+        assert_eq!(
+            ask("gamma").len(),
+            1,
+            "the rewritten document no longer holds gamma"
+        );
     }
 
     /// The vector index in memory follows this store's own writes by patching itself: every
