@@ -121,6 +121,11 @@ pub struct Args {
     /// Skip the "after trimming" columns (faster).
     #[arg(long)]
     no_trimmed: bool,
+    /// Put one typo into every question, seeded by this number: in one word of five letters
+    /// or more, a letter dropped, doubled, replaced or swapped with the next, at any place
+    /// (`bib bench wiki --typos 1 --signals default --signals typo=1` measures typo tolerance).
+    #[arg(long, value_name = "SEED")]
+    typos: Option<u64>,
     /// Write the report as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -292,6 +297,48 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `question` with one typo (`--typos`): in one of its words of five letters or more (picked
+/// by `seed` and the question itself, so each question gets the same typo in every run), a
+/// letter dropped, doubled, replaced by a random letter, or swapped with the next one, at any
+/// place including the first. A question without such a word is returned as it is.
+fn with_one_typo(question: &str, seed: u64) -> String {
+    let mut hash = seed ^ 0x9e37_79b9_7f4a_7c15;
+    for b in question.bytes() {
+        hash = (hash ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    let mut rng = fastrand::Rng::with_seed(hash);
+    let mut words: Vec<(usize, &str)> = Vec::new();
+    let mut start = None;
+    for (i, c) in question.char_indices().chain([(question.len(), ' ')]) {
+        if c.is_alphabetic() {
+            start.get_or_insert(i);
+        } else if let Some(s) = start.take() {
+            words.push((s, &question[s..i]));
+        }
+    }
+    words.retain(|(_, w)| w.chars().count() >= 5);
+    if words.is_empty() {
+        return question.to_string();
+    }
+    let (start, word) = words[rng.usize(..words.len())];
+    let mut chars: Vec<char> = word.chars().collect();
+    let i = rng.usize(..chars.len() - 1);
+    match rng.u8(..4) {
+        0 => {
+            chars.remove(i);
+        }
+        1 => chars.insert(i, chars[i]),
+        2 => chars[i] = rng.char('a'..='z'),
+        _ => chars.swap(i, i + 1),
+    }
+    let mut out = question.to_string();
+    out.replace_range(
+        start..start + word.len(),
+        &chars.into_iter().collect::<String>(),
+    );
+    out
+}
+
 /// `--ks` sorted and without repeats; every cut-off must be at least 1.
 fn sorted_distinct_cutoffs(a: &Args) -> anyhow::Result<Vec<usize>> {
     anyhow::ensure!(
@@ -353,7 +400,12 @@ impl WikiRun<'_> {
         } else {
             self.data.join(file)
         };
-        let qs = load_golden(&path)?;
+        let mut qs = load_golden(&path)?;
+        if let Some(seed) = a.typos {
+            for q in &mut qs {
+                q.question = with_one_typo(&q.question, seed);
+            }
+        }
         if !stores.contains_key(wiki) {
             let store = open_ingested(
                 &a.cache_dir,
@@ -789,6 +841,23 @@ mod tests {
 
     fn repo_root() -> PathBuf {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+    }
+
+    /// `--typos` changes one long word of a question by one edit, the same way every run, and
+    /// leaves a question without a long word alone.
+    #[test]
+    fn one_typo_per_question() {
+        let q = "¿Cómo publico mi paquete en la galería?";
+        let t = with_one_typo(q, 1);
+        assert_eq!(t, with_one_typo(q, 1));
+        assert_ne!(t, q);
+        let (a, b): (Vec<&str>, Vec<&str>) = (q.split(' ').collect(), t.split(' ').collect());
+        assert_eq!(a.len(), b.len());
+        let changed: Vec<(&&str, &&str)> = a.iter().zip(&b).filter(|(x, y)| x != y).collect();
+        assert_eq!(changed.len(), 1, "{t}");
+        let (x, y) = changed[0];
+        assert!(x.chars().count().abs_diff(y.chars().count()) <= 1, "{t}");
+        assert_eq!(with_one_typo("NU1101 in a pkg", 3), "NU1101 in a pkg");
     }
 
     fn dev_set(lang: &str) -> Vec<GoldenItem> {

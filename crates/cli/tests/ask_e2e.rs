@@ -332,6 +332,69 @@ fn ask_json_trim_filters_modes_config_and_log() {
 
 /// `--json` gains `explain` per result (every part of its score, adding up to it) and the
 /// `signals` used; `--explain` prints the same parts; `--signals` is checked and named.
+/// A question with typos finds what the same question without them finds, and says which
+/// words it searched instead; `typo=0` searches the words as written; words the knowledge base
+/// knows are never changed.
+#[test]
+fn ask_corrects_typos_and_says_so() {
+    let Some((t, store)) = setup() else { return };
+    let cwd = t.path();
+    let v = ask_json(
+        cwd,
+        &store,
+        "where are credentails for privte feeds kept?",
+        &[],
+        &[],
+    );
+    let fixed: Vec<(String, String)> = v["corrections"]
+        .as_array()
+        .expect("corrections listed")
+        .iter()
+        .map(|c| {
+            (
+                c["from"].as_str().unwrap().into(),
+                c["to"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        fixed,
+        [
+            ("credentails".to_string(), "credentials".to_string()),
+            ("privte".to_string(), "private".to_string())
+        ],
+        "{v:#}"
+    );
+    assert_eq!(v["query"], "where are credentails for privte feeds kept?");
+    assert_eq!(paths(&v)[0], "en/config.md", "{v:#}");
+    let o = bib(
+        cwd,
+        &[
+            "ask",
+            "where are credentails for privte feeds kept?",
+            "--store",
+            store.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(
+        text(&o)
+            .contains("searched with typos corrected: credentails → credentials, privte → private"),
+        "{}",
+        text(&o)
+    );
+    let off = ask_json(cwd, &store, "credentails", &["--signals", "typo=0"], &[]);
+    assert_eq!(off["corrections"], serde_json::json!([]), "{off:#}");
+    let clean = ask_json(
+        cwd,
+        &store,
+        "where are credentials for private feeds kept?",
+        &[],
+        &[],
+    );
+    assert_eq!(clean["corrections"], serde_json::json!([]), "{clean:#}");
+}
+
 #[test]
 fn ask_explains_every_part_of_a_score() {
     let Some((t, store)) = setup() else { return };

@@ -41,6 +41,7 @@ pub mod signals;
 pub mod store_index;
 pub mod synth;
 pub mod trim;
+pub mod typo;
 
 pub use cache::{EmbeddingCache, StoreVectors, VectorBacking};
 pub use error::RetrieveError;
@@ -54,3 +55,4 @@ pub use retrieve::{Fusion, Mode, RetrievalResult, RetrieveOptions, Retriever, Sc
 pub use signals::{Explain, Signals};
 pub use store_index::StoreIndex;
 pub use trim::{TrimOptions, TrimScorer};
+pub use typo::Correction;

@@ -34,6 +34,7 @@ pub fn log_entry(r: &RetrievalResult, opts: &RetrieveOptions, filter: &Filter) -
             "timings": r.timings,
             "relevance": r.relevance,
             "trim_dropped": r.trim_dropped,
+            "corrections": r.corrections,
         }),
     }
 }

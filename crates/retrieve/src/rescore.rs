@@ -461,6 +461,7 @@ mod tests {
         let phrase = Signals {
             phrase: 1.5,
             exact_candidates: 5,
+            typo: 0,
             ..Signals::OFF
         };
         let q = "restore says \"Unable to find package\" for my package source";
@@ -501,6 +502,7 @@ mod tests {
             prf_terms: 5,
             depth: 10,
             exact_candidates: 5,
+            typo: 0,
         };
         for res in [run(q, all), run("nuspec", all)] {
             for c in &res.chunks {

@@ -16,6 +16,7 @@ use crate::rerank::RerankOptions;
 use crate::signals::{exact_items, Explain, Signals};
 use crate::synth::SynthConfig;
 use crate::trim::{trim_texts, TrimOptions};
+use crate::typo::Correction;
 
 /// Which lists feed the result.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -252,6 +253,10 @@ pub struct RetrievalResult {
     /// What went wrong without failing the retrieval (the LLM reranker's failures), for people.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// Words of the question searched as another word, the knowledge base not knowing them
+    /// ([`crate::typo`], `typo` in the signals).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub corrections: Vec<Correction>,
 }
 
 /// What ranking notes besides the hits: the reranker's time and warnings.
@@ -325,8 +330,9 @@ impl<'a> Retriever<'a> {
         query_vec: Option<&[f32]>,
     ) -> Result<Vec<ScoredHit>, RetrieveError> {
         let mut notes = SearchNotes::default();
+        let corrected = self.correct_typos(query, opts)?;
         Ok(self
-            .search_lists(query, opts, filter, query_vec, &mut notes)?
+            .search_lists(&corrected.query, opts, filter, query_vec, &mut notes)?
             .0)
     }
 
@@ -516,14 +522,18 @@ impl<'a> Retriever<'a> {
     }
 
     /// Retrieve the `top_k` chunks for `query` under `filter`, trimming them when asked.
+    /// With typo tolerance on, everything after it — both lists, the signals, the query
+    /// vector, trimming — sees the corrected question; the result keeps the question as asked.
     pub fn retrieve(
         &self,
-        query: &str,
+        asked: &str,
         opts: &RetrieveOptions,
         filter: &Filter,
     ) -> Result<RetrievalResult, RetrieveError> {
         let t0 = Instant::now();
         validate_retrieve_options(opts)?;
+        let corrected = self.correct_typos(asked, opts)?;
+        let query = corrected.query.as_str();
         let mode = self.effective_mode(opts.mode);
         let mut timings = Timings::default();
         let needs_vec = mode != Mode::Bm25 || opts.trim.is_some();
@@ -542,7 +552,7 @@ impl<'a> Retriever<'a> {
         let accounting = self.account_tokens(query, &filled, best_cosine)?;
         timings.total_ms = ms(t0);
         Ok(RetrievalResult {
-            query: query.to_string(),
+            query: asked.to_string(),
             mode,
             chunks: filled.answer,
             tokens_before: accounting.tokens_before,
@@ -553,7 +563,38 @@ impl<'a> Retriever<'a> {
             relevance: accounting.relevance,
             trim_dropped: filled.dropped,
             warnings: notes.warnings,
+            corrections: corrected.corrections,
         })
+    }
+
+    /// The question with its typos corrected against the knowledge base's words, when the
+    /// signals ask for it ([`crate::typo`]).
+    fn correct_typos(
+        &self,
+        query: &str,
+        opts: &RetrieveOptions,
+    ) -> Result<crate::typo::Corrected, RetrieveError> {
+        if opts.signals.typo == 0 {
+            return Ok(crate::typo::Corrected {
+                query: query.to_string(),
+                corrections: Vec::new(),
+            });
+        }
+        // Without a model there is no vocabulary to tell a typo from a rare word: no change.
+        let Some(embedder) = self.embedder else {
+            return Ok(crate::typo::Corrected {
+                query: query.to_string(),
+                corrections: Vec::new(),
+            });
+        };
+        let cfg = self.index.term_config()?;
+        let tokenizer = embedder.tokenizer();
+        crate::typo::correct(
+            query,
+            &cfg,
+            |w| tokenizer.count_tokens(w),
+            |terms| self.index.doc_freqs(terms).map(|(_, dfs)| dfs),
+        )
     }
 
     /// Rank the lists and fill the answer: the top-k as they are, or — when trimming runs —

@@ -161,7 +161,19 @@ pub struct AskOutput {
     /// when nothing did.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub warnings: Vec<String>,
+    /// Words of the question searched as another word (typo tolerance, `typo=1` in the
+    /// signals); empty when none was.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub corrections: Vec<AskCorrection>,
     pub results: Vec<AskHit>,
+}
+
+/// A question word searched as another word: the knowledge base does not know `from`, and
+/// `to` is one edit from it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct AskCorrection {
+    pub from: String,
+    pub to: String,
 }
 
 /// The result of `bib_register_doc` / `POST /docs`.
@@ -559,6 +571,14 @@ fn ask_output_of_retrieval(
         relevance_floor: r.relevance.floor,
         trim_dropped: r.trim_dropped,
         warnings: r.warnings.clone(),
+        corrections: r
+            .corrections
+            .iter()
+            .map(|c| AskCorrection {
+                from: c.from.clone(),
+                to: c.to.clone(),
+            })
+            .collect(),
         results,
     }
 }
