@@ -127,6 +127,11 @@
              dot(), el("span", { class: "tokens", text: tokens(out) }),
              dot(), el("span", { text: Math.round(out.took_ms) + " ms" })];
     if (out.results.length === 0) s = [el("span", { text: "Nothing found for this question." })];
+    // Words searched as another word (typos): say so, as a search box does.
+    if (out.corrections && out.corrections.length) {
+      var fixed = out.corrections.map(function (c) { return c.from + " → " + c.to; }).join(", ");
+      s.push(dot(), el("span", { class: "corrected", text: "typos corrected: " + fixed }));
+    }
     summary.className = "summary";
     summary.replaceChildren.apply(summary, s);
   }
