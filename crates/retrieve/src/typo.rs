@@ -24,6 +24,10 @@ use serde::Serialize;
 /// Letters a word must have before one typo is allowed in it (Meilisearch's default).
 pub const MIN_LETTERS_FOR_ONE_TYPO: usize = 5;
 
+/// Unknown words of one question looked at, at most (the first ones): a pasted page of
+/// words the knowledge base never saw costs a bounded amount, not ~2 ms a word.
+pub const MAX_UNKNOWN_WORDS: usize = 8;
+
 /// One corrected word of a question.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Correction {
@@ -71,6 +75,7 @@ pub fn correct<E>(
     let unknown: Vec<&(usize, &str, Vec<String>)> = words
         .iter()
         .filter(|(_, _, terms)| terms.iter().all(|t| !known.contains_key(t)))
+        .take(MAX_UNKNOWN_WORDS)
         .collect();
     if unknown.is_empty() {
         return Ok(unchanged());
@@ -432,6 +437,21 @@ mod tests {
         );
         assert_eq!(c.query, "credenciales y privado");
         assert_eq!(c.corrections.len(), 2);
+    }
+
+    #[test]
+    fn only_the_first_unknown_words_are_looked_at() {
+        let words = [("credenciales", 4)];
+        let filler: Vec<String> = (0..MAX_UNKNOWN_WORDS)
+            .map(|i| format!("q{}rstuvw", (b'a' + i as u8) as char))
+            .collect();
+        let late = format!("{} credencailes", filler.join(" "));
+        assert!(
+            fix(&late, &words).corrections.is_empty(),
+            "the ninth unknown word"
+        );
+        let early = format!("credencailes {}", filler.join(" "));
+        assert_eq!(fix(&early, &words).corrections.len(), 1);
     }
 
     #[test]
