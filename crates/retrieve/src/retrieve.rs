@@ -574,18 +574,10 @@ impl<'a> Retriever<'a> {
         query: &str,
         opts: &RetrieveOptions,
     ) -> Result<crate::typo::Corrected, RetrieveError> {
-        if opts.signals.typo == 0 {
-            return Ok(crate::typo::Corrected {
-                query: query.to_string(),
-                corrections: Vec::new(),
-            });
-        }
         // Without a model there is no vocabulary to tell a typo from a rare word: no change.
-        let Some(embedder) = self.embedder else {
-            return Ok(crate::typo::Corrected {
-                query: query.to_string(),
-                corrections: Vec::new(),
-            });
+        let embedder = match self.embedder {
+            Some(e) if opts.signals.typo > 0 => e,
+            _ => return Ok(crate::typo::Corrected::unchanged(query)),
         };
         let cfg = self.index.term_config()?;
         let tokenizer = embedder.tokenizer();

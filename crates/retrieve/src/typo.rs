@@ -45,6 +45,16 @@ pub struct Corrected {
     pub corrections: Vec<Correction>,
 }
 
+impl Corrected {
+    /// `query` as it is, nothing corrected.
+    pub fn unchanged(query: &str) -> Self {
+        Self {
+            query: query.to_string(),
+            corrections: Vec::new(),
+        }
+    }
+}
+
 /// Correct `query` against a knowledge base whose document frequencies `doc_freqs` gives (one
 /// count per term, in order) under the term function `cfg`. At most two lookups: the
 /// question's candidate words, then the variants of those the base does not know.
@@ -60,16 +70,12 @@ pub fn correct<E>(
     pieces: impl Fn(&str) -> usize,
     mut doc_freqs: impl FnMut(&[String]) -> Result<Vec<usize>, E>,
 ) -> Result<Corrected, E> {
-    let unchanged = || Corrected {
-        query: query.to_string(),
-        corrections: Vec::new(),
-    };
     let words: Vec<(usize, &str, Vec<String>)> = candidate_words(query)
         .map(|(at, w)| (at, w, terms_with(w, cfg)))
         .filter(|(_, _, terms)| !terms.is_empty())
         .collect();
     if words.is_empty() {
-        return Ok(unchanged());
+        return Ok(Corrected::unchanged(query));
     }
     let known = known_terms(words.iter().flat_map(|w| w.2.iter()), &mut doc_freqs)?;
     let unknown: Vec<&(usize, &str, Vec<String>)> = words
@@ -78,7 +84,7 @@ pub fn correct<E>(
         .take(MAX_UNKNOWN_WORDS)
         .collect();
     if unknown.is_empty() {
-        return Ok(unchanged());
+        return Ok(Corrected::unchanged(query));
     }
     // Only variants the tokenizer finds more word-like than the word as written are looked
     // up; a word it holds whole (one piece) has none, and costs nothing more.
