@@ -570,7 +570,6 @@ fn print_report(rows: &[Row]) {
     }
     for r in rows {
         if let Some(sbs) = &r.bm25_side_by_side {
-            let p = |v: &[f64], q: f64| percentile(v, q);
             let (warm, cold) = sbs.ratios_of_p50s();
             println!(
                 "\n{} chunks, BM25 top 100 side by side ({} timings each, interleaved per query), p50/p99 ms:\n  \

@@ -461,7 +461,6 @@ mod tests {
         let phrase = Signals {
             phrase: 1.5,
             exact_candidates: 5,
-            typo: 0,
             ..Signals::OFF
         };
         let q = "restore says \"Unable to find package\" for my package source";

@@ -71,6 +71,7 @@ pub fn correct<E>(
     mut doc_freqs: impl FnMut(&[String]) -> Result<Vec<usize>, E>,
 ) -> Result<Corrected, E> {
     let words: Vec<(usize, &str, Vec<String>)> = candidate_words(query)
+        .into_iter()
         .map(|(at, w)| (at, w, terms_with(w, cfg)))
         .filter(|(_, _, terms)| !terms.is_empty())
         .collect();
@@ -93,9 +94,12 @@ pub fn correct<E>(
         .map(|(_, w, _)| {
             let lower = w.to_lowercase();
             let written = pieces(&lower);
+            if written <= 1 {
+                return Vec::new();
+            }
             one_edit_variants(&lower)
                 .into_iter()
-                .filter(|v| written > 1 && pieces(v) < written)
+                .filter(|v| pieces(v) < written)
                 .map(|v| {
                     let t = terms_with(&v, cfg);
                     (v, t)
@@ -117,12 +121,9 @@ pub fn correct<E>(
         let best = vs
             .iter()
             .filter_map(|(v, terms)| {
-                let known: Vec<usize> = terms.iter().filter_map(|t| df.get(t).copied()).collect();
-                if known.is_empty() {
-                    return None;
-                }
-                let f = known.iter().copied().max()?;
-                Some(((known.len(), f), v))
+                let known = terms.iter().filter_map(|t| df.get(t).copied());
+                let (n, f) = known.fold((0, 0), |(n, f), d| (n + 1, f.max(d)));
+                (n > 0).then_some(((n, f), v))
             })
             .fold(
                 None::<((usize, usize), &String)>,
@@ -168,7 +169,7 @@ fn known_terms<'a, E>(
 /// The words of `query` that may carry a typo, with their byte offsets: runs of letters of at
 /// least [`MIN_LETTERS_FOR_ONE_TYPO`], lower case after the first letter, not stop words, in a
 /// whitespace-separated token of nothing but letters and sentence punctuation.
-fn candidate_words(query: &str) -> impl Iterator<Item = (usize, &str)> {
+fn candidate_words(query: &str) -> Vec<(usize, &str)> {
     let mut out = Vec::new();
     let mut at = 0;
     for token in query.split_inclusive(char::is_whitespace) {
@@ -187,7 +188,7 @@ fn candidate_words(query: &str) -> impl Iterator<Item = (usize, &str)> {
         let offset = start + token.find(core).unwrap_or(0);
         out.push((offset, core));
     }
-    out.into_iter()
+    out
 }
 
 /// Punctuation that may surround a word in a sentence (not identifier punctuation such as
