@@ -176,7 +176,7 @@ impl VectorIndex {
         let allow = |node: NodeId| allowed.is_none_or(|a| a.contains(&node));
         let mut scored = match self.groups.iter().find(|g| g.codes.dims() == query.len()) {
             Some(g) if !g.ids.is_empty() => {
-                self.search_built(g, query, &q, limit, allowed, fetch)?
+                self.search_built(g, query, &q, limit, &allow, fetch)?
             }
             _ => Vec::new(),
         };
@@ -192,20 +192,18 @@ impl VectorIndex {
     }
 
     /// [`Self::search`] over the rows the index was built from (stale ones left out), scored
-    /// exactly, unsorted; `q` is `query` as a unit vector.
+    /// exactly, unsorted; `q` is `query` as a unit vector, `allow` the search's node filter.
     fn search_built<E>(
         &self,
         g: &Group,
         query: &[f32],
         q: &[f32],
         limit: usize,
-        allowed: Option<&HashSet<NodeId>>,
+        allow: &(dyn Fn(NodeId) -> bool + Sync),
         fetch: impl FnOnce(&[ChunkId]) -> Result<Vec<(ChunkId, Vec<f32>)>, E>,
     ) -> Result<Vec<(ChunkId, f64)>, E> {
-        let pass = |node: NodeId| {
-            allowed.is_none_or(|a| a.contains(&node))
-                && (self.dead.is_empty() || !self.dead.contains(&node))
-        };
+        let pass =
+            |node: NodeId| allow(node) && (self.dead.is_empty() || !self.dead.contains(&node));
         let depth = (limit.saturating_mul(RESCORE_FACTOR)).max(RESCORE_MIN);
         let rows: Vec<usize> = if g.ids.len() <= depth {
             (0..g.ids.len()).filter(|&r| pass(g.nodes[r])).collect()
