@@ -670,6 +670,19 @@ fn print_topk(name: &str, wiki: &str, qs: &[GoldenItem], hits: &[QuestionHits], 
         };
         println!("{style:<12} {:>4}   untrimmed: {plain}{trimmed}", sel.len());
     }
+    // Where a user would look first: a chunk of a gold file within the top k (a page found,
+    // whether or not the quoted sentence is in the chunk found).
+    let files: String = ks
+        .iter()
+        .map(|&k| {
+            let n = hits
+                .iter()
+                .filter(|h| h.file_rank.is_some_and(|r| r <= k))
+                .count();
+            format!("{:>9}", format!("{n} {}", pct(n, hits.len())))
+        })
+        .collect();
+    println!("{:<12} {:>4}   gold file: {files}", "file", hits.len());
     if with_trim {
         let cells: String = (0..ks.len())
             .map(|j| {
