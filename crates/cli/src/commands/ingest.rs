@@ -155,7 +155,7 @@ pub fn summary(r: &RunReport, warnings_shown: bool) -> String {
         ));
     }
     if let Some(g) = &r.git_commit {
-        s.push_str(&format!("\n  wiki commit {g}"));
+        s.push_str(&format!("\n  git commit {g}"));
     }
     if !r.warnings.is_empty() && warnings_shown {
         s.push_str(&format!(
