@@ -22,7 +22,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use bib_text::terms::{term_counts_with, terms_with, TermConfig};
-use rusqlite::{params, Connection, OptionalExtension, Transaction};
+use rusqlite::types::{ToSql, ToSqlOutput};
+use rusqlite::{params, params_from_iter, Connection, OptionalExtension, Transaction};
 use serde_json::Value;
 
 use crate::{
@@ -1037,38 +1038,22 @@ impl SqliteStore {
         Ok(())
     }
 
-    /// Overwrite the chunk row `id` with `row`.
+    /// Overwrite chunk `id` (same document and index) with `row`.
     fn update_chunk_row(
         tx: &Transaction<'_>,
         id: ChunkId,
         row: &ChunkRowValues<'_>,
     ) -> Result<(), StoreError> {
-        let c = row.chunk;
-        tx.execute(
-            "UPDATE chunks SET prefix = ?2, heading_path = ?3, content = ?4, \
-             content_hash = ?5, tokens_estimate = ?6, tokens_model = ?7, \
-             span_start = ?8, span_end = ?9, model_id = ?10, dims = ?11, \
-             embedding = ?12, lex_len = ?13, line_start = ?14, line_end = ?15 \
-             WHERE id = ?1",
-            params![
-                id,
-                c.prefix,
-                row.heading_path_json,
-                c.content,
-                c.content_hash,
-                c.tokens_estimate,
-                c.tokens_model,
-                c.span_start as i64,
-                c.span_end as i64,
-                c.model_id,
-                c.embedding.len() as i64,
-                row.embedding_blob,
-                row.lex_len as i64,
-                c.line_start,
-                c.line_end
-            ],
-        )
-        .map_err(StoreError::sqlite("update chunk"))?;
+        let set: Vec<String> = CHUNK_VALUE_COLUMNS
+            .iter()
+            .enumerate()
+            .map(|(i, col)| format!("{col} = ?{}", i + 2))
+            .collect();
+        let sql = format!("UPDATE chunks SET {} WHERE id = ?1", set.join(", "));
+        let id = id.to_sql().map_err(StoreError::sqlite("update chunk"))?;
+        let values = row.values().map_err(StoreError::sqlite("update chunk"))?;
+        tx.execute(&sql, params_from_iter(std::iter::once(id).chain(values)))
+            .map_err(StoreError::sqlite("update chunk"))?;
         Ok(())
     }
 
@@ -1078,33 +1063,22 @@ impl SqliteStore {
         node_id: NodeId,
         row: &ChunkRowValues<'_>,
     ) -> Result<ChunkId, StoreError> {
-        let c = row.chunk;
-        tx.execute(
-            "INSERT INTO chunks (node_id, chunk_index, prefix, heading_path, content, \
-             content_hash, tokens_estimate, tokens_model, span_start, span_end, \
-             model_id, dims, embedding, lex_len, line_start, line_end) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, \
-             ?15, ?16)",
-            params![
-                node_id,
-                c.chunk_index,
-                c.prefix,
-                row.heading_path_json,
-                c.content,
-                c.content_hash,
-                c.tokens_estimate,
-                c.tokens_model,
-                c.span_start as i64,
-                c.span_end as i64,
-                c.model_id,
-                c.embedding.len() as i64,
-                row.embedding_blob,
-                row.lex_len as i64,
-                c.line_start,
-                c.line_end
-            ],
-        )
-        .map_err(StoreError::sqlite("insert chunk"))?;
+        let holders: Vec<String> = (1..=CHUNK_VALUE_COLUMNS.len() + 2)
+            .map(|i| format!("?{i}"))
+            .collect();
+        let sql = format!(
+            "INSERT INTO chunks (node_id, chunk_index, {}) VALUES ({})",
+            CHUNK_VALUE_COLUMNS.join(", "),
+            holders.join(", ")
+        );
+        let keys = [node_id.to_sql(), row.chunk.chunk_index.to_sql()];
+        let keys: Vec<ToSqlOutput<'_>> = keys
+            .into_iter()
+            .collect::<Result<_, _>>()
+            .map_err(StoreError::sqlite("insert chunk"))?;
+        let values = row.values().map_err(StoreError::sqlite("insert chunk"))?;
+        tx.execute(&sql, params_from_iter(keys.into_iter().chain(values)))
+            .map_err(StoreError::sqlite("insert chunk"))?;
         Ok(tx.last_insert_rowid())
     }
 
@@ -1162,6 +1136,26 @@ impl<'tx> ChunkUpsertStatements<'tx> {
     }
 }
 
+/// The `chunks` columns a write sets besides the row's keys (`id`, or `node_id` and
+/// `chunk_index`), in the order of [`ChunkRowValues::values`]: the one list the insert and the
+/// overwrite of a chunk share.
+const CHUNK_VALUE_COLUMNS: [&str; 14] = [
+    "prefix",
+    "heading_path",
+    "content",
+    "content_hash",
+    "tokens_estimate",
+    "tokens_model",
+    "span_start",
+    "span_end",
+    "model_id",
+    "dims",
+    "embedding",
+    "lex_len",
+    "line_start",
+    "line_end",
+];
+
 /// One upserted chunk with the values its `chunks` row stores beyond the chunk's own fields.
 struct ChunkRowValues<'c> {
     chunk: &'c ChunkWrite,
@@ -1186,6 +1180,27 @@ impl<'c> ChunkRowValues<'c> {
             heading_path_json,
             embedding_blob,
         }
+    }
+
+    /// The values of [`CHUNK_VALUE_COLUMNS`], in its order.
+    fn values(&self) -> rusqlite::Result<Vec<ToSqlOutput<'_>>> {
+        let c = self.chunk;
+        Ok(vec![
+            c.prefix.to_sql()?,
+            self.heading_path_json.to_sql()?,
+            c.content.to_sql()?,
+            c.content_hash.to_sql()?,
+            c.tokens_estimate.to_sql()?,
+            c.tokens_model.to_sql()?,
+            ToSqlOutput::from(c.span_start as i64),
+            ToSqlOutput::from(c.span_end as i64),
+            c.model_id.to_sql()?,
+            ToSqlOutput::from(c.embedding.len() as i64),
+            self.embedding_blob.to_sql()?,
+            ToSqlOutput::from(self.lex_len as i64),
+            c.line_start.to_sql()?,
+            c.line_end.to_sql()?,
+        ])
     }
 }
 
