@@ -396,6 +396,54 @@ fn ask_corrects_typos_and_says_so() {
 }
 
 #[test]
+fn ask_searches_the_owners_synonyms_and_says_so() {
+    let Some((t, store)) = setup() else { return };
+    let cwd = t.path();
+    let bm25 = ["--mode", "bm25"];
+    // No page says "vault": keywords alone find nothing of the config page.
+    let plain = ask_json(cwd, &store, "vault", &bm25, &[]);
+    assert!(
+        !paths(&plain).contains(&"en/config.md".to_string()),
+        "{plain:#}"
+    );
+    assert_eq!(plain["synonyms"], serde_json::json!([]), "{plain:#}");
+
+    let config = cwd.join("synonyms.toml");
+    std::fs::write(
+        &config,
+        "[ask]\nsynonyms = [\"vault, safe => credentials\"]\n",
+    )
+    .unwrap();
+    let with = [&bm25[..], &["--config", config.to_str().unwrap()]].concat();
+    let v = ask_json(cwd, &store, "vault", &with, &[]);
+    assert_eq!(paths(&v)[0], "en/config.md", "{v:#}");
+    assert_eq!(
+        v["synonyms"],
+        serde_json::json!([{"matched": "vault", "added": ["credentials"]}]),
+        "{v:#}"
+    );
+    assert_eq!(v["query"], "vault");
+    let mut args = vec!["ask", "vault", "--store", store.to_str().unwrap()];
+    args.extend_from_slice(&with);
+    let o = bib(cwd, &args, &[]);
+    assert!(
+        text(&o).contains("also searched for: credentials (for vault)"),
+        "{}",
+        text(&o)
+    );
+
+    // A rule that cannot be read stops the ask, naming the key and the rule.
+    std::fs::write(&config, "[ask]\nsynonyms = [\"vault =>\"]\n").unwrap();
+    let o = bib(cwd, &args, &[]);
+    assert!(!o.status.success());
+    assert!(
+        text(&o).contains("ask.synonyms") && text(&o).contains("rule 1"),
+        "{}",
+        text(&o)
+    );
+}
+
+#[test]
 fn ask_explains_every_part_of_a_score() {
     let Some((t, store)) = setup() else { return };
     let cwd = t.path();

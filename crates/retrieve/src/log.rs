@@ -35,6 +35,7 @@ pub fn log_entry(r: &RetrievalResult, opts: &RetrieveOptions, filter: &Filter) -
             "relevance": r.relevance,
             "trim_dropped": r.trim_dropped,
             "corrections": r.corrections,
+            "synonyms": r.synonyms,
         }),
     }
 }

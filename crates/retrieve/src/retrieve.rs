@@ -14,6 +14,7 @@ use crate::index::{ChunkId, ChunkIndex, ChunkRecord, Hit};
 use crate::relevance::{floor_for, term_coverage, Relevance};
 use crate::rerank::RerankOptions;
 use crate::signals::{exact_items, Explain, Signals};
+use crate::synonyms::{Expanded, Expansion};
 use crate::synth::SynthConfig;
 use crate::trim::{trim_texts, TrimOptions};
 use crate::typo::Correction;
@@ -164,6 +165,10 @@ pub struct RetrieveOptions {
     /// endpoint is the retriever's ([`Retriever::with_llm`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rerank: Option<RerankOptions>,
+    /// The knowledge base owner's synonym rules ([`crate::synonyms`]): what the keyword list
+    /// searches besides the question's words.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub synonyms: Vec<String>,
 }
 
 fn default_alpha() -> f64 {
@@ -182,6 +187,7 @@ impl Default for RetrieveOptions {
             trim: None,
             signals: Signals::default(),
             rerank: None,
+            synonyms: Vec::new(),
         }
     }
 }
@@ -257,6 +263,10 @@ pub struct RetrievalResult {
     /// ([`crate::typo`], `typo` in the signals).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub corrections: Vec<Correction>,
+    /// Phrases the keyword list searched besides the question's words, by the synonym rules
+    /// ([`crate::synonyms`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub synonyms: Vec<Expansion>,
 }
 
 /// What ranking notes besides the hits: the reranker's time and warnings.
@@ -264,6 +274,8 @@ pub struct RetrievalResult {
 pub(crate) struct SearchNotes {
     pub(crate) rerank_ms: f64,
     pub(crate) warnings: Vec<String>,
+    /// What the synonym rules added to the keyword search.
+    pub(crate) synonyms: Vec<Expansion>,
 }
 
 /// Hybrid retrieval over a [`ChunkIndex`].
@@ -350,7 +362,13 @@ impl<'a> Retriever<'a> {
         let n = opts.candidates.max(opts.top_k);
         let sig = opts.signals;
         let bm25 = if mode != Mode::Vector {
-            self.index.bm25_top(query, n, filter)?
+            let keywords = if opts.synonyms.is_empty() {
+                Expanded::unchanged(query)
+            } else {
+                crate::synonyms::expand(query, &opts.synonyms, &self.index.term_config()?)?
+            };
+            notes.synonyms = keywords.expansions;
+            self.index.bm25_top(&keywords.query, n, filter)?
         } else {
             Vec::new()
         };
@@ -563,6 +581,7 @@ impl<'a> Retriever<'a> {
             relevance: accounting.relevance,
             trim_dropped: filled.dropped,
             warnings: notes.warnings,
+            synonyms: notes.synonyms,
             corrections: corrected.corrections,
         })
     }
@@ -713,7 +732,7 @@ fn validate_retrieve_options(opts: &RetrieveOptions) -> Result<(), RetrieveError
     if let Some(r) = &opts.rerank {
         r.validate()?;
     }
-    Ok(())
+    crate::synonyms::validate(&opts.synonyms)
 }
 
 /// What [`Retriever::account_tokens`] counts of an answer.
@@ -1142,6 +1161,32 @@ mod tests {
         assert!(err.to_string().contains("fusion_alpha"), "{err}");
         assert!("nope".parse::<Fusion>().is_err());
         assert_eq!("RRF".parse::<Fusion>().unwrap(), Fusion::Rrf);
+    }
+
+    #[test]
+    fn synonym_rules_widen_the_keyword_search_and_say_so() {
+        let e = FakeEmbedder::default();
+        let ix = index(&e);
+        let cache = EmbeddingCache::default();
+        let r = Retriever::new(&ix, None, &cache);
+        let opts = |rules: &[&str]| RetrieveOptions {
+            mode: Mode::Bm25,
+            synonyms: rules.iter().map(|s| s.to_string()).collect(),
+            ..Default::default()
+        };
+        let ask = |rules: &[&str]| r.retrieve("motor", &opts(rules), &Filter::default());
+        // No page says "motor": nothing without a rule.
+        let plain = ask(&[]).unwrap();
+        assert!(plain.chunks.is_empty() && plain.synonyms.is_empty());
+        // The owner's rule: a question about motors searches "engines" too.
+        let got = ask(&["motor, motors => engine"]).unwrap();
+        assert_eq!(got.chunks[0].chunk.path, "b.md");
+        assert_eq!(got.query, "motor", "the answer names the question as asked");
+        assert_eq!(got.synonyms[0].matched, "motor");
+        assert_eq!(got.synonyms[0].added, ["engine"]);
+        // A rule that cannot be read is refused, naming the option.
+        let err = ask(&["motor =>"]).unwrap_err().to_string();
+        assert!(err.contains("synonyms") && err.contains("rule 1"), "{err}");
     }
 
     #[test]

@@ -132,6 +132,11 @@
       var fixed = out.corrections.map(function (c) { return c.from + " → " + c.to; }).join(", ");
       s.push(dot(), el("span", { class: "corrected", text: "typos corrected: " + fixed }));
     }
+    // Phrases the owner's synonym rules added to the keyword search.
+    if (out.synonyms && out.synonyms.length) {
+      var added = out.synonyms.map(function (x) { return x.added.join(", ") + " (for " + x.matched + ")"; }).join("; ");
+      s.push(dot(), el("span", { class: "corrected", text: "also searched for: " + added }));
+    }
     summary.className = "summary";
     summary.replaceChildren.apply(summary, s);
   }

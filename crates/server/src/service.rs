@@ -165,6 +165,10 @@ pub struct AskOutput {
     /// signals); empty when none was.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub corrections: Vec<AskCorrection>,
+    /// Phrases the keyword search looked for besides the question's words, by the synonym
+    /// rules of `ask.synonyms`; empty when none applied.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub synonyms: Vec<AskSynonyms>,
     pub results: Vec<AskHit>,
 }
 
@@ -174,6 +178,13 @@ pub struct AskOutput {
 pub struct AskCorrection {
     pub from: String,
     pub to: String,
+}
+
+/// Phrases a synonym rule added to the keyword search: the question holds `matched`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct AskSynonyms {
+    pub matched: String,
+    pub added: Vec<String>,
 }
 
 /// The result of `bib_register_doc` / `POST /docs`.
@@ -577,6 +588,14 @@ fn ask_output_of_retrieval(
             .map(|c| AskCorrection {
                 from: c.from.clone(),
                 to: c.to.clone(),
+            })
+            .collect(),
+        synonyms: r
+            .synonyms
+            .iter()
+            .map(|x| AskSynonyms {
+                matched: x.matched.clone(),
+                added: x.added.clone(),
             })
             .collect(),
         results,

@@ -203,6 +203,14 @@ pub const KEYS: &[Key] = &[
     )
     .flags(&["filter"]),
     Key::new(
+        "ask.synonyms",
+        "Synonym rules, as in Elasticsearch: \"a, b => c\" (a question with a or b also \
+         searches c by keywords) or \"a, b, c\" (any of them searches the others too). For \
+         the words your users ask with that your pages do not use; the answer says what was \
+         added.",
+    )
+    .example("[\"biblioteca, librería => paquete\", \"betas, versiones preliminares\"]"),
+    Key::new(
         "ask.log",
         "Record every ask in the query log, which `bib eval` replays.",
     )

@@ -80,6 +80,8 @@ pub struct AskSettings {
     pub trim_lexical_top: usize,
     pub trim_scorer: TrimScorer,
     pub filters: Vec<String>,
+    /// Synonym rules of the keyword search ([`bib_retrieve::synonyms`]).
+    pub synonyms: Vec<String>,
     pub log: bool,
     pub fallback: ModelFallback,
     /// The LLM reranker after the signals, through the `[llm]` endpoint (off by default).
@@ -108,6 +110,7 @@ impl Default for AskSettings {
             trim_lexical_top: ASK_PROFILE.lexical_top,
             trim_scorer: ASK_PROFILE.scorer,
             filters: Vec::new(),
+            synonyms: Vec::new(),
             log: true,
             fallback: ModelFallback::None,
             rerank: false,
@@ -155,6 +158,7 @@ impl AskSettings {
             trim: self.trim.then(|| self.trim_options(model_id)),
             signals: self.signals,
             rerank: self.rerank.then(|| self.rerank_options()),
+            synonyms: self.synonyms.clone(),
         }
     }
 
@@ -193,6 +197,7 @@ impl AskSettings {
             .map_err(named("trim"))?;
         // Checked whether or not it is on, so a bad weight in a file is caught at once.
         self.rerank_options().validate().map_err(named("rerank"))?;
+        bib_retrieve::synonyms::validate(&self.synonyms).map_err(named("synonyms"))?;
         self.filter().map(drop)
     }
 

@@ -261,11 +261,12 @@ fn environment_and_range_errors_name_their_source() {
         assert!(e.to_string().contains(var), "{e}");
     }
     type Flags = fn(&mut Settings);
-    let out_of_range: [(&str, Flags); 4] = [
+    let out_of_range: [(&str, Flags); 5] = [
         ("ask.fusion_alpha", |s| s.ask.fusion_alpha = Some(2.0)),
         ("ask.top_k", |s| s.ask.top_k = 0),
         ("ask.trim_threshold", |s| s.ask.trim_threshold = Some(3.0)),
         ("ask.filters", |s| s.ask.filters = vec!["no-equals".into()]),
+        ("ask.synonyms", |s| s.ask.synonyms = vec!["lib =>".into()]),
     ];
     for (key, flags) in out_of_range {
         let e = Settings::resolve(None, &no_env, flags).unwrap_err();

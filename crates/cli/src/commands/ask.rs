@@ -7,7 +7,7 @@
 //!   exact_tokens_in_context, timings, results: [{rank, chunk_id, node_id, path, collection,
 //!   line_start, line_end, chunk_index, title, heading_path, content, score, bm25, vector,
 //!   sentences_total, sentences_kept, explain}], signals, no_good_match, best_cosine,
-//!   relevance_floor, trim_dropped, rerank, warnings, corrections, answer?}`. `explain` lists every part of `score`
+//!   relevance_floor, trim_dropped, rerank, warnings, corrections, synonyms, answer?}`. `explain` lists every part of `score`
 //!   (`bib_retrieve::signals::Explain`), which `--explain` prints as text; `signals` is the
 //!   weights that ran. `line_start`/`line_end` are 1-based lines of the file at `path` (see
 //!   `bib_ingest::lines`); `no_good_match` is `bib_retrieve::relevance`'s verdict. `rerank` is
@@ -496,6 +496,7 @@ fn result_json(r: &RetrievalResult, s: &Settings, o: &RetrieveOptions) -> serde_
         "rerank": o.rerank,
         "warnings": r.warnings,
         "corrections": r.corrections,
+        "synonyms": r.synonyms,
         "results": results,
     })
 }
@@ -579,6 +580,14 @@ fn print_human(
             "{d}searched with typos corrected: {}{z}",
             fixed.join(", ")
         )?;
+    }
+    if !r.synonyms.is_empty() {
+        let added: Vec<String> = r
+            .synonyms
+            .iter()
+            .map(|x| format!("{} (for {})", x.added.join(", "), x.matched))
+            .collect();
+        writeln!(out, "{d}also searched for: {}{z}", added.join("; "))?;
     }
     if r.chunks.is_empty() {
         writeln!(out, "no results for {:?}", r.query)?;

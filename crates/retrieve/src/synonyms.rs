@@ -1,0 +1,220 @@
+//! Synonyms the knowledge base's owner declares (`ask.synonyms`), as search engines let them
+//! (Elasticsearch's synonym rules, Meilisearch's synonyms): the words users ask with next to
+//! the words the pages use. A question holding one side of a rule is also searched by keywords
+//! for the other side.
+//!
+//! Rules are written as in Elasticsearch's synonym files:
+//! - `biblioteca, librería => paquete`: one way — a question with *biblioteca* or *librería*
+//!   also searches *paquete*; a question with *paquete* is left alone;
+//! - `betas, prerelease, versiones preliminares`: equivalent — a question with any of them
+//!   also searches the others.
+//!
+//! Matching goes through the one term function, so *bibliotecas* and *Biblioteca* match
+//! *biblioteca*; a phrase of several words matches when the question holds all of its terms.
+//! Only the keyword list (BM25) searches the added words: the question's vector and the ranking
+//! signals see the question as asked. The added words count as the question's own: a rule is
+//! the owner's statement that the words mean the same here.
+
+use std::collections::HashSet;
+
+use bib_text::terms::{terms_with, TermConfig};
+use serde::{Deserialize, Serialize};
+
+use crate::error::RetrieveError;
+
+/// One parsed rule: a question holding one of `from` also searches those of `to` it does not
+/// hold (an equivalence rule is every phrase to all of them, so the one that matched adds the
+/// others).
+#[derive(Debug, Clone, PartialEq)]
+struct Rule {
+    from: Vec<String>,
+    to: Vec<String>,
+}
+
+/// Words a rule added to the question's keyword search, for the answer to say so.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Expansion {
+    /// The phrase of the rule the question holds.
+    pub matched: String,
+    /// The phrases searched besides it.
+    pub added: Vec<String>,
+}
+
+/// The question's keyword search after the rules: the question with the added phrases after
+/// it, and what was added.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Expanded {
+    pub query: String,
+    pub expansions: Vec<Expansion>,
+}
+
+impl Expanded {
+    /// The question searched as asked.
+    pub fn unchanged(query: &str) -> Self {
+        Expanded {
+            query: query.to_string(),
+            expansions: Vec::new(),
+        }
+    }
+}
+
+/// Phrases of one side of a rule: comma-separated, trimmed, none empty.
+fn phrases(side: &str) -> Option<Vec<String>> {
+    let out: Vec<String> = side.split(',').map(|p| p.trim().to_string()).collect();
+    (!out.iter().any(String::is_empty)).then_some(out)
+}
+
+fn parse(rule: &str) -> Result<Rule, String> {
+    let rule = rule.trim();
+    if rule.is_empty() {
+        return Err("the rule is empty".into());
+    }
+    match rule.split_once("=>") {
+        Some((left, right)) => {
+            if right.contains("=>") {
+                return Err("more than one `=>`".into());
+            }
+            let from = phrases(left).ok_or("an empty phrase before `=>`")?;
+            let to = phrases(right).ok_or("an empty phrase after `=>`")?;
+            Ok(Rule { from, to })
+        }
+        None => {
+            let all = phrases(rule).ok_or("an empty phrase between commas")?;
+            if all.len() < 2 {
+                return Err("one phrase alone: write `a, b` or `a => b`".into());
+            }
+            Ok(Rule {
+                from: all.clone(),
+                to: all,
+            })
+        }
+    }
+}
+
+/// Check every rule, naming the first bad one (1-based) and why.
+pub fn validate(rules: &[String]) -> Result<(), RetrieveError> {
+    for (i, r) in rules.iter().enumerate() {
+        parse(r).map_err(|reason| invalid(i, r, reason))?;
+    }
+    Ok(())
+}
+
+fn invalid(i: usize, rule: &str, reason: String) -> RetrieveError {
+    RetrieveError::InvalidOption {
+        name: "synonyms".into(),
+        reason: format!("rule {} `{rule}`: {reason}", i + 1),
+    }
+}
+
+/// `query` with what `rules` add to it under the term function `cfg`. A phrase already in the
+/// question is not added again; each added phrase is added once, whatever matched it.
+pub fn expand(query: &str, rules: &[String], cfg: &TermConfig) -> Result<Expanded, RetrieveError> {
+    let mut expanded = Expanded::unchanged(query);
+    if rules.is_empty() {
+        return Ok(expanded);
+    }
+    let asked: HashSet<String> = terms_with(query, cfg).into_iter().collect();
+    let holds = |phrase: &str| {
+        let t = terms_with(phrase, cfg);
+        !t.is_empty() && t.iter().all(|t| asked.contains(t))
+    };
+    let mut added_terms: HashSet<Vec<String>> = HashSet::new();
+    for (i, text) in rules.iter().enumerate() {
+        let rule = parse(text).map_err(|reason| invalid(i, text, reason))?;
+        for matched in rule.from.iter().filter(|p| holds(p)) {
+            let added: Vec<String> = rule
+                .to
+                .iter()
+                .filter(|p| !holds(p))
+                .filter(|p| added_terms.insert(terms_with(p, cfg)))
+                .cloned()
+                .collect();
+            if added.is_empty() {
+                continue;
+            }
+            for p in &added {
+                expanded.query.push(' ');
+                expanded.query.push_str(p);
+            }
+            expanded.expansions.push(Expansion {
+                matched: matched.clone(),
+                added,
+            });
+        }
+    }
+    Ok(expanded)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(query: &str, rules: &[&str]) -> Expanded {
+        let rules: Vec<String> = rules.iter().map(|r| r.to_string()).collect();
+        expand(query, &rules, &TermConfig::default()).unwrap()
+    }
+
+    #[test]
+    fn one_way_rules_add_their_right_side_only() {
+        let e = run(
+            "¿Cómo subo mi biblioteca?",
+            &["biblioteca, librería => paquete"],
+        );
+        assert_eq!(e.query, "¿Cómo subo mi biblioteca? paquete");
+        assert_eq!(
+            e.expansions,
+            [Expansion {
+                matched: "biblioteca".into(),
+                added: vec!["paquete".into()]
+            }]
+        );
+        // The other way round: nothing.
+        let e = run("¿Cómo subo mi paquete?", &["biblioteca => paquete"]);
+        assert_eq!(e.query, "¿Cómo subo mi paquete?");
+        assert!(e.expansions.is_empty());
+    }
+
+    #[test]
+    fn equivalent_phrases_add_each_other_through_the_term_function() {
+        let rules = ["betas, prerelease, versiones preliminares"];
+        // Plural and capitals match through the stemmer and the folding.
+        let e = run("No veo las Betas", &rules);
+        assert_eq!(
+            e.query,
+            "No veo las Betas prerelease versiones preliminares"
+        );
+        assert_eq!(e.expansions[0].matched, "betas");
+        // A phrase of two words matches when the question holds both.
+        let e = run("mostrar versiones preliminares", &rules);
+        assert_eq!(e.expansions[0].added, ["betas", "prerelease"]);
+        assert!(run("versiones antiguas", &rules).expansions.is_empty());
+    }
+
+    #[test]
+    fn nothing_is_added_twice_or_when_already_asked() {
+        let rules = ["lib => package", "library, lib => package, nupkg"];
+        let e = run("publish my lib", &rules);
+        assert_eq!(e.query, "publish my lib package nupkg");
+        // The question already says "package": only "nupkg" is added.
+        let e = run("publish my lib package", &rules);
+        assert_eq!(e.query, "publish my lib package nupkg");
+    }
+
+    #[test]
+    fn bad_rules_are_named_with_their_number() {
+        for (rule, why) in [
+            ("", "empty"),
+            ("  => x", "before `=>`"),
+            ("a =>", "after `=>`"),
+            ("a => b => c", "more than one"),
+            ("a,, b", "between commas"),
+            ("solo", "one phrase alone"),
+        ] {
+            let rules = vec!["x => y".to_string(), rule.to_string()];
+            let e = validate(&rules).unwrap_err().to_string();
+            assert!(e.contains("synonyms") && e.contains("rule 2"), "{e}");
+            assert!(e.contains(why), "{rule:?}: {e}");
+        }
+        assert!(validate(&["a, b".into(), "c => d, e".into()]).is_ok());
+    }
+}
