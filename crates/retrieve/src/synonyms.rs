@@ -16,6 +16,7 @@
 //! the owner's statement that the words mean the same here.
 
 use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
 
 use bib_text::terms::{terms_with, TermConfig};
 use serde::{Deserialize, Serialize};
@@ -106,6 +107,57 @@ fn invalid(i: usize, rule: &str, reason: String) -> RetrieveError {
     }
 }
 
+/// A phrase of a rule with its terms under the knowledge base's term function.
+#[derive(Debug)]
+struct Phrase {
+    text: String,
+    terms: Vec<String>,
+}
+
+/// A rule with its phrases analysed.
+#[derive(Debug)]
+struct Compiled {
+    from: Vec<Phrase>,
+    to: Vec<Phrase>,
+}
+
+/// The rule set last compiled, with the term function it was compiled under: every ask of a
+/// process (a server's, a benchmark's) brings the same rules, and analysing thousands of
+/// phrases per ask would cost milliseconds.
+type Memo = Option<(Vec<String>, String, Arc<Vec<Compiled>>)>;
+
+fn compiled(rules: &[String], cfg: &TermConfig) -> Result<Arc<Vec<Compiled>>, RetrieveError> {
+    static LAST: Mutex<Memo> = Mutex::new(None);
+    let cfg_id = cfg.id();
+    // A poisoned memo is only a cache: start it over.
+    let mut last = LAST.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((r, id, c)) = last.as_ref() {
+        if r.as_slice() == rules && *id == cfg_id {
+            return Ok(c.clone());
+        }
+    }
+    let analyse = |texts: Vec<String>| -> Vec<Phrase> {
+        texts
+            .into_iter()
+            .map(|text| Phrase {
+                terms: terms_with(&text, cfg),
+                text,
+            })
+            .collect()
+    };
+    let mut out = Vec::with_capacity(rules.len());
+    for (i, text) in rules.iter().enumerate() {
+        let rule = parse(text).map_err(|reason| invalid(i, text, reason))?;
+        out.push(Compiled {
+            from: analyse(rule.from),
+            to: analyse(rule.to),
+        });
+    }
+    let out = Arc::new(out);
+    *last = Some((rules.to_vec(), cfg_id, out.clone()));
+    Ok(out)
+}
+
 /// `query` with what `rules` add to it under the term function `cfg`. A phrase already in the
 /// question is not added again; each added phrase is added once, whatever matched it.
 pub fn expand(query: &str, rules: &[String], cfg: &TermConfig) -> Result<Expanded, RetrieveError> {
@@ -113,21 +165,17 @@ pub fn expand(query: &str, rules: &[String], cfg: &TermConfig) -> Result<Expande
     if rules.is_empty() {
         return Ok(expanded);
     }
+    let rules = compiled(rules, cfg)?;
     let asked: HashSet<String> = terms_with(query, cfg).into_iter().collect();
-    let holds = |phrase: &str| {
-        let t = terms_with(phrase, cfg);
-        !t.is_empty() && t.iter().all(|t| asked.contains(t))
-    };
-    let mut added_terms: HashSet<Vec<String>> = HashSet::new();
-    for (i, text) in rules.iter().enumerate() {
-        let rule = parse(text).map_err(|reason| invalid(i, text, reason))?;
+    let holds = |p: &Phrase| !p.terms.is_empty() && p.terms.iter().all(|t| asked.contains(t));
+    let mut added_terms: HashSet<&[String]> = HashSet::new();
+    for rule in rules.iter() {
         for matched in rule.from.iter().filter(|p| holds(p)) {
             let added: Vec<String> = rule
                 .to
                 .iter()
-                .filter(|p| !holds(p))
-                .filter(|p| added_terms.insert(terms_with(p, cfg)))
-                .cloned()
+                .filter(|p| !holds(p) && added_terms.insert(&p.terms))
+                .map(|p| p.text.clone())
                 .collect();
             if added.is_empty() {
                 continue;
@@ -137,7 +185,7 @@ pub fn expand(query: &str, rules: &[String], cfg: &TermConfig) -> Result<Expande
                 expanded.query.push_str(p);
             }
             expanded.expansions.push(Expansion {
-                matched: matched.clone(),
+                matched: matched.text.clone(),
                 added,
             });
         }
