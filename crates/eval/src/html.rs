@@ -930,6 +930,7 @@ mod tests {
             verdicts: vec![],
             questions: vec![],
             sweep: None,
+            unknown_words: vec![],
         };
         let svg = variants_chart(&r);
         assert_eq!(svg.matches("class=\"variant-pt\"").count(), 2);

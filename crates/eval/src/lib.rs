@@ -24,7 +24,7 @@ pub mod stats;
 pub mod sweep;
 pub mod variant;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -375,14 +375,33 @@ pub fn evaluate(
         base_opts: baseline_retrieve_options(args),
     };
     let (questions, sweep_inputs) = evaluation.evaluate_every_question(items)?;
-    Ok(assemble_report(
-        kb,
-        source,
-        args,
-        variants,
-        questions,
-        &sweep_inputs,
-    ))
+    let mut report = assemble_report(kb, source, args, variants, questions, &sweep_inputs);
+    report.unknown_words = unknown_words(kb.index, items)?;
+    Ok(report)
+}
+
+/// The question words `index` never uses, with the number of questions holding each, most
+/// asked first (then by word).
+fn unknown_words(
+    index: &dyn ChunkIndex,
+    items: &[GoldenItem],
+) -> Result<Vec<report::UnknownWord>, EvalError> {
+    let cfg = index.term_config()?;
+    let mut counts: HashMap<String, usize> = HashMap::new();
+    for item in items {
+        let words = bib_retrieve::typo::unknown_words(&item.question, &cfg, |terms| {
+            index.doc_freqs(terms).map(|(_, dfs)| dfs)
+        })?;
+        for w in words {
+            *counts.entry(w).or_default() += 1;
+        }
+    }
+    let mut out: Vec<report::UnknownWord> = counts
+        .into_iter()
+        .map(|(word, questions)| report::UnknownWord { word, questions })
+        .collect();
+    out.sort_by(|a, b| b.questions.cmp(&a.questions).then(a.word.cmp(&b.word)));
+    Ok(out)
 }
 
 /// The sentence-level index of the whole corpus, built once before the first question, but
@@ -699,6 +718,7 @@ fn assemble_report(
         verdicts,
         questions,
         sweep,
+        unknown_words: Vec::new(),
     }
 }
 
@@ -769,5 +789,50 @@ mod tests {
             (8, 8),
             "never fewer candidates than top_k"
         );
+    }
+
+    /// The users' words the pages never use, counted per question, most asked first.
+    #[test]
+    fn unknown_words_are_counted_per_question() {
+        let mut ix = bib_retrieve::MemoryIndex::new();
+        let chunk = bib_retrieve::ChunkRecord {
+            id: 1,
+            path: "push.md".into(),
+            content: "Publish a package with nuget push.".into(),
+            ..Default::default()
+        };
+        ix.add(chunk, None).unwrap();
+        let items: Vec<GoldenItem> = [
+            "how do I upload my library?",
+            "upload my library again, upload!",
+            "publish a package",
+        ]
+        .into_iter()
+        .map(GoldenItem::question)
+        .collect();
+        let got = unknown_words(&ix, &items).unwrap();
+        let pairs: Vec<(&str, usize)> =
+            got.iter().map(|w| (w.word.as_str(), w.questions)).collect();
+        assert_eq!(pairs, [("library", 2), ("upload", 2)]);
+        let mut report = assemble_report_for_test();
+        report.unknown_words = got;
+        let text = report::render_text(&report);
+        assert!(
+            text.contains(
+                "never uses (typos, or candidates for ask.synonyms): library ×2, upload ×2"
+            ),
+            "{text}"
+        );
+    }
+
+    fn assemble_report_for_test() -> EvalReport {
+        serde_json::from_value(serde_json::json!({
+            "settings": {"source": "questions", "model": null, "top_k": 5, "mode": "hybrid",
+                "trim_threshold": 0.2, "trim_window": 0, "trim_min_sentences": 0,
+                "small_to_big_hits": 10, "quality_tolerance": 0.05, "filters": [],
+                "variants": [], "synthesize": false, "questions": 3},
+            "summary": null, "aggregates": [], "verdicts": [], "questions": []
+        }))
+        .expect("a report with no variants")
     }
 }

@@ -153,7 +153,21 @@ pub struct EvalReport {
     pub questions: Vec<QuestionReport>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sweep: Option<SweepReport>,
+    /// Words of the questions the knowledge base never uses, most asked first: typos, and the
+    /// users' own words for what the pages say otherwise (candidates for `ask.synonyms`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unknown_words: Vec<UnknownWord>,
 }
+
+/// A question word the knowledge base never uses, and how many questions hold it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnknownWord {
+    pub word: String,
+    pub questions: usize,
+}
+
+/// Unknown words shown in the text report (the JSON holds them all).
+const UNKNOWN_WORDS_SHOWN: usize = 20;
 
 /// Percentage reduction of `after` relative to `before` (0 when `before` is 0).
 pub fn reduction_pct(before: f64, after: f64) -> f64 {
@@ -369,6 +383,27 @@ pub fn render_text(r: &EvalReport) -> String {
     if let Some(sw) = &r.sweep {
         let _ = writeln!(out);
         out.push_str(&crate::sweep::render_text(sw));
+    }
+    if !r.unknown_words.is_empty() {
+        let shown: Vec<String> = r
+            .unknown_words
+            .iter()
+            .take(UNKNOWN_WORDS_SHOWN)
+            .map(|w| format!("{} ×{}", w.word, w.questions))
+            .collect();
+        let more = r.unknown_words.len().saturating_sub(UNKNOWN_WORDS_SHOWN);
+        let _ = writeln!(out);
+        let _ = writeln!(
+            out,
+            "words of these questions the knowledge base never uses (typos, or candidates for \
+             ask.synonyms): {}{}",
+            shown.join(", "),
+            if more > 0 {
+                format!(" (+{more} more in --json)")
+            } else {
+                String::new()
+            }
+        );
     }
     out
 }

@@ -70,20 +70,8 @@ pub fn correct<E>(
     pieces: impl Fn(&str) -> usize,
     mut doc_freqs: impl FnMut(&[String]) -> Result<Vec<usize>, E>,
 ) -> Result<Corrected, E> {
-    let words: Vec<(usize, &str, Vec<String>)> = candidate_words(query)
-        .into_iter()
-        .map(|(at, w)| (at, w, terms_with(w, cfg)))
-        .filter(|(_, _, terms)| !terms.is_empty())
-        .collect();
-    if words.is_empty() {
-        return Ok(Corrected::unchanged(query));
-    }
-    let known = known_terms(words.iter().flat_map(|w| w.2.iter()), &mut doc_freqs)?;
-    let unknown: Vec<&(usize, &str, Vec<String>)> = words
-        .iter()
-        .filter(|(_, _, terms)| terms.iter().all(|t| !known.contains_key(t)))
-        .take(MAX_UNKNOWN_WORDS)
-        .collect();
+    let mut unknown = unknown_in(query, cfg, MIN_LETTERS_FOR_ONE_TYPO, &mut doc_freqs)?;
+    unknown.truncate(MAX_UNKNOWN_WORDS);
     if unknown.is_empty() {
         return Ok(Corrected::unchanged(query));
     }
@@ -147,6 +135,50 @@ pub fn correct<E>(
     })
 }
 
+/// A word of a question: its byte offset, the word, its terms.
+type QuestionWord<'q> = (usize, &'q str, Vec<String>);
+
+/// The plain words of `query` (at least `min_letters` letters; see [`candidate_words`]) none
+/// of whose terms the knowledge base holds, with their byte offsets and terms, in order.
+fn unknown_in<'q, E>(
+    query: &'q str,
+    cfg: &TermConfig,
+    min_letters: usize,
+    doc_freqs: &mut impl FnMut(&[String]) -> Result<Vec<usize>, E>,
+) -> Result<Vec<QuestionWord<'q>>, E> {
+    let words: Vec<QuestionWord<'q>> = candidate_words(query, min_letters)
+        .into_iter()
+        .map(|(at, w)| (at, w, terms_with(w, cfg)))
+        .filter(|(_, _, terms)| !terms.is_empty())
+        .collect();
+    if words.is_empty() {
+        return Ok(words);
+    }
+    let known = known_terms(words.iter().flat_map(|w| w.2.iter()), doc_freqs)?;
+    Ok(words
+        .into_iter()
+        .filter(|(_, _, terms)| terms.iter().all(|t| !known.contains_key(t)))
+        .collect())
+}
+
+/// The words of `query` the knowledge base never uses (three letters or more, lower case, in
+/// order, each once): typos, and the users' own words for what the pages call otherwise —
+/// the candidates for synonym rules ([`crate::synonyms`]).
+pub fn unknown_words<E>(
+    query: &str,
+    cfg: &TermConfig,
+    mut doc_freqs: impl FnMut(&[String]) -> Result<Vec<usize>, E>,
+) -> Result<Vec<String>, E> {
+    let mut out: Vec<String> = Vec::new();
+    for (_, w, _) in unknown_in(query, cfg, 3, &mut doc_freqs)? {
+        let w = w.to_lowercase();
+        if !out.contains(&w) {
+            out.push(w);
+        }
+    }
+    Ok(out)
+}
+
 /// The terms among `terms` the knowledge base holds, with their document frequencies.
 fn known_terms<'a, E>(
     terms: impl Iterator<Item = &'a String>,
@@ -167,9 +199,9 @@ fn known_terms<'a, E>(
 }
 
 /// The words of `query` that may carry a typo, with their byte offsets: runs of letters of at
-/// least [`MIN_LETTERS_FOR_ONE_TYPO`], lower case after the first letter, not stop words, in a
+/// least `min_letters` ([`MIN_LETTERS_FOR_ONE_TYPO`] for typos), lower case after the first letter, not stop words, in a
 /// whitespace-separated token of nothing but letters and sentence punctuation.
-fn candidate_words(query: &str) -> Vec<(usize, &str)> {
+fn candidate_words(query: &str, min_letters: usize) -> Vec<(usize, &str)> {
     let mut out = Vec::new();
     let mut at = 0;
     for token in query.split_inclusive(char::is_whitespace) {
@@ -180,7 +212,7 @@ fn candidate_words(query: &str) -> Vec<(usize, &str)> {
             continue;
         }
         if core.chars().skip(1).any(char::is_uppercase)
-            || core.chars().count() < MIN_LETTERS_FOR_ONE_TYPO
+            || core.chars().count() < min_letters
             || is_stop_word(&core.to_lowercase())
         {
             continue;
@@ -324,6 +356,21 @@ mod tests {
             base(words),
         )
         .unwrap()
+    }
+
+    #[test]
+    fn unknown_words_are_the_words_the_base_never_uses() {
+        let kb = [("publish", 3), ("package", 9), ("paquete", 4)];
+        let got = unknown_words(
+            "¿Cómo subo mi Biblioteca? subo, publish package lib v2 my_lib",
+            &TermConfig::default(),
+            base(&kb),
+        )
+        .unwrap();
+        // Lower case, each once, in order; stop words, short words, identifiers left out.
+        assert_eq!(got, ["subo", "biblioteca", "lib"]);
+        let none = unknown_words("paquetes", &TermConfig::default(), base(&kb)).unwrap();
+        assert!(none.is_empty(), "a stem the base holds is known: {none:?}");
     }
 
     #[test]
