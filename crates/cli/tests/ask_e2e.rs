@@ -432,6 +432,15 @@ fn ask_searches_the_owners_synonyms_and_says_so() {
         text(&o)
     );
 
+    // A rule given on the command line replaces the file's for one ask.
+    let flag = [&bm25[..], &["--synonym", "vault => nuget.config"]].concat();
+    let v = ask_json(cwd, &store, "vault", &flag, &[]);
+    assert_eq!(
+        v["synonyms"],
+        serde_json::json!([{"matched": "vault", "added": ["nuget.config"]}]),
+        "{v:#}"
+    );
+
     // A rule that cannot be read stops the ask, naming the key and the rule.
     std::fs::write(&config, "[ask]\nsynonyms = [\"vault =>\"]\n").unwrap();
     let o = bib(cwd, &args, &[]);

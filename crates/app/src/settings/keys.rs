@@ -209,7 +209,8 @@ pub const KEYS: &[Key] = &[
          the words your users ask with that your pages do not use; the answer says what was \
          added.",
     )
-    .example("[\"biblioteca, librería => paquete\", \"betas, versiones preliminares\"]"),
+    .example("[\"biblioteca, librería => paquete\", \"betas, versiones preliminares\"]")
+    .flags(&["synonym"]),
     Key::new(
         "ask.log",
         "Record every ask in the query log, which `bib eval` replays.",

@@ -92,6 +92,10 @@ pub struct Args {
     /// must hold
     #[arg(long = "filter", value_name = "KEY=VALUE")]
     pub filters: Vec<String>,
+    /// Synonym rule of the keyword search, `a, b => c` or `a, b, c` (repeatable; replaces
+    /// `ask.synonyms` of bib.toml for this ask: try a rule before adding it)
+    #[arg(long = "synonym", value_name = "RULE")]
+    pub synonyms: Vec<String>,
     /// Only documents of this collection (repeatable: any of them) [default: all]
     #[arg(long = "collection", value_name = "NAME")]
     pub collections: Vec<String>,
@@ -171,6 +175,9 @@ fn apply_flags(a: &Args, s: &mut Settings) {
     }
     if !a.filters.is_empty() {
         ask.filters = a.filters.clone();
+    }
+    if !a.synonyms.is_empty() {
+        ask.synonyms = a.synonyms.clone();
     }
     if a.no_log {
         ask.log = false;
