@@ -9,8 +9,10 @@
 //! - `betas, prerelease, versiones preliminares`: equivalent — a question with any of them
 //!   also searches the others.
 //!
-//! Matching goes through the one term function, so *bibliotecas* and *Biblioteca* match
-//! *biblioteca*; a phrase of several words matches when the question holds all of its terms.
+//! Matching goes through the one term function, word by word, so *bibliotecas* and
+//! *Biblioteca* match *biblioteca* and *subo* matches *subir* (a word matches when the question
+//! shares one of its terms: its form or a stem); a phrase of several words matches when the
+//! question holds every one of its words (stop words aside), in any order.
 //! Only the keyword list (BM25) searches the added words: the question's vector and the ranking
 //! signals see the question as asked. The added words count as the question's own: a rule is
 //! the owner's statement that the words mean the same here.
@@ -107,11 +109,34 @@ fn invalid(i: usize, rule: &str, reason: String) -> RetrieveError {
     }
 }
 
-/// A phrase of a rule with its terms under the knowledge base's term function.
+/// A phrase of a rule with the terms of each of its words under the knowledge base's term
+/// function (words without terms, such as stop words, left out).
 #[derive(Debug)]
 struct Phrase {
     text: String,
-    terms: Vec<String>,
+    words: Vec<Vec<String>>,
+}
+
+impl Phrase {
+    fn new(text: String, cfg: &TermConfig) -> Self {
+        let words = text
+            .split_whitespace()
+            .map(|w| terms_with(w, cfg))
+            .filter(|t| !t.is_empty())
+            .collect();
+        Phrase { text, words }
+    }
+
+    /// Whether a question with the terms `asked` holds this phrase: each of its words shares
+    /// a term with the question. A word's terms are its own form and its stems (both
+    /// languages' when the term function stems both), and any one of them is the word.
+    fn held_by(&self, asked: &HashSet<String>) -> bool {
+        !self.words.is_empty()
+            && self
+                .words
+                .iter()
+                .all(|terms| terms.iter().any(|t| asked.contains(t)))
+    }
 }
 
 /// A rule with its phrases analysed.
@@ -139,10 +164,7 @@ fn compiled(rules: &[String], cfg: &TermConfig) -> Result<Arc<Vec<Compiled>>, Re
     let analyse = |texts: Vec<String>| -> Vec<Phrase> {
         texts
             .into_iter()
-            .map(|text| Phrase {
-                terms: terms_with(&text, cfg),
-                text,
-            })
+            .map(|text| Phrase::new(text, cfg))
             .collect()
     };
     let mut out = Vec::with_capacity(rules.len());
@@ -167,14 +189,13 @@ pub fn expand(query: &str, rules: &[String], cfg: &TermConfig) -> Result<Expande
     }
     let rules = compiled(rules, cfg)?;
     let asked: HashSet<String> = terms_with(query, cfg).into_iter().collect();
-    let holds = |p: &Phrase| !p.terms.is_empty() && p.terms.iter().all(|t| asked.contains(t));
-    let mut added_terms: HashSet<&[String]> = HashSet::new();
+    let mut added_words: HashSet<&[Vec<String>]> = HashSet::new();
     for rule in rules.iter() {
-        for matched in rule.from.iter().filter(|p| holds(p)) {
+        for matched in rule.from.iter().filter(|p| p.held_by(&asked)) {
             let added: Vec<String> = rule
                 .to
                 .iter()
-                .filter(|p| !holds(p) && added_terms.insert(&p.terms))
+                .filter(|p| !p.held_by(&asked) && added_words.insert(&p.words))
                 .map(|p| p.text.clone())
                 .collect();
             if added.is_empty() {
@@ -225,13 +246,20 @@ mod tests {
     #[test]
     fn equivalent_phrases_add_each_other_through_the_term_function() {
         let rules = ["betas, prerelease, versiones preliminares"];
-        // Plural and capitals match through the stemmer and the folding.
+        // Capitals match through the folding, other forms of a word through its stems.
         let e = run("No veo las Betas", &rules);
         assert_eq!(
             e.query,
             "No veo las Betas prerelease versiones preliminares"
         );
         assert_eq!(e.expansions[0].matched, "betas");
+        let e = run("¿dónde está la beta?", &rules);
+        assert_eq!(e.expansions[0].matched, "betas");
+        let e = run(
+            "¿Cómo subo mis bibliotecas?",
+            &["subir => publicar", "biblioteca => paquete"],
+        );
+        assert_eq!(e.query, "¿Cómo subo mis bibliotecas? publicar paquete");
         // A phrase of two words matches when the question holds both.
         let e = run("mostrar versiones preliminares", &rules);
         assert_eq!(e.expansions[0].added, ["betas", "prerelease"]);
