@@ -137,6 +137,13 @@ impl Phrase {
                 .iter()
                 .all(|terms| terms.iter().any(|t| asked.contains(t)))
     }
+
+    /// Whether the question already has every term of this phrase, so adding it would add
+    /// nothing new (a looser test would drop *publicar* from a question saying *pública*:
+    /// they share a stem, not the word).
+    fn adds_nothing_to(&self, asked: &HashSet<String>) -> bool {
+        self.words.iter().flatten().all(|t| asked.contains(t))
+    }
 }
 
 /// A rule with its phrases analysed.
@@ -195,7 +202,7 @@ pub fn expand(query: &str, rules: &[String], cfg: &TermConfig) -> Result<Expande
             let added: Vec<String> = rule
                 .to
                 .iter()
-                .filter(|p| !p.held_by(&asked) && added_words.insert(&p.words))
+                .filter(|p| !p.adds_nothing_to(&asked) && added_words.insert(&p.words))
                 .map(|p| p.text.clone())
                 .collect();
             if added.is_empty() {
@@ -260,6 +267,9 @@ mod tests {
             &["subir => publicar", "biblioteca => paquete"],
         );
         assert_eq!(e.query, "¿Cómo subo mis bibliotecas? publicar paquete");
+        // A word sharing only a stem with the question is still added.
+        let e = run("subo a la galería pública", &["subir => publicar"]);
+        assert_eq!(e.query, "subo a la galería pública publicar");
         // A phrase of two words matches when the question holds both.
         let e = run("mostrar versiones preliminares", &rules);
         assert_eq!(e.expansions[0].added, ["betas", "prerelease"]);
