@@ -19,10 +19,10 @@ use crate::vector_index::{IndexBuilder, VectorIndex, VectorRow, DEFAULT_EXACT_BU
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 
 use bib_text::terms::{term_counts_with, terms_with, TermConfig};
-use rusqlite::types::{ToSql, ToSqlOutput};
+use rusqlite::types::ToSqlOutput;
 use rusqlite::{params, params_from_iter, Connection, OptionalExtension, Transaction};
 use serde_json::Value;
 
@@ -1044,15 +1044,16 @@ impl SqliteStore {
         id: ChunkId,
         row: &ChunkRowValues<'_>,
     ) -> Result<(), StoreError> {
-        let set: Vec<String> = CHUNK_VALUE_COLUMNS
-            .iter()
-            .enumerate()
-            .map(|(i, col)| format!("{col} = ?{}", i + 2))
-            .collect();
-        let sql = format!("UPDATE chunks SET {} WHERE id = ?1", set.join(", "));
-        let id = id.to_sql().map_err(StoreError::sqlite("update chunk"))?;
-        let values = row.values().map_err(StoreError::sqlite("update chunk"))?;
-        tx.execute(&sql, params_from_iter(std::iter::once(id).chain(values)))
+        static SQL: LazyLock<String> = LazyLock::new(|| {
+            let set: Vec<String> = CHUNK_VALUE_COLUMNS
+                .iter()
+                .enumerate()
+                .map(|(i, col)| format!("{col} = ?{}", i + 2))
+                .collect();
+            format!("UPDATE chunks SET {} WHERE id = ?1", set.join(", "))
+        });
+        let values = std::iter::once(ToSqlOutput::from(id)).chain(row.values());
+        tx.execute(&SQL, params_from_iter(values))
             .map_err(StoreError::sqlite("update chunk"))?;
         Ok(())
     }
@@ -1063,21 +1064,21 @@ impl SqliteStore {
         node_id: NodeId,
         row: &ChunkRowValues<'_>,
     ) -> Result<ChunkId, StoreError> {
-        let holders: Vec<String> = (1..=CHUNK_VALUE_COLUMNS.len() + 2)
-            .map(|i| format!("?{i}"))
-            .collect();
-        let sql = format!(
-            "INSERT INTO chunks (node_id, chunk_index, {}) VALUES ({})",
-            CHUNK_VALUE_COLUMNS.join(", "),
-            holders.join(", ")
-        );
-        let keys = [node_id.to_sql(), row.chunk.chunk_index.to_sql()];
-        let keys: Vec<ToSqlOutput<'_>> = keys
-            .into_iter()
-            .collect::<Result<_, _>>()
-            .map_err(StoreError::sqlite("insert chunk"))?;
-        let values = row.values().map_err(StoreError::sqlite("insert chunk"))?;
-        tx.execute(&sql, params_from_iter(keys.into_iter().chain(values)))
+        static SQL: LazyLock<String> = LazyLock::new(|| {
+            let holders: Vec<String> = (1..=CHUNK_VALUE_COLUMNS.len() + 2)
+                .map(|i| format!("?{i}"))
+                .collect();
+            format!(
+                "INSERT INTO chunks (node_id, chunk_index, {}) VALUES ({})",
+                CHUNK_VALUE_COLUMNS.join(", "),
+                holders.join(", ")
+            )
+        });
+        let keys = [
+            ToSqlOutput::from(node_id),
+            ToSqlOutput::from(row.chunk.chunk_index),
+        ];
+        tx.execute(&SQL, params_from_iter(keys.into_iter().chain(row.values())))
             .map_err(StoreError::sqlite("insert chunk"))?;
         Ok(tx.last_insert_rowid())
     }
@@ -1183,24 +1184,24 @@ impl<'c> ChunkRowValues<'c> {
     }
 
     /// The values of [`CHUNK_VALUE_COLUMNS`], in its order.
-    fn values(&self) -> rusqlite::Result<Vec<ToSqlOutput<'_>>> {
+    fn values(&self) -> [ToSqlOutput<'_>; 14] {
         let c = self.chunk;
-        Ok(vec![
-            c.prefix.to_sql()?,
-            self.heading_path_json.to_sql()?,
-            c.content.to_sql()?,
-            c.content_hash.to_sql()?,
-            c.tokens_estimate.to_sql()?,
-            c.tokens_model.to_sql()?,
+        [
+            ToSqlOutput::from(c.prefix.as_str()),
+            ToSqlOutput::from(self.heading_path_json.as_str()),
+            ToSqlOutput::from(c.content.as_str()),
+            ToSqlOutput::from(c.content_hash.as_str()),
+            ToSqlOutput::from(c.tokens_estimate),
+            ToSqlOutput::from(c.tokens_model),
             ToSqlOutput::from(c.span_start as i64),
             ToSqlOutput::from(c.span_end as i64),
-            c.model_id.to_sql()?,
+            ToSqlOutput::from(c.model_id.as_str()),
             ToSqlOutput::from(c.embedding.len() as i64),
-            self.embedding_blob.to_sql()?,
+            ToSqlOutput::from(self.embedding_blob.as_slice()),
             ToSqlOutput::from(self.lex_len as i64),
-            c.line_start.to_sql()?,
-            c.line_end.to_sql()?,
-        ])
+            ToSqlOutput::from(c.line_start),
+            ToSqlOutput::from(c.line_end),
+        ]
     }
 }
 
