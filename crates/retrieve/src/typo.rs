@@ -24,6 +24,10 @@ use serde::Serialize;
 /// Letters a word must have before one typo is allowed in it (Meilisearch's default).
 pub const MIN_LETTERS_FOR_ONE_TYPO: usize = 5;
 
+/// Letters a word must have to count in [`unknown_words`] (shorter ones are mostly
+/// abbreviations and particles).
+pub const MIN_LETTERS_OF_AN_UNKNOWN_WORD: usize = 3;
+
 /// Unknown words of one question looked at, at most (the first ones): a pasted page of
 /// words the knowledge base never saw costs a bounded amount, not ~2 ms a word.
 pub const MAX_UNKNOWN_WORDS: usize = 8;
@@ -161,8 +165,8 @@ fn unknown_in<'q, E>(
         .collect())
 }
 
-/// The words of `query` the knowledge base never uses (three letters or more, lower case, in
-/// order, each once): typos, and the users' own words for what the pages call otherwise —
+/// The words of `query` the knowledge base never uses ([`MIN_LETTERS_OF_AN_UNKNOWN_WORD`]
+/// letters or more, lower case, in order, each once): typos, and the users' own words for what the pages call otherwise —
 /// the candidates for synonym rules ([`crate::synonyms`]).
 pub fn unknown_words<E>(
     query: &str,
@@ -170,7 +174,7 @@ pub fn unknown_words<E>(
     mut doc_freqs: impl FnMut(&[String]) -> Result<Vec<usize>, E>,
 ) -> Result<Vec<String>, E> {
     let mut out: Vec<String> = Vec::new();
-    for (_, w, _) in unknown_in(query, cfg, 3, &mut doc_freqs)? {
+    for (_, w, _) in unknown_in(query, cfg, MIN_LETTERS_OF_AN_UNKNOWN_WORD, &mut doc_freqs)? {
         let w = w.to_lowercase();
         if !out.contains(&w) {
             out.push(w);
@@ -198,8 +202,9 @@ fn known_terms<'a, E>(
         .collect())
 }
 
-/// The words of `query` that may carry a typo, with their byte offsets: runs of letters of at
-/// least `min_letters` ([`MIN_LETTERS_FOR_ONE_TYPO`] for typos), lower case after the first letter, not stop words, in a
+/// The plain words of `query`, with their byte offsets: runs of at least `min_letters` letters
+/// ([`MIN_LETTERS_FOR_ONE_TYPO`] for a typo, [`MIN_LETTERS_OF_AN_UNKNOWN_WORD`] for the
+/// unknown-word report), lower case after the first letter, not stop words, in a
 /// whitespace-separated token of nothing but letters and sentence punctuation.
 fn candidate_words(query: &str, min_letters: usize) -> Vec<(usize, &str)> {
     let mut out = Vec::new();
@@ -379,21 +384,11 @@ mod tests {
         // `subir` as a word, so it is no typo.
         let words = [("sabir", 3)];
         let vocabulary = ["sabir", "subir"];
-        let c = correct(
-            "subir",
-            &TermConfig::default(),
-            pieces(&vocabulary),
-            base(&words),
-        )
-        .unwrap();
-        assert!(c.corrections.is_empty());
-        let c = correct(
-            "subbir",
-            &TermConfig::default(),
-            pieces(&vocabulary),
-            base(&words),
-        )
-        .unwrap();
+        let run = |q: &str| {
+            correct(q, &TermConfig::default(), pieces(&vocabulary), base(&words)).unwrap()
+        };
+        assert!(run("subir").corrections.is_empty());
+        let c = run("subbir");
         assert!(
             c.corrections.is_empty(),
             "`subir` is the nearer word, not in the base"
