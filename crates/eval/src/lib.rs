@@ -375,9 +375,16 @@ pub fn evaluate(
         base_opts: baseline_retrieve_options(args),
     };
     let (questions, sweep_inputs) = evaluation.evaluate_every_question(items)?;
-    let mut report = assemble_report(kb, source, args, variants, questions, &sweep_inputs);
-    report.unknown_words = unknown_words(kb.index, items)?;
-    Ok(report)
+    let unknown = unknown_words(kb.index, items)?;
+    Ok(assemble_report(
+        kb,
+        source,
+        args,
+        variants,
+        questions,
+        &sweep_inputs,
+        unknown,
+    ))
 }
 
 /// The question words `index` never uses, with the number of questions holding each, most
@@ -684,6 +691,7 @@ fn assemble_report(
     variants: Vec<Variant>,
     questions: Vec<QuestionReport>,
     sweep_inputs: &[sweep::SweepQuestion],
+    unknown_words: Vec<report::UnknownWord>,
 ) -> EvalReport {
     let aggregates = report::aggregate(&questions, &variants);
     let verdicts = report::verdicts(&aggregates, args.quality_tolerance);
@@ -718,7 +726,7 @@ fn assemble_report(
         verdicts,
         questions,
         sweep,
-        unknown_words: Vec::new(),
+        unknown_words,
     }
 }
 
