@@ -540,6 +540,31 @@ fn ask_explains_every_part_of_a_score() {
         "{}",
         text(&o)
     );
+    // Past the re-scoring depth a result keeps its fused score, and says so.
+    let deep = ["--signals", "depth=1", "--top-k", "3", "--no-log"];
+    let v = ask_json(cwd, &store, q, &deep, &[]);
+    let past: Vec<bool> = results(&v)
+        .iter()
+        .map(|r| r["explain"]["past_depth"] == true)
+        .collect();
+    assert_eq!(past, [false, true, true], "{v:#}");
+    let o = bib(
+        cwd,
+        &[
+            &["ask", q, "--explain", "--store", store.to_str().unwrap()][..],
+            &deep,
+        ]
+        .concat(),
+        &[],
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout)
+            .matches("(past the re-scoring depth")
+            .count(),
+        2,
+        "{}",
+        text(&o)
+    );
 }
 
 /// A one-shot fake chat-completions server answering with SSE; returns the URL and the request.

@@ -214,6 +214,74 @@ fn replays_exactly_the_logged_questions() {
         .contains("distinct"));
 }
 
+/// The report's unknown words tell the typos `ask` corrects (and to what) from the users' own
+/// words, which are the candidates for synonym rules.
+#[test]
+fn unknown_words_tell_typos_from_the_users_words() {
+    if !need_model() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let store = setup(tmp.path());
+    let golden = tmp.path().join("golden.jsonl");
+    std::fs::write(
+        &golden,
+        "{\"question\": \"what is the defualt push timeout?\"}\n\
+         {\"question\": \"does my library need a lockfile?\"}\n\
+         {\"question\": \"which lockfile does my library need?\"}\n",
+    )
+    .unwrap();
+    let g = golden.to_str().unwrap();
+    let r = eval_json(&store, &["--golden", g, "--variants", "trim"]);
+    let words: Vec<(String, u64, Option<String>)> = r["unknown_words"]
+        .as_array()
+        .expect("unknown words listed")
+        .iter()
+        .map(|w| {
+            (
+                w["word"].as_str().unwrap().to_string(),
+                w["questions"].as_u64().unwrap(),
+                w["typo_of"].as_str().map(str::to_string),
+            )
+        })
+        .collect();
+    assert_eq!(
+        words,
+        [
+            ("library".to_string(), 2, None),
+            ("lockfile".to_string(), 2, None),
+            ("defualt".to_string(), 1, Some("default".to_string())),
+        ],
+        "{r:#}"
+    );
+    let out = bib()
+        .args(["eval", "--store", store.to_str().unwrap(), "--golden", g])
+        .args(["--variants", "trim"])
+        .output()
+        .unwrap();
+    let report = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        report.contains("candidates for ask.synonyms): library ×2, lockfile ×2\n"),
+        "{report}"
+    );
+    assert!(
+        report.contains("typos that ask corrects: defualt → default ×1"),
+        "{report}"
+    );
+    // With typo tolerance off, ask corrects nothing, and the report says nothing of typos.
+    let off = eval_json(
+        &store,
+        &["--golden", g, "--variants", "trim", "--signals", "typo=0"],
+    );
+    let marked: Vec<&Value> = off["unknown_words"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|w| !w["typo_of"].is_null())
+        .collect();
+    assert!(marked.is_empty(), "{off:#}");
+}
+
 fn chromium() -> Option<PathBuf> {
     let p = PathBuf::from("/usr/bin/chromium");
     if p.is_file() {

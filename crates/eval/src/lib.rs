@@ -375,7 +375,11 @@ pub fn evaluate(
         base_opts: baseline_retrieve_options(args),
     };
     let (questions, sweep_inputs) = evaluation.evaluate_every_question(items)?;
-    let unknown = unknown_words(kb.index, items)?;
+    // Typos are told apart only when the baseline's ask corrects them (`typo` on).
+    let corrector = kb
+        .embedder
+        .filter(|_| evaluation.base_opts.signals.typo > 0);
+    let unknown = unknown_words(kb.index, corrector, items)?;
     Ok(assemble_report(
         kb,
         source,
@@ -388,25 +392,36 @@ pub fn evaluate(
 }
 
 /// The question words `index` never uses, with the number of questions holding each, most
-/// asked first (then by word).
+/// asked first (then by word). Given the knowledge base's model (`embedder`, whose tokenizer
+/// tells a typo from a word), each word `ask` corrects as a typo says what to.
 fn unknown_words(
     index: &dyn ChunkIndex,
+    embedder: Option<&dyn Embedder>,
     items: &[GoldenItem],
 ) -> Result<Vec<report::UnknownWord>, EvalError> {
     let cfg = index.term_config()?;
+    let doc_freqs = |terms: &[String]| index.doc_freqs(terms).map(|(_, dfs)| dfs);
     let mut counts: HashMap<String, usize> = HashMap::new();
     for item in items {
-        let words = bib_retrieve::typo::unknown_words(&item.question, &cfg, |terms| {
-            index.doc_freqs(terms).map(|(_, dfs)| dfs)
-        })?;
-        for w in words {
+        for w in bib_retrieve::typo::unknown_words(&item.question, &cfg, doc_freqs)? {
             *counts.entry(w).or_default() += 1;
         }
     }
-    let mut out: Vec<report::UnknownWord> = counts
-        .into_iter()
-        .map(|(word, questions)| report::UnknownWord { word, questions })
-        .collect();
+    let mut out = Vec::with_capacity(counts.len());
+    for (word, questions) in counts {
+        let typo_of = match embedder {
+            Some(e) => bib_retrieve::retrieve::correct_typos_in(index, e, &cfg, &word)?
+                .corrections
+                .pop()
+                .map(|c| c.to),
+            None => None,
+        };
+        out.push(report::UnknownWord {
+            word,
+            questions,
+            typo_of,
+        });
+    }
     out.sort_by(|a, b| b.questions.cmp(&a.questions).then(a.word.cmp(&b.word)));
     Ok(out)
 }
@@ -818,7 +833,7 @@ mod tests {
         .into_iter()
         .map(GoldenItem::question)
         .collect();
-        let got = unknown_words(&ix, &items).unwrap();
+        let got = unknown_words(&ix, None, &items).unwrap();
         let pairs: Vec<(&str, usize)> =
             got.iter().map(|w| (w.word.as_str(), w.questions)).collect();
         assert_eq!(pairs, [("library", 2), ("upload", 2)]);

@@ -164,6 +164,10 @@ pub struct EvalReport {
 pub struct UnknownWord {
     pub word: String,
     pub questions: usize,
+    /// The word `ask` searches instead, when it corrects this one as a typo (known only with
+    /// the knowledge base's model); such a word needs no synonym rule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub typo_of: Option<String>,
 }
 
 /// Unknown words shown in the text report (the JSON holds them all).
@@ -384,19 +388,32 @@ pub fn render_text(r: &EvalReport) -> String {
         let _ = writeln!(out);
         out.push_str(&crate::sweep::render_text(sw));
     }
-    if !r.unknown_words.is_empty() {
-        let shown: Vec<String> = r
-            .unknown_words
+    render_unknown_words(&mut out, &r.unknown_words);
+    out
+}
+
+/// The unknown-words lines of the text report: the words `ask` leaves as they are (typos it
+/// cannot correct, or the users' own words: candidates for `ask.synonyms`), then the typos it
+/// corrects. Each list shows its [`UNKNOWN_WORDS_SHOWN`] most asked.
+fn render_unknown_words(out: &mut String, words: &[UnknownWord]) {
+    let (typos, rest): (Vec<&UnknownWord>, Vec<&UnknownWord>) =
+        words.iter().partition(|w| w.typo_of.is_some());
+    let line = |out: &mut String, label: &str, list: &[&UnknownWord]| {
+        if list.is_empty() {
+            return;
+        }
+        let shown: Vec<String> = list
             .iter()
             .take(UNKNOWN_WORDS_SHOWN)
-            .map(|w| format!("{} ×{}", w.word, w.questions))
+            .map(|w| match &w.typo_of {
+                Some(to) => format!("{} → {to} ×{}", w.word, w.questions),
+                None => format!("{} ×{}", w.word, w.questions),
+            })
             .collect();
-        let more = r.unknown_words.len().saturating_sub(UNKNOWN_WORDS_SHOWN);
-        let _ = writeln!(out);
+        let more = list.len().saturating_sub(UNKNOWN_WORDS_SHOWN);
         let _ = writeln!(
             out,
-            "words of these questions the knowledge base never uses (typos, or candidates for \
-             ask.synonyms): {}{}",
+            "{label}: {}{}",
             shown.join(", "),
             if more > 0 {
                 format!(" (+{more} more in --json)")
@@ -404,8 +421,17 @@ pub fn render_text(r: &EvalReport) -> String {
                 String::new()
             }
         );
+    };
+    if !words.is_empty() {
+        let _ = writeln!(out);
     }
-    out
+    line(
+        out,
+        "words of these questions the knowledge base never uses (typos, or candidates for \
+         ask.synonyms)",
+        &rest,
+    );
+    line(out, "typos that ask corrects", &typos);
 }
 
 /// Per-question lines (tokens per variant) for a terminal.

@@ -29,38 +29,44 @@ struct SentenceEvidence {
 }
 
 impl Retriever<'_> {
-    /// Re-score the best `opts.signals.depth` (at least `top_k`) of `fused` with the ranking
-    /// signals and sort them again; `items` are the question's exact items, `qv` its vector.
+    /// Re-score the best `opts.signals.depth` of `fused` with the ranking signals and sort
+    /// them again; `items` are the question's exact items, `qv` its vector. The depth does not
+    /// grow with `top_k`: the signals' scaling is over the same candidates whatever the number
+    /// asked for, so the first results of `-k 5` are the first of `-k 50`, and those past the
+    /// depth follow in fused order.
     pub(crate) fn rescore(
         &self,
         query: &str,
         opts: &RetrieveOptions,
+        cfg: &TermConfig,
         mut fused: Vec<ScoredHit>,
         items: &[ExactItem],
         qv: Option<&[f32]>,
     ) -> Result<Vec<ScoredHit>, RetrieveError> {
         let sig = opts.signals;
-        let depth = sig.depth.max(opts.top_k).min(fused.len());
+        let depth = sig.depth.min(fused.len());
         let ids: Vec<ChunkId> = fused[..depth].iter().map(|h| h.id).collect();
         let records = self.index.chunks(&ids)?;
         let by_id: HashMap<ChunkId, &ChunkRecord> = records.iter().map(|r| (r.id, r)).collect();
-        let cfg = self.index.term_config()?;
         let recs: Vec<Option<&ChunkRecord>> = ids.iter().map(|id| by_id.get(id).copied()).collect();
         let texts = ChunkText::of_all(recs.iter().map(|r| r.map(ChunkRecord::text)).collect());
-        self.lexical_parts(query, &sig, &cfg, &recs, &mut fused[..depth])?;
+        self.lexical_parts(query, &sig, cfg, &recs, &mut fused[..depth])?;
         phrase_parts(&sig, items, &texts, &mut fused[..depth]);
-        self.sentence_parts(query, &sig, qv, &cfg, &texts, &mut fused[..depth])?;
+        self.sentence_parts(query, &sig, qv, cfg, &texts, &mut fused[..depth])?;
         for h in fused[..depth].iter_mut() {
             h.score = h.explain.fused + h.explain.contributions();
         }
         if sig.prf > 0.0 || sig.prf_vec > 0.0 {
-            self.feedback_parts(query, &sig, &cfg, &recs, &mut fused[..depth])?;
+            self.feedback_parts(query, &sig, cfg, &recs, &mut fused[..depth])?;
         }
         if sig.doc > 0.0 {
             doc_parts(sig.doc, &recs, &mut fused[..depth]);
         }
         for h in fused.iter_mut() {
             h.explain.final_score = h.score;
+        }
+        for h in fused[depth..].iter_mut() {
+            h.explain.past_depth = true;
         }
         fused[..depth].sort_by(|a, b| b.score.total_cmp(&a.score).then(a.id.cmp(&b.id)));
         Ok(fused)

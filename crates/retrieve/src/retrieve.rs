@@ -3,6 +3,7 @@
 use std::time::Instant;
 
 use bib_embed::{EmbedKind, Embedder};
+use bib_text::terms::TermConfig;
 use bib_text::tokens::{estimate_tokens, TokenCounter};
 use serde::{Deserialize, Serialize};
 
@@ -269,13 +270,33 @@ pub struct RetrievalResult {
     pub synonyms: Vec<Expansion>,
 }
 
-/// What ranking notes besides the hits: the reranker's time and warnings.
+/// What one ask carries from step to step besides the hits: the knowledge base's term function
+/// (read once, so every step analyses text alike and a store is asked once), the reranker's
+/// time and warnings, and what the synonym rules added.
 #[derive(Debug, Default)]
 pub(crate) struct SearchNotes {
+    term_config: Option<TermConfig>,
     pub(crate) rerank_ms: f64,
     pub(crate) warnings: Vec<String>,
     /// What the synonym rules added to the keyword search.
     pub(crate) synonyms: Vec<Expansion>,
+}
+
+impl SearchNotes {
+    /// The term function of `index`, read on the ask's first need of it.
+    pub(crate) fn term_config(
+        &mut self,
+        index: &dyn ChunkIndex,
+    ) -> Result<TermConfig, RetrieveError> {
+        match self.term_config {
+            Some(cfg) => Ok(cfg),
+            None => {
+                let cfg = index.term_config()?;
+                self.term_config = Some(cfg);
+                Ok(cfg)
+            }
+        }
+    }
 }
 
 /// Hybrid retrieval over a [`ChunkIndex`].
@@ -342,7 +363,7 @@ impl<'a> Retriever<'a> {
         query_vec: Option<&[f32]>,
     ) -> Result<Vec<ScoredHit>, RetrieveError> {
         let mut notes = SearchNotes::default();
-        let corrected = self.correct_typos(query, opts)?;
+        let corrected = self.correct_typos(query, opts, &mut notes)?;
         Ok(self
             .search_lists(&corrected.query, opts, filter, query_vec, &mut notes)?
             .0)
@@ -365,7 +386,8 @@ impl<'a> Retriever<'a> {
             let keywords = if opts.synonyms.is_empty() {
                 Expanded::unchanged(query)
             } else {
-                crate::synonyms::expand(query, &opts.synonyms, &self.index.term_config()?)?
+                let cfg = notes.term_config(self.index)?;
+                crate::synonyms::expand(query, &opts.synonyms, &cfg)?
             };
             notes.synonyms = keywords.expansions;
             self.index.bm25_top(&keywords.query, n, filter)?
@@ -419,7 +441,8 @@ impl<'a> Retriever<'a> {
             _ => rank(mode, &bm25, &vector, opts.rrf_k, usize::MAX),
         };
         if signals_apply {
-            fused = self.rescore(query, opts, fused, &items, qv.as_deref())?;
+            let cfg = notes.term_config(self.index)?;
+            fused = self.rescore(query, opts, &cfg, fused, &items, qv.as_deref())?;
         }
         if let Some(ro) = &opts.rerank {
             let t = Instant::now();
@@ -479,13 +502,13 @@ impl<'a> Retriever<'a> {
     /// Trim the ranked `hits` into at most `top_k` results. A result whose trimming keeps no
     /// sentence is dropped and its slot goes to the next hit, which is trimmed in the pool of
     /// the answer it joins (trimming's lexical top is over the whole answer), so the first
-    /// round is exactly the untouched top-k trim.
+    /// round is exactly the untouched top-k trim. `trimming` is what trims: the options, the
+    /// question's vector and the model.
     fn trim_filling(
         &self,
-        embedder: &dyn Embedder,
+        (topts, query_vec, embedder): (&TrimOptions, &[f32], &dyn Embedder),
         query: &str,
-        query_vec: &[f32],
-        topts: &TrimOptions,
+        cfg: &TermConfig,
         hits: &[ScoredHit],
         top_k: usize,
     ) -> Result<Filled, RetrieveError> {
@@ -493,7 +516,6 @@ impl<'a> Retriever<'a> {
         let mut originals: Vec<String> = Vec::new();
         let mut baseline: Vec<Untrimmed> = Vec::new();
         let (mut dropped, mut next) = (0, 0);
-        let cfg = self.index.term_config()?;
         while answer.len() < top_k && next < hits.len() {
             let end = (next + top_k - answer.len()).min(hits.len());
             let batch = self.fetch(&hits[next..end])?;
@@ -507,7 +529,7 @@ impl<'a> Retriever<'a> {
                 .map(String::as_str)
                 .chain(batch.iter().map(|c| c.text.as_str()))
                 .collect();
-            let trimmed = trim_texts(embedder, self.cache, query, query_vec, &texts, topts, &cfg)?;
+            let trimmed = trim_texts(embedder, self.cache, query, query_vec, &texts, topts, cfg)?;
             let skip = answer.len();
             for (mut c, tr) in batch.into_iter().zip(trimmed.into_iter().skip(skip)) {
                 if tr.kept.is_empty() && tr.total > 0 {
@@ -550,7 +572,8 @@ impl<'a> Retriever<'a> {
     ) -> Result<RetrievalResult, RetrieveError> {
         let t0 = Instant::now();
         validate_retrieve_options(opts)?;
-        let corrected = self.correct_typos(asked, opts)?;
+        let mut notes = SearchNotes::default();
+        let corrected = self.correct_typos(asked, opts, &mut notes)?;
         let query = corrected.query.as_str();
         let mode = self.effective_mode(opts.mode);
         let mut timings = Timings::default();
@@ -563,11 +586,10 @@ impl<'a> Retriever<'a> {
         } else {
             None
         };
-        let mut notes = SearchNotes::default();
         let (filled, best_cosine) =
             self.rank_and_fill(query, opts, filter, qv.as_deref(), &mut timings, &mut notes)?;
         timings.rerank_ms = notes.rerank_ms;
-        let accounting = self.account_tokens(query, &filled, best_cosine)?;
+        let accounting = self.account_tokens(query, &filled, best_cosine, &mut notes)?;
         timings.total_ms = ms(t0);
         Ok(RetrievalResult {
             query: asked.to_string(),
@@ -592,20 +614,15 @@ impl<'a> Retriever<'a> {
         &self,
         query: &str,
         opts: &RetrieveOptions,
+        notes: &mut SearchNotes,
     ) -> Result<crate::typo::Corrected, RetrieveError> {
         // Without a model there is no vocabulary to tell a typo from a rare word: no change.
         let embedder = match self.embedder {
             Some(e) if opts.signals.typo > 0 => e,
             _ => return Ok(crate::typo::Corrected::unchanged(query)),
         };
-        let cfg = self.index.term_config()?;
-        let tokenizer = embedder.tokenizer();
-        crate::typo::correct(
-            query,
-            &cfg,
-            |w| tokenizer.count_tokens(w),
-            |terms| self.index.doc_freqs(terms).map(|(_, dfs)| dfs),
-        )
+        let cfg = notes.term_config(self.index)?;
+        correct_typos_in(self.index, embedder, &cfg, query)
     }
 
     /// Rank the lists and fill the answer: the top-k as they are, or — when trimming runs —
@@ -650,10 +667,11 @@ impl<'a> Retriever<'a> {
                     trimmed: false,
                 }
             }
-            Some((topts, qv, e)) => {
+            Some(trimming) => {
                 timings.search_ms = ms(t);
                 let t = Instant::now();
-                let filled = self.trim_filling(e, query, qv, topts, &hits, opts.top_k)?;
+                let cfg = notes.term_config(self.index)?;
+                let filled = self.trim_filling(trimming, query, &cfg, &hits, opts.top_k)?;
                 timings.trim_ms = ms(t);
                 filled
             }
@@ -668,6 +686,7 @@ impl<'a> Retriever<'a> {
         query: &str,
         filled: &Filled,
         best_cosine: Option<f64>,
+        notes: &mut SearchNotes,
     ) -> Result<TokenAccounting, RetrieveError> {
         let Filled {
             answer: chunks,
@@ -684,7 +703,11 @@ impl<'a> Retriever<'a> {
         let floor = self.embedder.and_then(|e| floor_for(e.model_id()));
         let texts: Vec<&str> = originals.iter().map(String::as_str).collect();
         let coverage = if Relevance::needs_words(best_cosine, floor) {
-            Some(term_coverage(query, &texts, &self.index.term_config()?))
+            Some(term_coverage(
+                query,
+                &texts,
+                &notes.term_config(self.index)?,
+            ))
         } else {
             None
         };
@@ -824,6 +847,24 @@ impl ScoredHit {
             },
         }
     }
+}
+
+/// `query` with its typos corrected against `index`'s words under the term function `cfg`,
+/// `embedder`'s tokenizer telling a typo from a word ([`crate::typo::correct`]): what `ask`
+/// does before anything else, and what `bib eval` asks of each unknown word.
+pub fn correct_typos_in(
+    index: &dyn ChunkIndex,
+    embedder: &dyn Embedder,
+    cfg: &TermConfig,
+    query: &str,
+) -> Result<crate::typo::Corrected, RetrieveError> {
+    let tokenizer = embedder.tokenizer();
+    crate::typo::correct(
+        query,
+        cfg,
+        |w| tokenizer.count_tokens(w),
+        |terms| index.doc_freqs(terms).map(|(_, dfs)| dfs),
+    )
 }
 
 /// Convex fusion of a BM25 list and a vector list (each best first): every candidate scores
@@ -1107,6 +1148,119 @@ mod tests {
                 }
             }
             assert_eq!(res.chunks[0].chunk.path, "c.md", "{mode}");
+        }
+    }
+
+    /// An index that counts how often its term function is read.
+    struct CountingTerms<'a> {
+        inner: &'a MemoryIndex,
+        reads: std::sync::atomic::AtomicUsize,
+    }
+
+    impl ChunkIndex for CountingTerms<'_> {
+        fn bm25_top(&self, q: &str, limit: usize, f: &Filter) -> Result<Vec<Hit>, RetrieveError> {
+            self.inner.bm25_top(q, limit, f)
+        }
+        fn vector_top(
+            &self,
+            v: &[f32],
+            limit: usize,
+            f: &Filter,
+        ) -> Result<Vec<Hit>, RetrieveError> {
+            self.inner.vector_top(v, limit, f)
+        }
+        fn chunks(&self, ids: &[ChunkId]) -> Result<Vec<ChunkRecord>, RetrieveError> {
+            self.inner.chunks(ids)
+        }
+        fn vectors(&self, ids: &[ChunkId]) -> Result<Vec<(ChunkId, Vec<f32>)>, RetrieveError> {
+            self.inner.vectors(ids)
+        }
+        fn term_config(&self) -> Result<TermConfig, RetrieveError> {
+            self.reads
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.inner.term_config()
+        }
+        fn doc_freqs(&self, terms: &[String]) -> Result<(usize, Vec<usize>), RetrieveError> {
+            self.inner.doc_freqs(terms)
+        }
+    }
+
+    /// One ask reads the knowledge base's term function once, however many of its steps
+    /// analyse text (typos, synonyms, the signals, trimming, the relevance check): each read
+    /// is a query to the store, and every step must analyse alike.
+    #[test]
+    fn one_ask_reads_the_term_function_once() {
+        let e = FakeEmbedder::default();
+        let ix = index(&e);
+        let counting = CountingTerms {
+            inner: &ix,
+            reads: Default::default(),
+        };
+        let cache = EmbeddingCache::default();
+        let r = Retriever::new(&counting, Some(&e), &cache);
+        let opts = RetrieveOptions {
+            top_k: 2,
+            trim: Some(TrimOptions::default()),
+            synonyms: vec!["motor => engine".into()],
+            ..Default::default()
+        };
+        let res = r
+            .retrieve("motor felines nap", &opts, &Filter::default())
+            .unwrap();
+        assert!(!res.chunks.is_empty() && !res.synonyms.is_empty());
+        assert_eq!(counting.reads.load(std::sync::atomic::Ordering::Relaxed), 1);
+    }
+
+    /// Architecture invariant: the first results do not depend on how many are asked for
+    /// (up to the candidate lists' length): `-k 5` is the start of `-k 40`.
+    #[test]
+    fn the_first_results_do_not_depend_on_top_k() {
+        let e = FakeEmbedder::default();
+        let words = [
+            "cat", "naps", "engine", "kitten", "fuel", "sleeps", "feline", "diesel",
+        ];
+        let mut ix = MemoryIndex::new();
+        for i in 0..60usize {
+            // Each chunk mixes a few of the words, some repeated, so scores spread out.
+            let text: Vec<&str> = (0..3 + i % 5)
+                .map(|j| words[(i * 7 + j * (i % 3 + 1)) % words.len()])
+                .collect();
+            let content = format!("[Doc: D{i}]\n{}.", text.join(" "));
+            let v = e.embed(&[&content], EmbedKind::Passage).unwrap().remove(0);
+            ix.add(
+                ChunkRecord {
+                    id: i as i64 + 1,
+                    path: format!("d{i}.md"),
+                    title: format!("D{i}"),
+                    content,
+                    ..Default::default()
+                },
+                Some(v),
+            )
+            .unwrap();
+        }
+        let cache = EmbeddingCache::default();
+        let r = Retriever::new(&ix, Some(&e), &cache);
+        for depth in [3, 30] {
+            let ids = |top_k: usize| -> Vec<i64> {
+                let opts = RetrieveOptions {
+                    top_k,
+                    signals: Signals {
+                        depth,
+                        ..Signals::default()
+                    },
+                    ..Default::default()
+                };
+                let res = r
+                    .retrieve("cat naps kitten", &opts, &Filter::default())
+                    .unwrap();
+                res.chunks.iter().map(|c| c.chunk.id).collect()
+            };
+            let all = ids(40);
+            assert_eq!(all.len(), 40);
+            for k in [1, 2, 3, 4, 5, 8, 20, 31] {
+                assert_eq!(ids(k), all[..k], "depth {depth}, top {k}");
+            }
         }
     }
 

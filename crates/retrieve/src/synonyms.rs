@@ -303,4 +303,46 @@ mod tests {
         }
         assert!(validate(&["a, b".into(), "c => d, e".into()]).is_ok());
     }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            /// Any rule text is read or refused, never a panic; a refused one names its number.
+            #[test]
+            fn any_rule_is_read_or_refused(rules in prop::collection::vec("\\PC{0,30}", 1..4)) {
+                if let Err(e) = validate(&rules) {
+                    prop_assert!(e.to_string().contains("rule "), "{e}");
+                }
+            }
+
+            /// Valid rules and any question: the question is kept as asked at the start of
+            /// the keyword query, and every added phrase is reported once, after it.
+            #[test]
+            fn expansion_appends_what_it_reports(
+                question in "\\PC{0,40}",
+                extra in prop::sample::subsequence(
+                    vec!["biblioteca", "subir", "galería pública", "betas"], 0..4),
+            ) {
+                let q = format!("{question} {}", extra.join(" "));
+                let rules: Vec<String> = [
+                    "biblioteca, librería => paquete",
+                    "subir => publicar",
+                    "galería pública => nuget.org",
+                    "betas, versiones preliminares",
+                ]
+                .iter()
+                .map(|r| r.to_string())
+                .collect();
+                let e = expand(&q, &rules, &TermConfig::default()).unwrap();
+                prop_assert!(e.query.starts_with(&q));
+                let added: Vec<&String> = e.expansions.iter().flat_map(|x| &x.added).collect();
+                let tail = e.query[q.len()..].to_string();
+                let want: String = added.iter().map(|p| format!(" {p}")).collect();
+                prop_assert_eq!(tail, want);
+                prop_assert!(expand(&q, &[], &TermConfig::default()).unwrap().query == q);
+            }
+        }
+    }
 }

@@ -166,8 +166,8 @@ fn unknown_in<'q, E>(
 }
 
 /// The words of `query` the knowledge base never uses ([`MIN_LETTERS_OF_AN_UNKNOWN_WORD`]
-/// letters or more, lower case, in order, each once): typos, and the users' own words for what the pages call otherwise —
-/// the candidates for synonym rules ([`crate::synonyms`]).
+/// letters or more, lower case, in order, each once): typos, and the users' own words for
+/// what the pages call otherwise — the candidates for synonym rules ([`crate::synonyms`]).
 pub fn unknown_words<E>(
     query: &str,
     cfg: &TermConfig,
@@ -512,5 +512,84 @@ mod tests {
         // (n − 1) drops + (n − 2) swaps + 25 (n − 1) replacements + 26 n insertions, minus
         // the duplicates (a doubled letter dropped at either place, …).
         assert!(v.len() <= 3 + 2 + 25 * 3 + 26 * 4);
+    }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// Words a question may hold: the base's words with typos, other words, identifiers,
+        /// non-Latin letters and punctuation.
+        fn word() -> impl Strategy<Value = String> {
+            prop_oneof![
+                prop::sample::select(vec![
+                    "paquete",
+                    "paqeute",
+                    "publicar",
+                    "pubilcar",
+                    "firmado",
+                    "firmaod",
+                    "NU1101",
+                    "-SkipDuplicate",
+                    "my_lib",
+                    "ñandú",
+                    "пакет",
+                    "пакте",
+                    "¿cómo",
+                    "subo?",
+                    "a",
+                    "",
+                    "x.y",
+                    "ß",
+                    "İstanbul",
+                    "Ǆemal",
+                ])
+                .prop_map(str::to_string),
+                "\\PC{0,12}",
+            ]
+        }
+
+        proptest! {
+            /// Any question: no panic; nothing corrected means the question unchanged; each
+            /// correction replaces one whole word as written, in order, with one edit of it in
+            /// lower case, and nothing else changes.
+            #[test]
+            fn corrections_are_one_edit_of_a_whole_word_each(
+                words in prop::collection::vec(word(), 0..8),
+                seps in prop::collection::vec(prop::sample::select(vec![" ", "  ", "\n", ", ", " ¿"]), 8),
+            ) {
+                let mut q = String::new();
+                for (w, s) in words.iter().zip(&seps) {
+                    q.push_str(w);
+                    q.push_str(s);
+                }
+                let kb = [("paquete", 5), ("publicar", 3), ("firmado", 2), ("пакет", 2)];
+                let c = fix(&q, &kb);
+                if c.corrections.is_empty() {
+                    prop_assert_eq!(&c.query, &q);
+                }
+                // The output is the question with each corrected word, in order, replaced
+                // where it stands as a whole word.
+                let mut want = String::new();
+                let mut pending = c.corrections.iter().peekable();
+                for token in q.split_inclusive(char::is_whitespace) {
+                    let core = token
+                        .trim_matches(|ch: char| ch.is_whitespace() || is_sentence_punctuation(ch));
+                    match pending.peek() {
+                        Some(fix) if !core.is_empty() && core == fix.from => {
+                            prop_assert!(
+                                one_edit_variants(&fix.from.to_lowercase()).contains(&fix.to),
+                                "{} → {}", fix.from, fix.to
+                            );
+                            want.push_str(&token.replacen(core, &fix.to, 1));
+                            pending.next();
+                        }
+                        _ => want.push_str(token),
+                    }
+                }
+                prop_assert!(pending.next().is_none(), "a correction of no word: {:?}", c);
+                prop_assert_eq!(&c.query, &want);
+            }
+        }
     }
 }

@@ -559,7 +559,14 @@ fn explain_lines(e: &bib_retrieve::signals::Explain) -> Vec<String> {
         }
         lines.push(l);
     }
-    lines.push(format!("= final {:.4}", e.final_score));
+    lines.push(if e.past_depth {
+        format!(
+            "= final {:.4} (past the re-scoring depth, `--signals depth=N`: no signals)",
+            e.final_score
+        )
+    } else {
+        format!("= final {:.4}", e.final_score)
+    });
     lines
 }
 
