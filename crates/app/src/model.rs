@@ -199,6 +199,7 @@ mod tests {
             base_url: Some("http://127.0.0.1:11434".into()),
             api_key: Some("k".into()),
             dimensions: Some(768),
+            model: None,
         };
         let cfg = endpoint_config("openai:m", "m", None, &embed).unwrap();
         assert_eq!(cfg.endpoint(), "http://127.0.0.1:11434/v1/embeddings");

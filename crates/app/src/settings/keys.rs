@@ -278,6 +278,11 @@ pub const KEYS: &[Key] = &[
     .env("BIB_EMBED_DIMENSIONS", EnvKind::Count)
     .example("768"),
     Key::new(
+        "embed.model",
+        "Another name of ingest.model (the embedding model a knowledge base is built with); set one of the two.",
+    )
+    .example("\"e5-small\""),
+    Key::new(
         "ingest.model",
         "Embedding model to build the knowledge base with: `use-m3` (the default) or `e5-small`, installed, or `openai:<name>`, model <name> of the [embed] endpoint; an existing knowledge base keeps the one it was built with unless this is set.",
     )
@@ -316,6 +321,21 @@ pub const KEYS: &[Key] = &[
     .flags(&["allow-origin"])
     .example("[\"http://localhost:3000\"]"),
 ];
+
+/// The flags and environment variable that set `key` besides `bib.toml`, as ` (--top-k,
+/// RETRIEVAL_TOP_K)`; empty for a key only the file sets (or no key).
+pub fn set_also_by(key: &str) -> String {
+    let Some(k) = KEYS.iter().find(|k| k.name == key) else {
+        return String::new();
+    };
+    let mut by: Vec<String> = k.flags.iter().map(|f| format!("--{f}")).collect();
+    by.extend(k.env.map(|(var, _)| var.to_string()));
+    if by.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", by.join(", "))
+    }
+}
 
 /// The key a long flag sets, if any.
 pub fn key_of_flag(flag: &str) -> Option<&'static Key> {

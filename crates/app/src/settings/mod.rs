@@ -267,6 +267,11 @@ pub struct EmbedSettings {
     /// records it in its model id (`@<width>`); loading reads the width from the id alone.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dimensions: Option<usize>,
+    /// `[embed] model`: another name of `[ingest] model`, where a reader of `bib.toml` looks
+    /// for the embedding model first. Resolving the settings moves it there
+    /// ([`Settings::fold_model_names`]), so nothing else reads this field.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
 }
 
 /// The key is never printed.
@@ -276,6 +281,7 @@ impl fmt::Debug for EmbedSettings {
             .field("base_url", &self.base_url)
             .field("api_key", &self.api_key.as_ref().map(|_| "(set)"))
             .field("dimensions", &self.dimensions)
+            .field("model", &self.model)
             .finish()
     }
 }
@@ -345,8 +351,9 @@ pub enum ConfigError {
     },
     #[error("environment variable {var}: {reason}")]
     Env { var: &'static str, reason: String },
-    /// A value out of range, wherever it came from.
-    #[error("setting {key}: {reason}")]
+    /// A value out of range, wherever it came from (the message names the flags and the
+    /// environment variable that set the key too, since any of them may have).
+    #[error("setting {key}{}: {reason}", keys::set_also_by(key))]
     Invalid { key: String, reason: String },
 }
 
@@ -393,16 +400,39 @@ impl Settings {
                     key: "(merged settings)".into(),
                     reason: e.message().to_string(),
                 })?;
+        settings.fold_model_names()?;
         flags(&mut settings);
         settings.ask.validate()?;
         Ok(settings)
     }
 
+    /// `[embed] model` and `[ingest] model` are one setting under two names: the first moves
+    /// into the second; both set to different models is an error naming both.
+    fn fold_model_names(&mut self) -> Result<(), ConfigError> {
+        let Some(model) = self.embed.model.take() else {
+            return Ok(());
+        };
+        match &self.ingest.model {
+            Some(other) if *other != model => Err(ConfigError::Invalid {
+                key: "embed.model".into(),
+                reason: format!(
+                    "`{model}`, but ingest.model says `{other}`: they are one setting, set one"
+                ),
+            }),
+            _ => {
+                self.ingest.model = Some(model);
+                Ok(())
+            }
+        }
+    }
+
     /// The settings of one `bib.toml` text over the defaults (`origin` names it in errors).
     pub fn from_toml(text: &str, origin: &Path) -> Result<Settings, ConfigError> {
-        Self::parse_file(text, origin)?
+        let mut settings: Settings = Self::parse_file(text, origin)?
             .try_into()
-            .map_err(|e: toml::de::Error| file_error(text, origin, e))
+            .map_err(|e: toml::de::Error| file_error(text, origin, e))?;
+        settings.fold_model_names()?;
+        Ok(settings)
     }
 
     /// Check a file against the types (so its errors carry their line) and return its table.

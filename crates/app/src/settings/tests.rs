@@ -278,6 +278,16 @@ fn environment_and_range_errors_name_their_source() {
     let env = env_of(&[("RETRIEVAL_FUSION_ALPHA", "1.5")]);
     let e = Settings::resolve(None, &env, |_| ()).unwrap_err();
     assert!(e.to_string().contains("fusion_alpha"), "{e}");
+    // Any source may have set a bad value, so the message names the flag and the variable.
+    assert_eq!(
+        e.to_string(),
+        "setting ask.fusion_alpha (--fusion-alpha, RETRIEVAL_FUSION_ALPHA): 1.5 is not a weight in [0, 1]"
+    );
+    let e = Settings::resolve(None, &no_env, |s| s.ask.top_k = 0).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "setting ask.top_k (--top-k): must be at least 1"
+    );
 }
 
 /// The dotted keys of a settings table (`ask.top_k`).
@@ -308,6 +318,7 @@ fn keys_document_every_setting_and_nothing_else() {
             base_url: Some("u".into()),
             api_key: Some("k".into()),
             dimensions: Some(768),
+            model: Some("e5-small".into()),
         },
         ingest: IngestSettings {
             model: Some("e5-small".into()),
@@ -483,6 +494,39 @@ fn embed_endpoint_from_file_env_and_older_variables() {
     let e =
         Settings::resolve(None, &env_of(&[("BIB_EMBED_DIMENSIONS", "wide")]), |_| ()).unwrap_err();
     assert!(e.to_string().contains("BIB_EMBED_DIMENSIONS"), "{e}");
-    let e = Settings::from_toml("[embed]\nmodel = \"x\"\n", "f".as_ref()).unwrap_err();
-    assert!(e.to_string().contains("embed.model"), "{e}");
+}
+
+/// `[embed] model` is `[ingest] model` under the name a reader looks for first: either sets
+/// the model, the same value in both is fine, two different models are refused by name.
+#[test]
+fn embed_model_is_another_name_of_ingest_model() {
+    let s = Settings::from_toml("[embed]\nmodel = \"e5-small\"\n", "f".as_ref()).unwrap();
+    assert_eq!(s.ingest.model.as_deref(), Some("e5-small"));
+    assert_eq!(s.embed.model, None, "moved, not kept twice");
+    let s = with_file(
+        "[embed]\nmodel = \"openai:nomic-embed-text\"\n",
+        &no_env,
+        |_| (),
+    )
+    .unwrap();
+    assert_eq!(s.ingest.model.as_deref(), Some("openai:nomic-embed-text"));
+    let same = "[embed]\nmodel = \"e5-small\"\n[ingest]\nmodel = \"e5-small\"\n";
+    let s = Settings::from_toml(same, "f".as_ref()).unwrap();
+    assert_eq!(s.ingest.model.as_deref(), Some("e5-small"));
+    let both = "[embed]\nmodel = \"e5-small\"\n[ingest]\nmodel = \"use-m3\"\n";
+    let e = Settings::from_toml(both, "f".as_ref())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("embed.model") && e.contains("ingest.model") && e.contains("use-m3"),
+        "{e}"
+    );
+    let e = with_file(both, &no_env, |_| ()).unwrap_err().to_string();
+    assert!(e.contains("embed.model"), "{e}");
+    // The flag is stronger than either name in the file.
+    let s = with_file("[embed]\nmodel = \"e5-small\"\n", &no_env, |s| {
+        s.ingest.model = Some("use-m3".into())
+    })
+    .unwrap();
+    assert_eq!(s.ingest.model.as_deref(), Some("use-m3"));
 }
