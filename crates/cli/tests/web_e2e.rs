@@ -180,7 +180,19 @@ fn the_ask_page_and_the_widget_in_chromium() {
     // Two sites on their own ports (origins): one allowed, one not.
     let (site, site_listener) = StaticSite::bind();
     let (other, other_listener) = StaticSite::bind();
-    let s = serve(&store, None, &["--allow-origin", &site.origin()]);
+    // The owner's synonym rules, which the summary line reports when they add words.
+    let config = tmp.path().join("bib.toml");
+    std::fs::write(
+        &config,
+        "[ask]\nsynonyms = [\"stash => local cache\", \"wipe => clear\"]\n",
+    )
+    .unwrap();
+    let config = config.to_str().unwrap();
+    let s = serve(
+        &store,
+        None,
+        &["--allow-origin", &site.origin(), "--config", config],
+    );
     let base = format!("http://127.0.0.1:{}", s.addr.port());
     let embed = |title: &str| {
         format!(
@@ -391,6 +403,32 @@ fn the_ask_page_and_the_widget_in_chromium() {
     );
     let summary = b.eval("document.getElementById('summary').textContent");
     assert!(!summary.as_str().unwrap().contains('→'), "{summary}");
+
+    // Typos corrected and words added by the synonym rules: the summary line says so.
+    b.goto(&format!("{base}/?q=how+do+I+wipe+the+stash+of+pacakges"));
+    b.wait_for(
+        "document.querySelectorAll('#cards .card').length > 0",
+        30,
+        "cards of the typo'd question",
+    );
+    let summary = b.eval("document.getElementById('summary').textContent");
+    let summary = summary.as_str().unwrap();
+    assert!(
+        summary.contains("typos corrected: pacakges → packages"),
+        "{summary}"
+    );
+    assert!(
+        summary.contains("also searched for: ")
+            && summary.contains("local cache (for stash)")
+            && summary.contains("clear (for wipe)"),
+        "{summary}"
+    );
+    let cite = b.eval("document.querySelector('#cards .card h3 a').textContent");
+    assert!(
+        cite.as_str().unwrap().starts_with("guides/restore.md:"),
+        "the clearing section answers: {cite}"
+    );
+    assert_no_errors(&mut b, "a typo and synonyms");
 
     // No good match reads as such.
     let off_topic = "best chocolate cake recipe with strawberries";
