@@ -11,7 +11,9 @@
 //!   the database: one statement (one snapshot) aggregates its terms' postings with the
 //!   statistics by the formula of `bib_text::bm25::{idf, tf_factor}` and returns only the best
 //!   `limit` chunks. Scores equal the embedded store's to 1e-12 (the sums run in the
-//!   database's order, so ties may differ in their last bits).
+//!   database's order, so ties may differ in their last bits). Every writing transaction
+//!   counts itself in `meta.changes`, so a process remembers its answers while that count
+//!   holds and answers a repeated question without scoring it again ([`memo`]).
 //! - **Vectors** live in a pgvector `vector` column; cosine search is approximate through a
 //!   partial HNSW index per dimension (`vector_cosine_ops`, default) or exact
 //!   (`?vector_search=exact`, the same top-k as SQLite).
@@ -24,6 +26,7 @@
 //! A store URL looks like `postgres://bib:bib@127.0.0.1:55432/bib?schema=bib`; see [`url`].
 //! `scripts/postgres-dev.sh start` sets up such a server on one machine.
 
+mod memo;
 pub mod schema;
 mod store;
 pub mod testing;

@@ -24,6 +24,7 @@ use serde_json::Value;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
 use sqlx::{AssertSqlSafe, Connection, Executor, PgConnection, Row};
 
+use crate::memo::{changes_of, Bm25Key, Bm25Memo, Changes};
 use crate::schema::{self, HNSW_MAX_DIMS};
 use crate::url::{PgOptions, VectorSearch};
 
@@ -43,8 +44,30 @@ fn pg(op: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
 
 /// BM25 over the postings of the query's distinct terms, best `limit` first, through the
 /// schema's `bib_bm25` function ([`crate::schema`], migration 6: the formula, its history and
-/// why it is a function). `$6` is the documents a filter allows, `NULL` for all.
-const BM25_SQL: &str = "SELECT chunk_id, score FROM bib_bm25($1, $2, $3, $4, $5, $6)";
+/// why it is a function). `$6` is the documents a filter allows, `NULL` for all. Each row also
+/// carries `meta.changes` as this statement's snapshot sees it, the count its answer is
+/// remembered under ([`crate::memo`]).
+const BM25_SQL: &str = "SELECT chunk_id, score, (SELECT value FROM meta WHERE key = 'changes') \
+                        FROM bib_bm25($1, $2, $3, $4, $5, $6)";
+
+/// The number of writing transactions so far ([`crate::memo`]).
+const CHANGES_SQL: &str = "SELECT value FROM meta WHERE key = 'changes'";
+
+/// The last statement of every transaction that changes what BM25 reads: it counts the
+/// transaction in `meta.changes`, so every process's remembered answers stop holding when it
+/// commits. Last, so the row is locked only while the transaction commits (two writers wait
+/// for each other only there, and never hold it while waiting for anything else).
+const COUNT_CHANGE: &str = "INSERT INTO meta (key, value) VALUES ('changes', '1') \
+                            ON CONFLICT (key) DO UPDATE SET value = (meta.value::bigint + 1)::text";
+
+/// Count the transaction of `tx` in `meta.changes` ([`COUNT_CHANGE`]): its last statement.
+async fn count_change(tx: &mut PgConnection) -> Result<(), StoreError> {
+    sqlx::query(COUNT_CHANGE)
+        .execute(tx)
+        .await
+        .map_err(pg("count the change"))?;
+    Ok(())
+}
 
 /// `"name"` with inner quotes doubled.
 fn quote_ident(name: &str) -> String {
@@ -102,6 +125,8 @@ pub struct PgStore {
     /// query sends the row back and is answered only while it still holds (see
     /// [`BM25_SQL`]), so the common case needs no second round trip.
     terms_seen: Mutex<Option<(Option<String>, TermConfig)>>,
+    /// BM25 answers remembered for the current `meta.changes` count.
+    bm25_memo: Mutex<Bm25Memo>,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -156,6 +181,7 @@ impl PgStore {
             hnsw_pending: Mutex::new(HashSet::new()),
             retention: Mutex::new(QueryLogRetention::default()),
             terms_seen: Mutex::new(None),
+            bm25_memo: Mutex::new(Bm25Memo::default()),
         })
     }
 
@@ -324,6 +350,10 @@ impl PgStore {
         .execute(&mut *tx)
         .await
         .map_err(pg("migrate"))?;
+        if found < expected {
+            // A migration may change what BM25 reads (migration 2 moved documents).
+            count_change(&mut tx).await?;
+        }
         tx.commit().await.map_err(e)?;
         Ok(())
     }
@@ -614,44 +644,81 @@ impl PgStore {
         Ok((recorded, terms))
     }
 
-    /// One BM25 call ([`BM25_SQL`]): the best `limit` chunks for `query` analysed with
-    /// `terms`, or none when `meta.terms` no longer holds `recorded`.
-    async fn bm25_rows(
-        &self,
-        query: &str,
-        recorded: &Option<String>,
-        terms: &TermConfig,
-        limit: i64,
-        allowed: &Option<Vec<NodeId>>,
-    ) -> Result<Vec<Hit>, StoreError> {
-        let q = terms_with(query, terms);
-        if q.is_empty() {
-            return Ok(Vec::new());
+    /// One BM25 call ([`BM25_SQL`]): the best `key.limit` chunks for `key.terms`, or none
+    /// when `meta.terms` no longer holds `key.term_function`; with the `meta.changes` count
+    /// the answer was computed at (`None` without rows, or when the count is not a number).
+    async fn bm25_rows(&self, key: &Bm25Key) -> Result<(Vec<Hit>, Option<Changes>), StoreError> {
+        if key.terms.is_empty() {
+            return Ok((Vec::new(), None));
         }
         let params = Bm25Params::default();
         // Scored where the postings are: one statement (one snapshot — a STABLE function reads
-        // with its caller's — so the statistics and the postings agree) that ships back only
-        // the best `limit` chunks.
+        // with its caller's — so the statistics, the postings and the count agree) that ships
+        // back only the best `limit` chunks.
         let rows = sqlx::query(BM25_SQL)
-            .bind(&q)
+            .bind(&key.terms)
             .bind(params.k1)
             .bind(params.b)
-            .bind(limit)
-            .bind(recorded)
-            .bind(allowed)
+            .bind(key.limit)
+            .bind(&key.term_function)
+            .bind(&key.allowed)
             .fetch_all(&self.pool)
             .await
             .map_err(pg("bm25"))?;
+        let changes = match rows.first() {
+            Some(r) => changes_of(get::<Option<String>>(r, 2, "bm25")?.as_deref()),
+            None => None,
+        };
         // Each posting's chunk exists in the statement's snapshot (a foreign key that
         // cascades), so the hits need no second look at `chunks`.
-        rows.iter()
+        let hits = rows
+            .iter()
             .map(|r| {
                 Ok(Hit {
                     id: get::<i64>(r, 0, "bm25")?,
                     score: get::<f64>(r, 1, "bm25")?,
                 })
             })
-            .collect()
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        Ok((hits, changes))
+    }
+
+    /// The `meta.changes` count now (`None` when it is not a number).
+    async fn changes_now(&self) -> Result<Option<Changes>, StoreError> {
+        let value: Option<String> = sqlx::query_scalar(CHANGES_SQL)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(pg("changes"))?;
+        Ok(changes_of(value.as_deref()))
+    }
+
+    /// BM25 for `key`: the remembered answer while `meta.changes` holds the count it was
+    /// computed at, else the statement's answer, remembered.
+    async fn bm25_answer(&self, key: Bm25Key) -> Result<Vec<Hit>, StoreError> {
+        let now = self.changes_now().await?;
+        if let Some(now) = now {
+            let memo = self.bm25_memo.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(hits) = memo.answer(now, &key) {
+                return Ok(hits);
+            }
+        }
+        let (hits, at) = self.bm25_rows(&key).await?;
+        if let Some(at) = at {
+            self.bm25_memo
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remember(at, key, &hits);
+        }
+        Ok(hits)
+    }
+
+    /// Forget the remembered BM25 answers, so the next search of each question runs the
+    /// statement (what `bib bench scale` times as PostgreSQL's own cost).
+    pub fn forget_remembered(&self) {
+        self.bm25_memo
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
     }
 
     /// Rebuild every posting and chunk length with `terms`, in one transaction that holds the
@@ -734,6 +801,7 @@ impl PgStore {
         .execute(&mut *tx)
         .await
         .map_err(pg("reindex"))?;
+        count_change(&mut tx).await?;
         tx.commit().await.map_err(e)?;
         Ok(rows.len() as u64)
     }
@@ -775,6 +843,7 @@ impl PgStore {
 
         out.pruned =
             Self::prune_chunks_past_chunk_count(&mut tx, node_id, change.chunk_count).await?;
+        count_change(&mut tx).await?;
         tx.commit().await.map_err(pg("commit"))?;
         Ok(out)
     }
@@ -1410,6 +1479,7 @@ impl Store for PgStore {
                 .execute(&mut *tx)
                 .await
                 .map_err(pg("delete documents"))?;
+            count_change(&mut tx).await?;
             tx.commit().await.map_err(pg("commit"))?;
             Ok(removed)
         })
@@ -1527,9 +1597,13 @@ impl Store for PgStore {
                 None => self.read_terms().await?,
             };
             loop {
-                let hits = self
-                    .bm25_rows(query, &recorded, &terms, limit, &allowed)
-                    .await?;
+                let key = Bm25Key {
+                    terms: terms_with(query, &terms),
+                    limit,
+                    allowed: allowed.clone(),
+                    term_function: recorded.clone(),
+                };
+                let hits = self.bm25_answer(key).await?;
                 // No rows from a remembered term function: it may have been changed (a
                 // reindex); answer with the one recorded now.
                 if !hits.is_empty() || !remembered {

@@ -467,6 +467,44 @@ fn bm25_follows_a_term_function_switched_by_another_connection() {
     assert_eq!(a.term_config().unwrap(), other);
 }
 
+/// A process answers a question it answered before from memory only while no connection has
+/// written since: a document added or removed by another connection shows in the next answer.
+#[test]
+fn remembered_bm25_answers_follow_writes_by_another_connection() {
+    let Some(url) = test_url() else { return };
+    let a = fresh_store(&url, "memo", HNSW);
+    a.apply_document(&conformance::sample_change(
+        "one.md",
+        &["The feed holds every package."],
+    ))
+    .unwrap();
+    let q = "feed package";
+    let search = |s: &PgStore, k: usize| s.bm25_search(q, k, &Filter::none()).unwrap();
+    let first = search(&a, 10);
+    assert_eq!(first.len(), 1);
+    assert_eq!(search(&a, 10), first, "the same answer from memory");
+    let b = a.reopen_with(HNSW).unwrap();
+    b.apply_document(&conformance::sample_change(
+        "two.md",
+        &["A second feed, and a package in it."],
+    ))
+    .unwrap();
+    let after_add = search(&a, 10);
+    assert_eq!(after_add.len(), 2, "the document another connection added");
+    assert_eq!(after_add, search(&b, 10));
+    assert_eq!(
+        search(&a, 1),
+        after_add[..1],
+        "another limit is another answer"
+    );
+    b.remove_documents(&["two.md".to_string()]).unwrap();
+    assert_eq!(
+        search(&a, 10),
+        first,
+        "the document another connection removed"
+    );
+}
+
 #[test]
 fn reopen_keeps_data_and_refuses_newer_schema() {
     let Some(url) = test_url() else { return };

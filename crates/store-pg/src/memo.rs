@@ -1,0 +1,156 @@
+//! BM25 answers the PostgreSQL store remembers, valid for one state of the database.
+//!
+//! Every transaction that changes what BM25 reads (documents, chunks, postings, the term
+//! function) ends by counting itself in `meta.changes` ([`crate::store`]'s `COUNT_CHANGE`),
+//! whichever process wrote it. A search reads that counter first: when it still holds the
+//! number an answer was computed at, the answer is what the statement would return now, so
+//! the store gives it back without scoring; otherwise the statement runs and its answer is
+//! remembered under the counter read in the same statement (one snapshot, so an answer is
+//! never labelled with a state it was not computed in). This is what the embedded store's
+//! posting-list memo does for a repeated question, one level up: PostgreSQL scores where the
+//! postings are, so what can be remembered is the scored answer (issue 20).
+
+use std::collections::HashMap;
+
+use bib_store::{Hit, NodeId};
+
+/// The number of changes `meta.changes` recorded (0 while no write has counted itself).
+pub(crate) type Changes = i64;
+
+/// `meta.changes` as read from the database: `None` (no row yet) is no change, and a value
+/// that is not a number (written by hand) means nothing can be remembered.
+pub(crate) fn changes_of(value: Option<&str>) -> Option<Changes> {
+    match value {
+        None => Some(0),
+        Some(v) => v.trim().parse().ok(),
+    }
+}
+
+/// What one BM25 answer depends on besides the database: the query's analysed terms, the
+/// number of hits, the documents a filter allows, and the term function it was analysed with.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct Bm25Key {
+    pub(crate) terms: Vec<String>,
+    pub(crate) limit: i64,
+    pub(crate) allowed: Option<Vec<NodeId>>,
+    pub(crate) term_function: Option<String>,
+}
+
+/// Hits held at most (16 bytes each, ~4 MiB; some 2,600 answers of 100): the memo starts over
+/// beyond, so a server meeting endless distinct questions stays within it.
+const MAX_HITS: usize = 1 << 18;
+
+/// Answers remembered at one [`Changes`] count.
+#[derive(Debug, Default)]
+pub(crate) struct Bm25Memo {
+    at: Changes,
+    answers: HashMap<Bm25Key, Vec<Hit>>,
+    hits: usize,
+}
+
+impl Bm25Memo {
+    /// The answer to `key` when it was remembered at `changes`.
+    pub(crate) fn answer(&self, changes: Changes, key: &Bm25Key) -> Option<Vec<Hit>> {
+        if changes != self.at {
+            return None;
+        }
+        self.answers.get(key).cloned()
+    }
+
+    /// Remember `hits` as the answer to `key` at `changes`. A newer count starts the memo
+    /// over; an older one (a search that began before a write finished after a newer search
+    /// remembered) leaves it alone.
+    pub(crate) fn remember(&mut self, changes: Changes, key: Bm25Key, hits: &[Hit]) {
+        if changes < self.at {
+            return;
+        }
+        if changes > self.at || self.hits + hits.len() > MAX_HITS {
+            self.answers.clear();
+            self.hits = 0;
+            self.at = changes;
+        }
+        if hits.len() > MAX_HITS {
+            return;
+        }
+        self.hits += hits.len();
+        if let Some(old) = self.answers.insert(key, hits.to_vec()) {
+            self.hits -= old.len();
+        }
+    }
+
+    /// Forget every answer (benchmarks time the statement itself with it).
+    pub(crate) fn clear(&mut self) {
+        self.answers.clear();
+        self.hits = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(term: &str) -> Bm25Key {
+        Bm25Key {
+            terms: vec![term.to_string()],
+            limit: 10,
+            allowed: None,
+            term_function: Some("v3".into()),
+        }
+    }
+
+    fn hits(n: usize) -> Vec<Hit> {
+        (0..n)
+            .map(|i| Hit {
+                id: i as i64,
+                score: 1.0 / (i + 1) as f64,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn an_answer_is_given_back_only_at_the_count_it_was_computed_at() {
+        let mut memo = Bm25Memo::default();
+        memo.remember(3, key("nuget"), &hits(2));
+        assert_eq!(memo.answer(3, &key("nuget")), Some(hits(2)));
+        assert_eq!(memo.answer(4, &key("nuget")), None);
+        assert_eq!(memo.answer(2, &key("nuget")), None);
+        assert_eq!(memo.answer(3, &key("push")), None);
+        let mut filtered = key("nuget");
+        filtered.allowed = Some(vec![7]);
+        assert_eq!(memo.answer(3, &filtered), None);
+    }
+
+    #[test]
+    fn an_older_count_never_replaces_a_newer_memo() {
+        let mut memo = Bm25Memo::default();
+        memo.remember(5, key("a"), &hits(1));
+        memo.remember(4, key("b"), &hits(1));
+        assert_eq!(memo.answer(5, &key("a")), Some(hits(1)));
+        assert_eq!(memo.answer(4, &key("b")), None);
+        memo.remember(6, key("b"), &hits(3));
+        assert_eq!(memo.answer(6, &key("a")), None);
+        assert_eq!(memo.answer(6, &key("b")), Some(hits(3)));
+    }
+
+    #[test]
+    fn the_memo_stays_within_its_budget() {
+        let mut memo = Bm25Memo::default();
+        for i in 0..(MAX_HITS / 100 + 10) {
+            memo.remember(1, key(&format!("t{i}")), &hits(100));
+            assert!(memo.hits <= MAX_HITS);
+            assert_eq!(
+                memo.hits,
+                memo.answers.values().map(Vec::len).sum::<usize>()
+            );
+        }
+        memo.remember(1, key("huge"), &hits(MAX_HITS + 1));
+        assert_eq!(memo.answer(1, &key("huge")), None);
+    }
+
+    #[test]
+    fn the_counter_is_read_as_a_number_or_not_at_all() {
+        assert_eq!(changes_of(None), Some(0));
+        assert_eq!(changes_of(Some("42")), Some(42));
+        assert_eq!(changes_of(Some("forty")), None);
+    }
+}
