@@ -505,6 +505,37 @@ fn remembered_bm25_answers_follow_writes_by_another_connection() {
     );
 }
 
+/// Two processes writing at once (documents sharing their terms) while a third asks: no
+/// deadlock, no error, and the asker's answers end equal to a fresh connection's.
+#[test]
+fn concurrent_writers_and_a_remembering_reader_agree() {
+    let Some(url) = test_url() else { return };
+    let a = fresh_store(&url, "memo_writers", HNSW);
+    let b = a.reopen_with(HNSW).unwrap();
+    let reader = a.reopen_with(HNSW).unwrap();
+    let q = "feed package restore";
+    std::thread::scope(|s| {
+        for (name, store) in [("a", &a), ("b", &b)] {
+            s.spawn(move || {
+                for i in 0..15 {
+                    let text = format!("Restore package {i} from the feed of writer {name}.");
+                    let change = conformance::sample_change(&format!("{name}/{i}.md"), &[&text]);
+                    store.apply_document(&change).unwrap();
+                }
+            });
+        }
+        s.spawn(|| {
+            for _ in 0..30 {
+                reader.bm25_search(q, 50, &Filter::none()).unwrap();
+            }
+        });
+    });
+    let fresh = a.reopen_with(HNSW).unwrap();
+    let answer = reader.bm25_search(q, 50, &Filter::none()).unwrap();
+    assert_eq!(answer.len(), 30);
+    assert_eq!(answer, fresh.bm25_search(q, 50, &Filter::none()).unwrap());
+}
+
 #[test]
 fn reopen_keeps_data_and_refuses_newer_schema() {
     let Some(url) = test_url() else { return };
