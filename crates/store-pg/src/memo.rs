@@ -49,12 +49,9 @@ pub(crate) struct Bm25Memo {
 }
 
 impl Bm25Memo {
-    /// The answer to `key` when it was remembered at `changes`.
-    pub(crate) fn answer(&self, changes: Changes, key: &Bm25Key) -> Option<Vec<Hit>> {
-        if changes != self.at {
-            return None;
-        }
-        self.answers.get(key).cloned()
+    /// The answer remembered for `key`, with the count it was computed at.
+    pub(crate) fn remembered(&self, key: &Bm25Key) -> Option<(Changes, Vec<Hit>)> {
+        self.answers.get(key).map(|hits| (self.at, hits.clone()))
     }
 
     /// Remember `hits` as the answer to `key` at `changes`. A newer count starts the memo
@@ -108,16 +105,17 @@ mod tests {
     }
 
     #[test]
-    fn an_answer_is_given_back_only_at_the_count_it_was_computed_at() {
+    fn an_answer_is_remembered_with_the_count_it_was_computed_at() {
         let mut memo = Bm25Memo::default();
         memo.remember(3, key("nuget"), &hits(2));
-        assert_eq!(memo.answer(3, &key("nuget")), Some(hits(2)));
-        assert_eq!(memo.answer(4, &key("nuget")), None);
-        assert_eq!(memo.answer(2, &key("nuget")), None);
-        assert_eq!(memo.answer(3, &key("push")), None);
+        assert_eq!(memo.remembered(&key("nuget")), Some((3, hits(2))));
+        assert_eq!(memo.remembered(&key("push")), None);
         let mut filtered = key("nuget");
         filtered.allowed = Some(vec![7]);
-        assert_eq!(memo.answer(3, &filtered), None);
+        assert_eq!(memo.remembered(&filtered), None);
+        let mut other_limit = key("nuget");
+        other_limit.limit = 11;
+        assert_eq!(memo.remembered(&other_limit), None);
     }
 
     #[test]
@@ -125,11 +123,11 @@ mod tests {
         let mut memo = Bm25Memo::default();
         memo.remember(5, key("a"), &hits(1));
         memo.remember(4, key("b"), &hits(1));
-        assert_eq!(memo.answer(5, &key("a")), Some(hits(1)));
-        assert_eq!(memo.answer(4, &key("b")), None);
+        assert_eq!(memo.remembered(&key("a")), Some((5, hits(1))));
+        assert_eq!(memo.remembered(&key("b")), None);
         memo.remember(6, key("b"), &hits(3));
-        assert_eq!(memo.answer(6, &key("a")), None);
-        assert_eq!(memo.answer(6, &key("b")), Some(hits(3)));
+        assert_eq!(memo.remembered(&key("a")), None);
+        assert_eq!(memo.remembered(&key("b")), Some((6, hits(3))));
     }
 
     #[test]
@@ -144,7 +142,7 @@ mod tests {
             );
         }
         memo.remember(1, key("huge"), &hits(MAX_HITS + 1));
-        assert_eq!(memo.answer(1, &key("huge")), None);
+        assert_eq!(memo.remembered(&key("huge")), None);
     }
 
     #[test]

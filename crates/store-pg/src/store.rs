@@ -24,7 +24,7 @@ use serde_json::Value;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
 use sqlx::{AssertSqlSafe, Connection, Executor, PgConnection, Row};
 
-use crate::memo::{changes_of, Bm25Key, Bm25Memo, Changes};
+use crate::memo::{changes_of, Bm25Key, Bm25Memo};
 use crate::schema::{self, HNSW_MAX_DIMS};
 use crate::url::{PgOptions, VectorSearch};
 
@@ -44,14 +44,12 @@ fn pg(op: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
 
 /// BM25 over the postings of the query's distinct terms, best `limit` first, through the
 /// schema's `bib_bm25` function ([`crate::schema`], migration 6: the formula, its history and
-/// why it is a function). `$6` is the documents a filter allows, `NULL` for all. Each row also
-/// carries `meta.changes` as this statement's snapshot sees it, the count its answer is
-/// remembered under ([`crate::memo`]).
-const BM25_SQL: &str = "SELECT chunk_id, score, (SELECT value FROM meta WHERE key = 'changes') \
-                        FROM bib_bm25($1, $2, $3, $4, $5, $6)";
-
-/// The number of writing transactions so far ([`crate::memo`]).
-const CHANGES_SQL: &str = "SELECT value FROM meta WHERE key = 'changes'";
+/// why it is a function), called by `bib_bm25_since` (migration 7), which answers with one row
+/// of `NULL`s instead when `meta.changes` still holds `$1`, the count at which this process
+/// remembered its answer ([`crate::memo`]); else each row carries the count. `$7` is the
+/// documents a filter allows, `NULL` for all.
+const BM25_SQL: &str =
+    "SELECT chunk_id, score, changes FROM bib_bm25_since($1, $2, $3, $4, $5, $6, $7)";
 
 /// The last statement of every transaction that changes what BM25 reads: it counts the
 /// transaction in `meta.changes`, so every process's remembered answers stop holding when it
@@ -645,17 +643,23 @@ impl PgStore {
     }
 
     /// One BM25 call ([`BM25_SQL`]): the best `key.limit` chunks for `key.terms`, or none
-    /// when `meta.terms` no longer holds `key.term_function`; with the `meta.changes` count
-    /// the answer was computed at (`None` without rows, or when the count is not a number).
-    async fn bm25_rows(&self, key: &Bm25Key) -> Result<(Vec<Hit>, Option<Changes>), StoreError> {
+    /// when `meta.terms` no longer holds `key.term_function`. The answer remembered for `key`
+    /// while no transaction has written since; else the statement's, remembered under the
+    /// `meta.changes` count it was computed at.
+    async fn bm25_answer(&self, key: Bm25Key) -> Result<Vec<Hit>, StoreError> {
         if key.terms.is_empty() {
-            return Ok((Vec::new(), None));
+            return Ok(Vec::new());
         }
+        let seen = self
+            .bm25_memo
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remembered(&key);
         let params = Bm25Params::default();
-        // Scored where the postings are: one statement (one snapshot — a STABLE function reads
-        // with its caller's — so the statistics, the postings and the count agree) that ships
-        // back only the best `limit` chunks.
+        // Scored where the postings are: one statement (one snapshot, so the statistics, the
+        // postings and the count agree) that ships back only the best `limit` chunks.
         let rows = sqlx::query(BM25_SQL)
+            .bind(seen.as_ref().map(|(at, _)| at.to_string()))
             .bind(&key.terms)
             .bind(params.k1)
             .bind(params.b)
@@ -665,10 +669,13 @@ impl PgStore {
             .fetch_all(&self.pool)
             .await
             .map_err(pg("bm25"))?;
-        let changes = match rows.first() {
-            Some(r) => changes_of(get::<Option<String>>(r, 2, "bm25")?.as_deref()),
-            None => None,
+        let Some(first) = rows.first() else {
+            return Ok(Vec::new());
         };
+        if get::<Option<i64>>(first, 0, "bm25")?.is_none() {
+            // Nothing written since the answer was remembered.
+            return Ok(seen.map(|(_, hits)| hits).unwrap_or_default());
+        }
         // Each posting's chunk exists in the statement's snapshot (a foreign key that
         // cascades), so the hits need no second look at `chunks`.
         let hits = rows
@@ -680,30 +687,7 @@ impl PgStore {
                 })
             })
             .collect::<Result<Vec<_>, StoreError>>()?;
-        Ok((hits, changes))
-    }
-
-    /// The `meta.changes` count now (`None` when it is not a number).
-    async fn changes_now(&self) -> Result<Option<Changes>, StoreError> {
-        let value: Option<String> = sqlx::query_scalar(CHANGES_SQL)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(pg("changes"))?;
-        Ok(changes_of(value.as_deref()))
-    }
-
-    /// BM25 for `key`: the remembered answer while `meta.changes` holds the count it was
-    /// computed at, else the statement's answer, remembered.
-    async fn bm25_answer(&self, key: Bm25Key) -> Result<Vec<Hit>, StoreError> {
-        let now = self.changes_now().await?;
-        if let Some(now) = now {
-            let memo = self.bm25_memo.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(hits) = memo.answer(now, &key) {
-                return Ok(hits);
-            }
-        }
-        let (hits, at) = self.bm25_rows(&key).await?;
-        if let Some(at) = at {
+        if let Some(at) = changes_of(get::<Option<String>>(first, 2, "bm25")?.as_deref()) {
             self.bm25_memo
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())

@@ -595,11 +595,12 @@ fn version_1_schemas_migrate_into_the_last_runs_collection() {
     a.begin_run(&json!({"root": "/somewhere/kb-en"})).unwrap();
     let schema = a.options().schema.clone();
     // Turn the schema back into version 1 (no collection, no line columns, no sources, no
-    // document frequencies, no BM25 function).
+    // document frequencies, no BM25 functions).
     admin_exec(
         &url,
         &format!(
-            "DROP FUNCTION {schema}.bib_bm25; \
+            "DROP FUNCTION {schema}.bib_bm25_since; \
+             DROP FUNCTION {schema}.bib_bm25; \
              DROP TRIGGER postings_term_df_add ON {schema}.postings; \
              DROP TRIGGER postings_term_df_remove ON {schema}.postings; \
              DROP FUNCTION {schema}.bib_term_df_add(); \
