@@ -36,16 +36,31 @@ pub(crate) struct Bm25Key {
     pub(crate) term_function: Option<String>,
 }
 
-/// Hits held at most (16 bytes each, ~4 MiB; some 2,600 answers of 100): the memo starts over
-/// beyond, so a server meeting endless distinct questions stays within it.
-const MAX_HITS: usize = 1 << 18;
+impl Bm25Key {
+    /// Bytes this key holds (its strings and node ids), for the memo's budget.
+    fn bytes(&self) -> usize {
+        let strings: usize = self.terms.iter().map(|t| t.len() + 24).sum();
+        let nodes = self.allowed.as_ref().map_or(0, |a| a.len() * 8);
+        strings + nodes + self.term_function.as_ref().map_or(0, String::len) + 64
+    }
+}
+
+/// Bytes of keys and hits held at most (16 bytes a hit: some 2,600 answers of 100 hits with
+/// their keys): the memo starts over beyond, so a server meeting endless distinct questions,
+/// or very long ones, stays within it.
+const MAX_BYTES: usize = 4 << 20;
+
+/// Bytes one remembered answer holds.
+fn answer_bytes(key: &Bm25Key, hits: &[Hit]) -> usize {
+    key.bytes() + std::mem::size_of_val(hits)
+}
 
 /// Answers remembered at one [`Changes`] count.
 #[derive(Debug, Default)]
 pub(crate) struct Bm25Memo {
     at: Changes,
     answers: HashMap<Bm25Key, Vec<Hit>>,
-    hits: usize,
+    bytes: usize,
 }
 
 impl Bm25Memo {
@@ -61,24 +76,24 @@ impl Bm25Memo {
         if changes < self.at {
             return;
         }
-        if changes > self.at || self.hits + hits.len() > MAX_HITS {
-            self.answers.clear();
-            self.hits = 0;
+        let size = answer_bytes(&key, hits);
+        if changes > self.at || self.bytes + size > MAX_BYTES {
+            self.clear();
             self.at = changes;
         }
-        if hits.len() > MAX_HITS {
+        if size > MAX_BYTES {
             return;
         }
-        self.hits += hits.len();
-        if let Some(old) = self.answers.insert(key, hits.to_vec()) {
-            self.hits -= old.len();
+        self.bytes += size;
+        if let Some(old) = self.answers.insert(key.clone(), hits.to_vec()) {
+            self.bytes -= answer_bytes(&key, &old);
         }
     }
 
     /// Forget every answer (benchmarks time the statement itself with it).
     pub(crate) fn clear(&mut self) {
         self.answers.clear();
-        self.hits = 0;
+        self.bytes = 0;
     }
 }
 
@@ -133,16 +148,25 @@ mod tests {
     #[test]
     fn the_memo_stays_within_its_budget() {
         let mut memo = Bm25Memo::default();
-        for i in 0..(MAX_HITS / 100 + 10) {
+        let held =
+            |m: &Bm25Memo| -> usize { m.answers.iter().map(|(k, h)| answer_bytes(k, h)).sum() };
+        for i in 0..(MAX_BYTES / 1600 + 10) {
             memo.remember(1, key(&format!("t{i}")), &hits(100));
-            assert!(memo.hits <= MAX_HITS);
-            assert_eq!(
-                memo.hits,
-                memo.answers.values().map(Vec::len).sum::<usize>()
-            );
+            assert!(memo.bytes <= MAX_BYTES);
+            assert_eq!(memo.bytes, held(&memo));
         }
-        memo.remember(1, key("huge"), &hits(MAX_HITS + 1));
+        memo.remember(1, key("t0"), &hits(3));
+        assert_eq!(memo.bytes, held(&memo), "an answer replaced");
+        memo.remember(1, key("huge"), &hits(MAX_BYTES / 16 + 1));
         assert_eq!(memo.remembered(&key("huge")), None);
+        // A very long question is counted by its words too.
+        let long = Bm25Key {
+            terms: (0..MAX_BYTES / 30).map(|i| format!("w{i}")).collect(),
+            ..key("x")
+        };
+        memo.remember(1, long.clone(), &hits(1));
+        assert_eq!(memo.remembered(&long), None);
+        assert!(memo.bytes <= MAX_BYTES);
     }
 
     #[test]
