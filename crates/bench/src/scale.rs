@@ -99,8 +99,8 @@ struct SideBySide {
     sqlite_ms: Vec<f64>,
     /// PostgreSQL running the statement (its remembered answers forgotten before each).
     postgres_cold_ms: Vec<f64>,
-    /// PostgreSQL answering a query it answered before (the answer from its memo, after one
-    /// round trip that reads `meta.changes`).
+    /// PostgreSQL answering a query it answered before (the answer from its memo, after the
+    /// one round trip in which the database finds `meta.changes` unmoved).
     postgres_ms: Vec<f64>,
 }
 

@@ -2,11 +2,12 @@
 //!
 //! Every transaction that changes what BM25 reads (documents, chunks, postings, the term
 //! function) ends by counting itself in `meta.changes` ([`crate::store`]'s `COUNT_CHANGE`),
-//! whichever process wrote it. A search reads that counter first: when it still holds the
-//! number an answer was computed at, the answer is what the statement would return now, so
-//! the store gives it back without scoring; otherwise the statement runs and its answer is
-//! remembered under the counter read in the same statement (one snapshot, so an answer is
-//! never labelled with a state it was not computed in). This is what the embedded store's
+//! whichever process wrote it. A search sends the count at which it remembered its answer to
+//! the same question (schema migration 7, `bib_bm25_since`): when `meta.changes` still holds
+//! it, the answer is what the statement would return now, so the database says so without
+//! scoring and the store gives the answer back; otherwise the statement scores, and its answer
+//! is remembered under the count read in the same snapshot (so an answer is never labelled
+//! with a state it was not computed in). One round trip either way. This is what the embedded store's
 //! posting-list memo does for a repeated question, one level up: PostgreSQL scores where the
 //! postings are, so what can be remembered is the scored answer (issue 20).
 
@@ -50,9 +51,9 @@ impl Bm25Key {
 /// or very long ones, stays within it.
 const MAX_BYTES: usize = 4 << 20;
 
-/// Bytes one remembered answer holds.
-fn answer_bytes(key: &Bm25Key, hits: &[Hit]) -> usize {
-    key.bytes() + std::mem::size_of_val(hits)
+/// Bytes one remembered answer holds, its key holding `key_bytes`.
+fn answer_bytes(key_bytes: usize, hits: &[Hit]) -> usize {
+    key_bytes + std::mem::size_of_val(hits)
 }
 
 /// Answers remembered at one [`Changes`] count.
@@ -76,7 +77,8 @@ impl Bm25Memo {
         if changes < self.at {
             return;
         }
-        let size = answer_bytes(&key, hits);
+        let key_bytes = key.bytes();
+        let size = answer_bytes(key_bytes, hits);
         if changes > self.at || self.bytes + size > MAX_BYTES {
             self.clear();
             self.at = changes;
@@ -85,8 +87,9 @@ impl Bm25Memo {
             return;
         }
         self.bytes += size;
-        if let Some(old) = self.answers.insert(key.clone(), hits.to_vec()) {
-            self.bytes -= answer_bytes(&key, &old);
+        if let Some(old) = self.answers.insert(key, hits.to_vec()) {
+            // The same key again: only the old hits leave.
+            self.bytes -= answer_bytes(key_bytes, &old);
         }
     }
 
@@ -148,8 +151,12 @@ mod tests {
     #[test]
     fn the_memo_stays_within_its_budget() {
         let mut memo = Bm25Memo::default();
-        let held =
-            |m: &Bm25Memo| -> usize { m.answers.iter().map(|(k, h)| answer_bytes(k, h)).sum() };
+        let held = |m: &Bm25Memo| -> usize {
+            m.answers
+                .iter()
+                .map(|(k, h)| answer_bytes(k.bytes(), h))
+                .sum()
+        };
         for i in 0..(MAX_BYTES / 1600 + 10) {
             memo.remember(1, key(&format!("t{i}")), &hits(100));
             assert!(memo.bytes <= MAX_BYTES);
