@@ -727,6 +727,8 @@ struct Activations {
     x: Vec<f32>,
     /// Queries, keys and values, `tokens × 3·hidden`.
     qkv: Vec<f32>,
+    /// The same as bfloat16, what attention reads.
+    qkv16: Vec<u16>,
     /// Attention output head by head, `heads × tokens × head width`.
     heads: Vec<f32>,
     /// Attention output, `tokens × hidden`.
@@ -799,6 +801,7 @@ impl Weights {
             bounds,
             x,
             qkv: vec![0.0; total * 3 * h],
+            qkv16: Vec::with_capacity(total * 3 * h),
             heads: vec![0.0; total * h],
             ctx: vec![0.0; total * h],
             tmp: vec![0.0; total * h],
@@ -851,16 +854,21 @@ impl Weights {
         let (h, heads) = (self.hidden, self.heads);
         let hd = h / heads;
         let total = a.x.len() / h;
-        let (isa, qkv, bounds) = (self.isa, &a.qkv, &a.bounds);
+        ops::to_bfloat16(self.isa, &a.qkv, &mut a.qkv16);
+        let (isa, qkv, bounds) = (self.isa, &a.qkv16, &a.bounds);
+        let head_shape = |len: usize| ops::Head {
+            len,
+            ld: 3 * h,
+            col: 0,
+            hidden: h,
+            dim: hd,
+            scale: 1.0 / (hd as f32).sqrt(),
+        };
         let one_head = |n: usize, out: &mut [f32], s: &mut ops::AttentionScratch| {
             for &(lo, hi) in bounds {
                 let shape = ops::Head {
-                    len: hi - lo,
-                    ld: 3 * h,
                     col: n * hd,
-                    hidden: h,
-                    dim: hd,
-                    scale: 1.0 / (hd as f32).sqrt(),
+                    ..head_shape(hi - lo)
                 };
                 let rows = &qkv[lo * 3 * h..hi * 3 * h];
                 ops::attention(isa, rows, shape, s, &mut out[lo * hd..hi * hd]);
@@ -874,9 +882,18 @@ impl Weights {
                     one_head(n, out, s)
                 });
         } else {
+            // Segment by segment, every head of one before the next: a segment's rows of
+            // `qkv16` stay in cache across its heads.
             let mut s = ops::AttentionScratch::default();
-            for (n, out) in a.heads.chunks_mut(total * hd).enumerate() {
-                one_head(n, out, &mut s);
+            for &(lo, hi) in bounds {
+                let rows = &qkv[lo * 3 * h..hi * 3 * h];
+                for (n, out) in a.heads.chunks_mut(total * hd).enumerate() {
+                    let shape = ops::Head {
+                        col: n * hd,
+                        ..head_shape(hi - lo)
+                    };
+                    ops::attention(isa, rows, shape, &mut s, &mut out[lo * hd..hi * hd]);
+                }
             }
         }
         for (i, row) in a.ctx.chunks_exact_mut(h).enumerate() {
