@@ -643,21 +643,32 @@ mod bf16x {
 /// `row = exp((row − max)·scale)` in place; returns the sum.
 #[inline(always)]
 fn softmax_row(row: &mut [f32], scale: f32) -> f32 {
-    // Compare-and-select rather than `f32::max`, whose NaN rule costs two more instructions
-    // per vector (scores are never NaN); the maximum is the same in any order.
+    // Whole lane groups first, then the tail, so the partial maxima and sums stay in
+    // registers (a loop over uneven chunks kept them in memory, behind a masked store per
+    // step); compare-and-select rather than `f32::max`, whose NaN rule scores never need. Lane
+    // `l` sees the same elements in the same order either way: the same bits.
     let mut mx = [f32::NEG_INFINITY; LANES];
-    for c in row.chunks(LANES) {
+    let mut groups = row.chunks_exact(LANES);
+    for c in &mut groups {
         for (m, &v) in mx.iter_mut().zip(c) {
             *m = if v > *m { v } else { *m };
         }
     }
+    for (m, &v) in mx.iter_mut().zip(groups.remainder()) {
+        *m = if v > *m { v } else { *m };
+    }
     let mx = mx.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let mut acc = [0f32; LANES];
-    for c in row.chunks_mut(LANES) {
+    let mut groups = row.chunks_exact_mut(LANES);
+    for c in &mut groups {
         for (a, v) in acc.iter_mut().zip(c.iter_mut()) {
             *v = exp_neg((*v - mx) * scale);
             *a += *v;
         }
+    }
+    for (a, v) in acc.iter_mut().zip(groups.into_remainder()) {
+        *v = exp_neg((*v - mx) * scale);
+        *a += *v;
     }
     combine(acc)
 }
