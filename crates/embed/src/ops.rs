@@ -305,6 +305,17 @@ pub struct AttentionScratch {
     s: Vec<f32>,
     /// `QBLOCK × padded` softmax weights as bfloat16; zero past `len`.
     p: Vec<u16>,
+    /// The emulated path's f32 copies of the bfloat16 operands.
+    widened: Widened,
+}
+
+/// One head's bfloat16 keys and values widened to f32 for the emulated path.
+#[derive(Debug, Default)]
+struct Widened {
+    /// `dim × padded`: keys transposed, zero past `len`.
+    kt: Vec<f32>,
+    /// `len × dim`.
+    v: Vec<f32>,
 }
 
 /// Queries handled together (each key and value row loaded once for all of them).
@@ -331,14 +342,6 @@ pub fn bf16(x: f32) -> u16 {
 #[inline(always)]
 fn widen(h: u32) -> f32 {
     f32::from_bits(h << 16)
-}
-
-/// `acc + a_hi·b_hi`, then `+ a_lo·b_lo`, each rounded once: what `vdpbf16ps` does with one
-/// pair (the products of two bfloat16 are exact in f32, so each step is one `mul_add`).
-#[inline(always)]
-fn pair_dot(acc: f32, a: u32, b: u32) -> f32 {
-    let acc = widen(a >> 16).mul_add(widen(b >> 16), acc);
-    widen(a & 0xffff).mul_add(widen(b & 0xffff), acc)
 }
 
 /// `dst[i] = bf16(src[i])`: rows to bfloat16, one by one (the emulated path's conversion;
@@ -400,28 +403,41 @@ fn softmax_block(
 }
 
 multiversion! {
-    /// [`attention`] with `vdpbf16ps` emulated by [`pair_dot`]: the same bits.
+    /// [`attention`] with `vdpbf16ps` emulated: each pair's two exact products added one at a
+    /// time (the odd dimension first), over f32 copies of the bfloat16 operands laid out as
+    /// the f32 version before it read them (keys transposed), so it costs about as much.
     fn attention_emulated(qkv: &[u16], h: Head, sc: &mut AttentionScratch, out: &mut [f32]) {
         let (len, dim) = (h.len, h.dim);
         let padded = len.div_ceil(LANES) * LANES;
-        prepare_head(qkv, h, padded, sc);
-        let AttentionScratch { kp, vp, s, p } = sc;
+        let row = |j: usize, at: usize| &qkv[j * h.ld + at + h.col..j * h.ld + at + h.col + dim];
+        let Widened { kt, v } = &mut sc.widened;
+        v.clear();
+        kt.clear();
+        kt.resize(dim * padded, 0.0);
+        for j in 0..len {
+            v.extend(row(j, 2 * h.hidden).iter().map(|&x| widen(x.into())));
+            for (d, &x) in row(j, h.hidden).iter().enumerate() {
+                kt[d * padded + j] = widen(x.into());
+            }
+        }
+        let s = &mut sc.s;
+        s.resize(QBLOCK * padded, 0.0);
         let mut i = 0;
         while i < len {
             let n = (len - i).min(QBLOCK);
             // Rows past the segment repeat its last query; their scores are never used.
-            let qr: [&[u16]; QBLOCK] = std::array::from_fn(|r| {
-                let at = (i + r.min(n - 1)) * h.ld + h.col;
-                &qkv[at..at + dim]
-            });
+            let qr: [&[u16]; QBLOCK] = std::array::from_fn(|r| row(i + r.min(n - 1), 0));
             for c in (0..padded).step_by(LANES) {
                 let mut acc = [[0f32; LANES]; QBLOCK];
-                for (pi, krow) in kp.chunks_exact(padded).enumerate() {
-                    let k: &[u32; LANES] = krow[c..c + LANES].try_into().expect("a lane group");
-                    for r in 0..QBLOCK {
-                        let qp = u32::from(qr[r][2 * pi]) | u32::from(qr[r][2 * pi + 1]) << 16;
-                        for l in 0..LANES {
-                            acc[r][l] = pair_dot(acc[r][l], qp, k[l]);
+                for (pi, pair) in kt.chunks_exact(2 * padded).enumerate() {
+                    let (even, odd) = pair.split_at(padded);
+                    let ke: &[f32; LANES] = even[c..c + LANES].try_into().expect("a lane group");
+                    let ko: &[f32; LANES] = odd[c..c + LANES].try_into().expect("a lane group");
+                    let d = 2 * pi;
+                    for (a, q) in acc.iter_mut().zip(&qr) {
+                        let (qe, qo) = (widen(q[d].into()), widen(q[d + 1].into()));
+                        for (a, (e, o)) in a.iter_mut().zip(ke.iter().zip(ko)) {
+                            *a = qe.mul_add(*e, qo.mul_add(*o, *a));
                         }
                     }
                 }
@@ -429,17 +445,38 @@ multiversion! {
                     s[r * padded + c..r * padded + c + LANES].copy_from_slice(a);
                 }
             }
-            let inv = softmax_block(s, p, (len, padded, n), h.scale, to_bf16);
+            let mut inv = [0f32; QBLOCK];
+            for (r, inv) in inv.iter_mut().enumerate().take(n) {
+                let row = &mut s[r * padded..r * padded + len];
+                *inv = 1.0 / softmax_row(row, h.scale);
+                for x in row.iter_mut() {
+                    *x = widen(bf16(*x).into());
+                }
+            }
             let rows = &mut out[i * dim..(i + n) * dim];
+            let p: [&[f32]; QBLOCK] = std::array::from_fn(|r| &s[r * padded..r * padded + len]);
             for c in (0..dim).step_by(LANES) {
                 let mut acc = [[0f32; LANES]; QBLOCK];
-                for (t, vrow) in vp.chunks_exact(dim).enumerate() {
-                    let v: &[u32; LANES] = vrow[c..c + LANES].try_into().expect("a lane group");
-                    for r in 0..QBLOCK {
-                        let pp = u32::from(p[r * padded + 2 * t])
-                            | u32::from(p[r * padded + 2 * t + 1]) << 16;
-                        for l in 0..LANES {
-                            acc[r][l] = pair_dot(acc[r][l], pp, v[l]);
+                // Pairs of keys, the odd one first, then a lone last key, which adds nothing
+                // for its missing partner (0 · 0 leaves a sum that is never −0 unchanged).
+                for j in (0..len - 1).step_by(2) {
+                    let (e, o) = (j * dim + c, (j + 1) * dim + c);
+                    let ve: &[f32; LANES] = v[e..e + LANES].try_into().expect("a lane group");
+                    let vo: &[f32; LANES] = v[o..o + LANES].try_into().expect("a lane group");
+                    for (r, a) in acc.iter_mut().enumerate() {
+                        let (pe, po) = (p[r][j], p[r][j + 1]);
+                        for (a, (e, o)) in a.iter_mut().zip(ve.iter().zip(vo)) {
+                            *a = pe.mul_add(*e, po.mul_add(*o, *a));
+                        }
+                    }
+                }
+                if len % 2 == 1 {
+                    let e = (len - 1) * dim + c;
+                    let ve: &[f32; LANES] = v[e..e + LANES].try_into().expect("a lane group");
+                    for (a, p) in acc.iter_mut().zip(&p) {
+                        let pe = p[len - 1];
+                        for (a, e) in a.iter_mut().zip(ve) {
+                            *a = pe.mul_add(*e, *a);
                         }
                     }
                 }
@@ -584,7 +621,7 @@ mod bf16x {
         let (len, dim) = (h.len, h.dim);
         let padded = len.div_ceil(LANES) * LANES;
         prepare_head(qkv, h, padded, sc);
-        let AttentionScratch { kp, vp, s, p } = sc;
+        let AttentionScratch { kp, vp, s, p, .. } = sc;
         let pairs = dim / 2;
         assert!(kp.len() == pairs * padded && vp.len() == len.div_ceil(2) * dim);
         assert!(s.len() >= QBLOCK * padded);
