@@ -31,7 +31,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use bib_text::tokens::TokenCounter;
-use ndarray::{aview1, s, Array2, ArrayView2};
+use ndarray::{aview1, s, Array2, ArrayView2, ArrayViewMut2};
 use rayon::prelude::*;
 
 use crate::mapped::{f32_le, MappedFile, Words};
@@ -848,7 +848,24 @@ impl UseM3 {
                 }
             })
             .collect();
-        let mut feats = Array2::<f32>::zeros((n_tok, FEAT));
+        SCRATCH.with_borrow_mut(|scratch| self.forward_in(seqs, par, &bounds, &ids, scratch))
+    }
+
+    /// [`UseM3::forward`] with the per-token buffers of `scratch`.
+    fn forward_in(
+        &self,
+        seqs: &[Vec<u32>],
+        par: bool,
+        bounds: &[(usize, usize)],
+        ids: &[usize],
+        scratch: &mut Scratch,
+    ) -> Result<Array2<f32>, EmbedError> {
+        let w = &self.w;
+        let n_tok = ids.len();
+        scratch.feats.clear();
+        scratch.feats.resize(n_tok * FEAT, 0.0);
+        let mut feats = ArrayViewMut2::from_shape((n_tok, FEAT), &mut scratch.feats[..])
+            .map_err(|e| EmbedError::failed("use-m3 features", e))?;
         for (t, &row) in ids.iter().enumerate() {
             let c = row % NUM_CHUNKS;
             let (sc, lo) = (w.scale[c], w.lo[c]);
@@ -860,8 +877,8 @@ impl UseM3 {
         }
         let flat = feats.as_slice_mut().expect("a fresh array is contiguous");
         match &w.int8 {
-            Some(q) => self.streams_int8(q, flat, &bounds, par),
-            None => self.streams_f32(flat, &bounds)?,
+            Some(q) => self.streams_int8(q, flat, bounds, par, &mut scratch.streams),
+            None => self.streams_f32(flat, bounds)?,
         }
         ops::add_norm(w.isa, flat, None, FEAT, &w.ln_g, &w.ln_b, w.eps, None);
 
@@ -933,7 +950,14 @@ impl UseM3 {
 
     /// Steps 3–4 with integer products (as [`UseM3::streams_f32`]): every product input is
     /// quantized once, by the step that makes it, and the windows are stacked from it.
-    fn streams_int8(&self, q: &Int8, feats: &mut [f32], bounds: &[(usize, usize)], par: bool) {
+    fn streams_int8(
+        &self,
+        q: &Int8,
+        feats: &mut [f32],
+        bounds: &[(usize, usize)],
+        par: bool,
+        s: &mut StreamScratch,
+    ) {
         let (w, isa) = (&self.w, self.w.isa);
         let n = bounds.len();
         let matmul = |x: &Q8Rows, m: &QMatrix, b: &[f32], y: &mut [f32]| {
@@ -943,38 +967,64 @@ impl UseM3 {
                 qgemm::matmul(q.kernel, x, m, b, y);
             }
         };
-        let mut qe = Q8Rows::default();
+        let StreamScratch {
+            qe,
+            qx,
+            x,
+            cols,
+            qh,
+            y,
+            h,
+        } = s;
         qe.reset(n, EMB);
-        ops::quantize(isa, feats, FEAT, EMB, &mut qe);
-        let mut x = vec![0f32; n * 3 * CNN];
-        matmul(&qe, &q.proj, &w.proj_b, &mut x);
-        let mut qx = qe;
+        ops::quantize(isa, feats, FEAT, EMB, qe);
+        x.resize(n * 3 * CNN, 0.0);
+        let x = &mut x[..n * 3 * CNN];
+        matmul(qe, &q.proj, &w.proj_b, x);
         qx.reset(n, 3 * CNN);
         let eps = w.eps;
-        ops::add_norm(
-            isa,
-            &mut x,
-            None,
-            3 * CNN,
-            &w.ln1_g,
-            &w.ln1_b,
-            eps,
-            Some(&mut qx),
-        );
-        let (mut cols, mut qh) = (Q8Rows::default(), Q8Rows::default());
+        ops::add_norm(isa, x, None, 3 * CNN, &w.ln1_g, &w.ln1_b, eps, Some(qx));
         qh.reset(n, CNN);
-        let (mut y, mut h) = (vec![0f32; n * CNN], vec![0f32; n * CNN]);
+        y.resize(n * CNN, 0.0);
+        h.resize(n * CNN, 0.0);
+        let (y, h) = (&mut y[..n * CNN], &mut h[..n * CNN]);
         for (i, &(order, left)) in ORDERS.iter().enumerate() {
-            windows(&qx, i * CNN, order, left, bounds, &mut cols);
-            matmul(&cols, &q.w1[i], &w.b1[i], &mut y);
+            windows(qx, i * CNN, order, left, bounds, cols);
+            matmul(cols, &q.w1[i], &w.b1[i], y);
             let res = &x[i * CNN..];
-            ops::relu_add(isa, &y, CNN, res, 3 * CNN, &mut h, CNN, Some(&mut qh));
-            windows(&qh, 0, order, left, bounds, &mut cols);
-            matmul(&cols, &q.w2[i], &w.b2[i], &mut y);
+            ops::relu_add(isa, y, CNN, res, 3 * CNN, h, CNN, Some(qh));
+            windows(qh, 0, order, left, bounds, cols);
+            matmul(cols, &q.w2[i], &w.b2[i], y);
             let out = &mut feats[EMB + i * CNN..];
-            ops::relu_add(isa, &y, CNN, &h, CNN, out, FEAT, None);
+            ops::relu_add(isa, y, CNN, h, CNN, out, FEAT, None);
         }
     }
+}
+
+/// The per-token buffers of one forward pass, kept by each thread: a stream of micro-batches
+/// reuses them instead of mapping (and faulting in) fresh pages for each, which took a fifth
+/// of a run over 20-word texts (`perf`). They grow to the largest micro-batch seen, at most
+/// [`MAX_BATCH_TOKENS`] plus one text of [`MAX_INPUT_TOKENS`] (about 25 MB).
+#[derive(Default)]
+struct Scratch {
+    feats: Vec<f32>,
+    streams: StreamScratch,
+}
+
+/// The integer streams' buffers ([`UseM3::streams_int8`]).
+#[derive(Default)]
+struct StreamScratch {
+    qe: Q8Rows,
+    qx: Q8Rows,
+    x: Vec<f32>,
+    cols: Q8Rows,
+    qh: Q8Rows,
+    y: Vec<f32>,
+    h: Vec<f32>,
+}
+
+thread_local! {
+    static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::new(Scratch::default());
 }
 
 /// The row that fills slot `k` of token `t`'s window (`left` tokens of left context), or
