@@ -133,11 +133,18 @@ fn combine(mut acc: [f32; LANES]) -> f32 {
 fn norm_row(row: &mut [f32], w: &[f32], b: &[f32], eps: f32) {
     let n = row.len() as f32;
     let mean = sum(row) / n;
+    // Whole lane groups, then the tail (see `softmax_row`): the partial sums stay in
+    // registers (over uneven chunks they were stored and reloaded at every step: 42 % of this
+    // function in use-m3's passes), each lane summing the same elements in the same order.
     let mut acc = [0f32; LANES];
-    for c in row.chunks(LANES) {
+    let mut groups = row.chunks_exact(LANES);
+    for c in &mut groups {
         for (a, v) in acc.iter_mut().zip(c) {
             *a += (v - mean) * (v - mean);
         }
+    }
+    for (a, v) in acc.iter_mut().zip(groups.remainder()) {
+        *a += (v - mean) * (v - mean);
     }
     let var = combine(acc) / n;
     let inv = 1.0 / (var + eps).sqrt();
