@@ -848,8 +848,9 @@ impl Weights {
         ops::add_norm(isa, &mut a.x, Some(&a.tmp), h, &ly.oln_w, &ly.oln_b, eps, q);
     }
 
-    /// Self-attention of every segment and head from `a.qkv` into `a.ctx`: head by head into
-    /// `a.heads` (the heads split over two threads when `par`), then interleaved.
+    /// Self-attention of every segment and head from `a.qkv` (read as bfloat16) into `a.ctx`:
+    /// into `a.heads` (the heads split over two threads when `par`, else segment by segment),
+    /// then interleaved.
     fn attention(&self, a: &mut Activations, par: bool) {
         let (h, heads) = (self.hidden, self.heads);
         let hd = h / heads;

@@ -319,13 +319,16 @@ pub struct Head {
 pub struct AttentionScratch {
     /// `dim/2 × padded`: for dimension pair `p` and key `j`, `k_j[2p]` low and `k_j[2p+1]`
     /// high; zero past `len`.
+    #[cfg(target_arch = "x86_64")]
     kp: Vec<u32>,
     /// `⌈len/2⌉ × dim`: for key pair `t` and column `c`, `v_{2t}[c]` low and `v_{2t+1}[c]`
     /// high; zero past `len`.
+    #[cfg(target_arch = "x86_64")]
     vp: Vec<u32>,
     /// `QBLOCK × padded` scores, then `exp` of them.
     s: Vec<f32>,
     /// `QBLOCK × padded` softmax weights as bfloat16; zero past `len`.
+    #[cfg(target_arch = "x86_64")]
     p: Vec<u16>,
     /// The emulated path's f32 copies of the bfloat16 operands.
     widened: Widened,
@@ -347,6 +350,7 @@ const QBLOCK: usize = 4;
 const MAX_HEAD: usize = 128;
 
 /// Keys per column group of [`bf16x`]'s scores (then one group of [`LANES`] if left).
+#[cfg(target_arch = "x86_64")]
 const KEYS: usize = 2 * LANES;
 
 /// `x` rounded to bfloat16, to nearest even, as `vcvtneps2bf16` does (a subnormal `x` becomes
@@ -377,6 +381,7 @@ fn to_bf16(src: &[f32], dst: &mut [u16]) {
 
 /// One head's keys and values paired in [`AttentionScratch`], from the segment's bfloat16
 /// rows `qkv`.
+#[cfg(target_arch = "x86_64")]
 #[inline(always)]
 fn prepare_head(qkv: &[u16], h: Head, padded: usize, s: &mut AttentionScratch) {
     let (len, dim) = (h.len, h.dim);
@@ -405,6 +410,7 @@ fn prepare_head(qkv: &[u16], h: Head, padded: usize, s: &mut AttentionScratch) {
 
 /// Softmax of the block's `n` score rows (`s`, `len` used of `padded`): the weights as
 /// bfloat16 into `p` (zero past `len`), and each row's `1 / Σ exp` (summed before rounding).
+#[cfg(target_arch = "x86_64")]
 #[inline(always)]
 fn softmax_block(
     s: &mut [f32],
@@ -535,14 +541,10 @@ multiversion! {
 }
 
 /// Whether this CPU has `vdpbf16ps` (AVX-512 BF16), detected once.
+#[cfg(target_arch = "x86_64")]
 fn has_bf16() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        *HAS.get_or_init(|| std::arch::is_x86_feature_detected!("avx512bf16"))
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    false
+    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HAS.get_or_init(|| std::arch::is_x86_feature_detected!("avx512bf16"))
 }
 
 /// One head of softmax(Q·Kᵀ·scale)·V over the segment `qkv` (`h.len` rows of `h.ld`, as
