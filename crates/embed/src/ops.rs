@@ -115,32 +115,33 @@ fn sum(v: &[f32]) -> f32 {
     combine(acc)
 }
 
-/// The partial sums added as a tree (the same order in every version).
+/// `op` over the lanes as a halving tree — lane `i` with lane `i + n/2`, then again — in
+/// the same order in every version: four vector steps, where a fold is sixteen dependent
+/// scalar ones.
 #[inline(always)]
-fn combine(mut acc: [f32; LANES]) -> f32 {
+fn halve(mut acc: [f32; LANES], op: impl Fn(f32, f32) -> f32) -> f32 {
     let mut n = LANES;
     while n > 1 {
         n /= 2;
         for i in 0..n {
-            acc[i] += acc[i + n];
+            acc[i] = op(acc[i], acc[i + n]);
         }
     }
     acc[0]
 }
 
-/// The largest of the partial maxima, halving as [`combine`] does (compare-and-select; a
-/// maximum is the same in any order): four vector steps, not sixteen scalar ones, which in a
-/// short softmax row cost as much as its exponentials.
+/// The partial sums added as a tree (the same order in every version).
 #[inline(always)]
-fn combine_max(mut m: [f32; LANES]) -> f32 {
-    let mut n = LANES;
-    while n > 1 {
-        n /= 2;
-        for i in 0..n {
-            m[i] = if m[i + n] > m[i] { m[i + n] } else { m[i] };
-        }
-    }
-    m[0]
+fn combine(acc: [f32; LANES]) -> f32 {
+    halve(acc, |a, b| a + b)
+}
+
+/// The largest of the partial maxima (compare-and-select, not `f32::max`: the lanes hold no
+/// NaN, and a maximum is the same in any order). In a short softmax row a scalar fold cost as
+/// much as the exponentials; in block quantization it ran once per 32 values.
+#[inline(always)]
+pub(crate) fn combine_max(m: [f32; LANES]) -> f32 {
+    halve(m, |a, b| if b > a { b } else { a })
 }
 
 /// `row = LayerNorm(row)` with gain `w` and bias `b`.

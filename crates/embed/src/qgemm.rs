@@ -342,21 +342,8 @@ impl Q8Rows {
                     *m = m.max(v.abs());
                 }
             }
-            // Across the lanes by halving, compare-and-select: four vector steps where a fold
-            // through `f32::max` (NaN rule included) took sixteen dependent scalar ones per
-            // block. The lanes hold no NaN once `f32::max` has passed over them.
-            let mut n = QK / 2;
-            while n > 1 {
-                n /= 2;
-                for i in 0..n {
-                    lanes[i] = if lanes[i + n] > lanes[i] {
-                        lanes[i + n]
-                    } else {
-                        lanes[i]
-                    };
-                }
-            }
-            let amax = lanes[0];
+            // Across the lanes by halving (`f32::max` has left no NaN in them).
+            let amax = crate::ops::combine_max(lanes);
             let scale = amax / 127.0;
             let inv = if scale > 0.0 { 1.0 / scale } else { 0.0 };
             let mut s = 0i32;
