@@ -857,43 +857,35 @@ impl Weights {
         let total = a.x.len() / h;
         ops::to_bfloat16(self.isa, &a.qkv, &mut a.qkv16);
         let (isa, qkv, bounds) = (self.isa, &a.qkv16, &a.bounds);
-        let head_shape = |len: usize| ops::Head {
-            len,
-            ld: 3 * h,
-            col: 0,
-            hidden: h,
-            dim: hd,
-            scale: 1.0 / (hd as f32).sqrt(),
-        };
-        let one_head = |n: usize, out: &mut [f32], s: &mut ops::AttentionScratch| {
-            for &(lo, hi) in bounds {
-                let shape = ops::Head {
-                    col: n * hd,
-                    ..head_shape(hi - lo)
-                };
-                let rows = &qkv[lo * 3 * h..hi * 3 * h];
-                ops::attention(isa, rows, shape, s, &mut out[lo * hd..hi * hd]);
-            }
+        // Head `n` of segment `lo..hi` into `out`, that head's slice of `a.heads`.
+        let segment_head = |n: usize, (lo, hi): (usize, usize), out: &mut [f32], s: &mut _| {
+            let shape = ops::Head {
+                len: hi - lo,
+                ld: 3 * h,
+                col: n * hd,
+                hidden: h,
+                dim: hd,
+                scale: 1.0 / (hd as f32).sqrt(),
+            };
+            let rows = &qkv[lo * 3 * h..hi * 3 * h];
+            ops::attention(isa, rows, shape, s, &mut out[lo * hd..hi * hd]);
         };
         if par {
             a.heads
                 .par_chunks_mut(total * hd)
                 .enumerate()
                 .for_each_init(ops::AttentionScratch::default, |s, (n, out)| {
-                    one_head(n, out, s)
+                    for &b in bounds {
+                        segment_head(n, b, out, s);
+                    }
                 });
         } else {
             // Segment by segment, every head of one before the next: a segment's rows of
             // `qkv16` stay in cache across its heads.
             let mut s = ops::AttentionScratch::default();
-            for &(lo, hi) in bounds {
-                let rows = &qkv[lo * 3 * h..hi * 3 * h];
+            for &b in bounds {
                 for (n, out) in a.heads.chunks_mut(total * hd).enumerate() {
-                    let shape = ops::Head {
-                        col: n * hd,
-                        ..head_shape(hi - lo)
-                    };
-                    ops::attention(isa, rows, shape, &mut s, &mut out[lo * hd..hi * hd]);
+                    segment_head(n, b, out, &mut s);
                 }
             }
         }
