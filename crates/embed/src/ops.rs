@@ -380,57 +380,6 @@ fn to_bf16(src: &[f32], dst: &mut [u16]) {
     }
 }
 
-/// One head's keys and values paired in [`AttentionScratch`], from the segment's bfloat16
-/// rows `qkv`.
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-fn prepare_head(qkv: &[u16], h: Head, padded: usize, s: &mut AttentionScratch) {
-    let (len, dim) = (h.len, h.dim);
-    let row = |j: usize, at: usize| &qkv[j * h.ld + at + h.col..j * h.ld + at + h.col + dim];
-    let pair = |lo: u16, hi: u16| u32::from(lo) | u32::from(hi) << 16;
-    s.kp.clear();
-    s.kp.resize(dim / 2 * padded, 0);
-    for j in 0..len {
-        for (p, w) in row(j, h.hidden).chunks_exact(2).enumerate() {
-            s.kp[p * padded + j] = pair(w[0], w[1]);
-        }
-    }
-    s.vp.clear();
-    for t in 0..len.div_ceil(2) {
-        let lo = row(2 * t, 2 * h.hidden);
-        if 2 * t + 1 < len {
-            let hi = row(2 * t + 1, 2 * h.hidden);
-            s.vp.extend(lo.iter().zip(hi).map(|(&a, &b)| pair(a, b)));
-        } else {
-            s.vp.extend(lo.iter().map(|&a| pair(a, 0)));
-        }
-    }
-    s.s.resize(QBLOCK * padded, 0.0);
-    s.p.resize(QBLOCK * padded, 0);
-}
-
-/// Softmax of the block's `n` score rows (`s`, `len` used of `padded`): the weights as
-/// bfloat16 into `p` (zero past `len`), and each row's `1 / Σ exp` (summed before rounding).
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-fn softmax_block(
-    s: &mut [f32],
-    p: &mut [u16],
-    (len, padded, n): (usize, usize, usize),
-    scale: f32,
-    convert: impl Fn(&[f32], &mut [u16]),
-) -> [f32; QBLOCK] {
-    let mut inv = [0f32; QBLOCK];
-    for (r, inv) in inv.iter_mut().enumerate().take(n) {
-        let row = &mut s[r * padded..r * padded + len];
-        *inv = 1.0 / softmax_row(row, scale);
-        let prow = &mut p[r * padded..(r + 1) * padded];
-        convert(row, &mut prow[..len]);
-        prow[len..].fill(0);
-    }
-    inv
-}
-
 multiversion! {
     /// [`attention`] with `vdpbf16ps` emulated: each pair's two exact products added one at a
     /// time (the odd dimension first), over f32 copies of the bfloat16 operands laid out as
@@ -595,6 +544,55 @@ mod bf16x {
         to_bf16(&src[i..n], &mut dst[i..n]);
     }
 
+    /// One head's keys and values paired in [`AttentionScratch`], from the segment's bfloat16
+    /// rows `qkv`.
+    #[inline(always)]
+    fn prepare_head(qkv: &[u16], h: Head, padded: usize, s: &mut AttentionScratch) {
+        let (len, dim) = (h.len, h.dim);
+        let row = |j: usize, at: usize| &qkv[j * h.ld + at + h.col..j * h.ld + at + h.col + dim];
+        let pair = |lo: u16, hi: u16| u32::from(lo) | u32::from(hi) << 16;
+        s.kp.clear();
+        s.kp.resize(dim / 2 * padded, 0);
+        for j in 0..len {
+            for (p, w) in row(j, h.hidden).chunks_exact(2).enumerate() {
+                s.kp[p * padded + j] = pair(w[0], w[1]);
+            }
+        }
+        s.vp.clear();
+        for t in 0..len.div_ceil(2) {
+            let lo = row(2 * t, 2 * h.hidden);
+            if 2 * t + 1 < len {
+                let hi = row(2 * t + 1, 2 * h.hidden);
+                s.vp.extend(lo.iter().zip(hi).map(|(&a, &b)| pair(a, b)));
+            } else {
+                s.vp.extend(lo.iter().map(|&a| pair(a, 0)));
+            }
+        }
+        s.s.resize(QBLOCK * padded, 0.0);
+        s.p.resize(QBLOCK * padded, 0);
+    }
+
+    /// Softmax of the block's `n` score rows (`s`, `len` used of `padded`): the weights as
+    /// bfloat16 into `p` (zero past `len`), and each row's `1 / Σ exp` (summed before rounding).
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma")]
+    fn softmax_block(
+        s: &mut [f32],
+        p: &mut [u16],
+        (len, padded, n): (usize, usize, usize),
+        scale: f32,
+    ) -> [f32; QBLOCK] {
+        let mut inv = [0f32; QBLOCK];
+        for (r, inv) in inv.iter_mut().enumerate().take(n) {
+            let row = &mut s[r * padded..r * padded + len];
+            *inv = 1.0 / softmax_row(row, scale);
+            let prow = &mut p[r * padded..(r + 1) * padded];
+            convert(row, &mut prow[..len]);
+            prow[len..].fill(0);
+        }
+        inv
+    }
+
     /// `s[r][c..c + 16·V] = q_r · k_j` for the block's query rows (starting at `qrow[r]` of
     /// `q`) and the keys `c..c + 16·V` of `kp` (`dim/2 × padded` pairs).
     #[inline]
@@ -663,7 +661,7 @@ mod bf16x {
             if c < padded {
                 scores::<1>(qkv, &qrow, kp, padded, c, s);
             }
-            let inv = softmax_block(s, p, (len, padded, n), h.scale, |a, b| convert(a, b));
+            let inv = softmax_block(s, p, (len, padded, n), h.scale);
             let rows = &mut out[i * dim..(i + n) * dim];
             for c in (0..dim).step_by(2 * LANES) {
                 let mut acc = [[_mm512_setzero_ps(); 2]; QBLOCK];
