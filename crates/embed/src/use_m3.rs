@@ -875,7 +875,9 @@ impl UseM3 {
                 *d = f32::from(b) * sc + lo;
             }
         }
-        let flat = feats.as_slice_mut().expect("a fresh array is contiguous");
+        let flat = feats
+            .as_slice_mut()
+            .expect("a view of a whole Vec is contiguous");
         match &w.int8 {
             Some(q) => self.streams_int8(q, flat, bounds, par, &mut scratch.streams),
             None => self.streams_f32(flat, bounds)?,
