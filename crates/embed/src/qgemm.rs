@@ -550,12 +550,22 @@ mod vnni {
             let mut t = tiles.start;
             while t < tiles.end {
                 let c = (tiles.end - t).min(COLS);
+                // The tiles after these, fetched ahead while the first rows run (a query's
+                // few rows would otherwise wait on every weight line: the 4-bit model's
+                // 21 MB of weights do not stay in cache from one query to the next).
+                let next = if c == COLS {
+                    (tiles.end - t - c).min(COLS)
+                } else {
+                    0
+                };
                 let mut i = p;
                 while i < end {
                     let n = (end - i).min(ROWS);
-                    // SAFETY: rows i..i+n and tiles t..t+c are inside the matrices and the
-                    // output (loop bounds), and the CPU has the features (this contract).
-                    unsafe { step(x, w, bias, &out, i, n, t, c) };
+                    let ahead = if i - p < PREFETCH_ROWS { next } else { 0 };
+                    // SAFETY: rows i..i+n and tiles t..t+c (and the `ahead` tiles after
+                    // them) are inside the matrices and the output (loop bounds), and the
+                    // CPU has the features (this contract).
+                    unsafe { step(x, w, bias, &out, i, n, t, c, ahead) };
                     i += n;
                 }
                 t += c;
@@ -575,7 +585,16 @@ mod vnni {
     /// Activation bytes per panel of rows.
     const PANEL_BYTES: usize = 256 * 1024;
 
-    /// Dispatch `n` rows × `c` tiles to the kernel instantiated for that shape.
+    /// Rows of a panel during which the next column tiles' weights are prefetched: spread
+    /// over a query's 16 rows, the requests overlap its products (a 16-row pass over
+    /// e5-small's 48 weight matrices went from ~115 to ~140 G multiply-adds per second,
+    /// `examples/qgemm_speed.rs cold`); on every row of a long panel they cost 5 % in load
+    /// slots for lines already in cache.
+    const PREFETCH_ROWS: usize = 4 * ROWS;
+
+    /// Dispatch `n` rows × `c` tiles to the kernel instantiated for that shape, prefetching
+    /// the weights of the `ahead` tiles after them (only in full steps, which are all a
+    /// query's steps but its last column tiles').
     ///
     /// # Safety
     /// As [`tile`].
@@ -590,34 +609,41 @@ mod vnni {
         n: usize,
         t: usize,
         c: usize,
+        ahead: usize,
     ) {
         // SAFETY: forwarded contract of `tile`; `n ≤ ROWS` and `c ≤ COLS` pick the instance.
         unsafe {
             match (n, c) {
-                (4, 3) => tile::<4, 3>(x, w, bias, y, i, t),
-                (3, 3) => tile::<3, 3>(x, w, bias, y, i, t),
-                (2, 3) => tile::<2, 3>(x, w, bias, y, i, t),
-                (1, 3) => tile::<1, 3>(x, w, bias, y, i, t),
-                (4, 2) => tile::<4, 2>(x, w, bias, y, i, t),
-                (3, 2) => tile::<3, 2>(x, w, bias, y, i, t),
-                (2, 2) => tile::<2, 2>(x, w, bias, y, i, t),
-                (1, 2) => tile::<1, 2>(x, w, bias, y, i, t),
-                (4, _) => tile::<4, 1>(x, w, bias, y, i, t),
-                (3, _) => tile::<3, 1>(x, w, bias, y, i, t),
-                (2, _) => tile::<2, 1>(x, w, bias, y, i, t),
-                _ => tile::<1, 1>(x, w, bias, y, i, t),
+                (4, 3) => match ahead {
+                    0 => tile::<4, 3, 0>(x, w, bias, y, i, t),
+                    1 => tile::<4, 3, 1>(x, w, bias, y, i, t),
+                    2 => tile::<4, 3, 2>(x, w, bias, y, i, t),
+                    _ => tile::<4, 3, 3>(x, w, bias, y, i, t),
+                },
+                (3, 3) => tile::<3, 3, 0>(x, w, bias, y, i, t),
+                (2, 3) => tile::<2, 3, 0>(x, w, bias, y, i, t),
+                (1, 3) => tile::<1, 3, 0>(x, w, bias, y, i, t),
+                (4, 2) => tile::<4, 2, 0>(x, w, bias, y, i, t),
+                (3, 2) => tile::<3, 2, 0>(x, w, bias, y, i, t),
+                (2, 2) => tile::<2, 2, 0>(x, w, bias, y, i, t),
+                (1, 2) => tile::<1, 2, 0>(x, w, bias, y, i, t),
+                (4, _) => tile::<4, 1, 0>(x, w, bias, y, i, t),
+                (3, _) => tile::<3, 1, 0>(x, w, bias, y, i, t),
+                (2, _) => tile::<2, 1, 0>(x, w, bias, y, i, t),
+                _ => tile::<1, 1, 0>(x, w, bias, y, i, t),
             }
         }
     }
 
-    /// Outputs `16·t .. 16·(t + C)` of rows `i .. i + R`.
+    /// Outputs `16·t .. 16·(t + C)` of rows `i .. i + R`; the weights of tiles
+    /// `t + C .. t + C + AHEAD` are prefetched along the way.
     ///
     /// # Safety
-    /// As [`matmul`]; `i + R ≤ x.rows`, `t + C ≤ w.out / 16`, and `y` has room for those rows
-    /// and tiles.
+    /// As [`matmul`]; `i + R ≤ x.rows`, `t + C + AHEAD ≤ w.out / 16`, and `y` has room for
+    /// those rows and tiles.
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-    unsafe fn tile<const R: usize, const C: usize>(
+    unsafe fn tile<const R: usize, const C: usize, const AHEAD: usize>(
         x: &Q8Rows,
         w: &QMatrix,
         bias: &[f32],
@@ -637,6 +663,9 @@ mod vnni {
                 let mut wv = [_mm512_setzero_si512(); C];
                 for (c, v) in wv.iter_mut().enumerate() {
                     *v = _mm512_loadu_si512(wq.add((c * groups + g) * 64) as *const _);
+                }
+                for c in C..C + AHEAD {
+                    _mm_prefetch::<_MM_HINT_T1>(wq.add((c * groups + g) * 64) as *const i8);
                 }
                 for (r, d) in dot.iter_mut().enumerate() {
                     let xp = xq.add(r * x.cols + g * 4) as *const i32;
@@ -703,6 +732,9 @@ mod avx2 {
 
     /// Activation bytes per panel of rows, as the VNNI kernel.
     const PANEL_BYTES: usize = 256 * 1024;
+    /// Rows of a panel during which the next tile's weights are prefetched, as the VNNI
+    /// kernel's.
+    const PREFETCH_ROWS: usize = 16;
 
     /// # Safety
     /// The CPU must support AVX2, and the sizes of `x`, `w`, `bias` and `y` must agree as
@@ -733,20 +765,26 @@ mod avx2 {
                     let n = (end - i).min(step);
                     let at = (i - rows.start) * ld + (t - tiles.start) * TILE;
                     let out = y.as_mut_ptr().add(at);
-                    // SAFETY: rows i..i+n and tile t are inside the matrices, and output row
-                    // r of the step is at `out + r·ld` (loop bounds, asserted sizes).
+                    // The next tile's weights are prefetched during the first rows, as the
+                    // VNNI kernel does.
+                    let ahead = t + 1 < tiles.end && i - p < PREFETCH_ROWS;
+                    // SAFETY: rows i..i+n and tile t (and t + 1 when `ahead`) are inside the
+                    // matrices, and output row r of the step is at `out + r·ld` (loop
+                    // bounds, asserted sizes).
                     unsafe {
-                        match (is_four_bit, n) {
-                            (true, 6) => four_bit::<6>(x, w, bias, out, ld, i, t),
-                            (true, 5) => four_bit::<5>(x, w, bias, out, ld, i, t),
-                            (true, 4) => four_bit::<4>(x, w, bias, out, ld, i, t),
-                            (true, 3) => four_bit::<3>(x, w, bias, out, ld, i, t),
-                            (true, 2) => four_bit::<2>(x, w, bias, out, ld, i, t),
-                            (true, _) => four_bit::<1>(x, w, bias, out, ld, i, t),
-                            (false, 4) => signed::<4>(x, w, bias, out, ld, i, t),
-                            (false, 3) => signed::<3>(x, w, bias, out, ld, i, t),
-                            (false, 2) => signed::<2>(x, w, bias, out, ld, i, t),
-                            (false, _) => signed::<1>(x, w, bias, out, ld, i, t),
+                        match (is_four_bit, n, ahead) {
+                            (true, 6, true) => four_bit::<6, true>(x, w, bias, out, ld, i, t),
+                            (true, 6, false) => four_bit::<6, false>(x, w, bias, out, ld, i, t),
+                            (true, 5, _) => four_bit::<5, false>(x, w, bias, out, ld, i, t),
+                            (true, 4, _) => four_bit::<4, false>(x, w, bias, out, ld, i, t),
+                            (true, 3, _) => four_bit::<3, false>(x, w, bias, out, ld, i, t),
+                            (true, 2, _) => four_bit::<2, false>(x, w, bias, out, ld, i, t),
+                            (true, _, _) => four_bit::<1, false>(x, w, bias, out, ld, i, t),
+                            (false, 4, true) => signed::<4, true>(x, w, bias, out, ld, i, t),
+                            (false, 4, false) => signed::<4, false>(x, w, bias, out, ld, i, t),
+                            (false, 3, _) => signed::<3, false>(x, w, bias, out, ld, i, t),
+                            (false, 2, _) => signed::<2, false>(x, w, bias, out, ld, i, t),
+                            (false, _, _) => signed::<1, false>(x, w, bias, out, ld, i, t),
                         }
                     }
                     i += n;
@@ -803,13 +841,15 @@ mod avx2 {
         }
     }
 
-    /// Tile `t` of rows `i .. i + R` with 4-bit weights (offset 8).
+    /// Tile `t` of rows `i .. i + R` with 4-bit weights (offset 8); with `AHEAD`, tile
+    /// `t + 1`'s weights are prefetched along the way.
     ///
     /// # Safety
-    /// As [`matmul`]; `i + R ≤ x.rows`, `t < w.out / 16`, `out + r·ld .. + 16` writable.
+    /// As [`matmul`]; `i + R ≤ x.rows`, `t < w.out / 16` (`t + 1` with `AHEAD`),
+    /// `out + r·ld .. + 16` writable.
     #[inline]
     #[target_feature(enable = "avx2")]
-    unsafe fn four_bit<const R: usize>(
+    unsafe fn four_bit<const R: usize, const AHEAD: bool>(
         x: &Q8Rows,
         w: &QMatrix,
         bias: &[f32],
@@ -828,6 +868,9 @@ mod avx2 {
             let mut dot = [[_mm256_setzero_si256(); 2]; R];
             for g in b * (QK / 4)..(b + 1) * (QK / 4) {
                 let wg = wq.add(g * 64);
+                if AHEAD {
+                    _mm_prefetch::<_MM_HINT_T1>(wg.add(groups * 64) as *const i8);
+                }
                 let wv = [
                     _mm256_loadu_si256(wg as *const _),
                     _mm256_loadu_si256(wg.add(32) as *const _),
@@ -866,7 +909,7 @@ mod avx2 {
     /// As [`four_bit`].
     #[inline]
     #[target_feature(enable = "avx2")]
-    unsafe fn signed<const R: usize>(
+    unsafe fn signed<const R: usize, const AHEAD: bool>(
         x: &Q8Rows,
         w: &QMatrix,
         bias: &[f32],
@@ -887,6 +930,9 @@ mod avx2 {
             let mut exact = [[_mm256_setzero_si256(); 2]; R];
             for g in b * (QK / 4)..(b + 1) * (QK / 4) {
                 let wg = wq.add(g * 64);
+                if AHEAD {
+                    _mm_prefetch::<_MM_HINT_T1>(wg.add(groups * 64) as *const i8);
+                }
                 let wv = [
                     _mm256_xor_si256(_mm256_loadu_si256(wg as *const _), flip),
                     _mm256_xor_si256(_mm256_loadu_si256(wg.add(32) as *const _), flip),
@@ -995,6 +1041,8 @@ mod tests {
             (5, 48, 96, 2),
             (9, 384, 384, 3),
             (3, 32, 1536, 4),
+            // 5 tiles: the VNNI kernel's first three prefetch the last two.
+            (8, 80, 64, 5),
         ] {
             let (x, w, bias, want) = case(rows, out, inp, seed);
             let mut a = vec![0f32; rows * out];
