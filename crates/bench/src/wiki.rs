@@ -74,6 +74,11 @@ pub struct Args {
     /// own cached store.
     #[arg(long, default_value = bib_embed::DEFAULT_MODEL)]
     model: String,
+    /// Model of the sentence vectors (trimming, the sentence signal) when not `--model`'s:
+    /// the split knowledge base (e5-small chunks, use-m3 sentences). Its vectors are added
+    /// to the cached store of `--model`.
+    #[arg(long)]
+    sentence_model: Option<String>,
     /// Retrieval mode of the top-k table.
     #[arg(long, value_enum, ignore_case = true, default_value = "hybrid")]
     mode: Mode,
@@ -218,6 +223,8 @@ struct WikiRun<'a> {
     /// `--ks`, sorted, without repeats.
     ks: Vec<usize>,
     embedder: Box<dyn Embedder>,
+    /// `--sentence-model`, loaded.
+    sentence_embedder: Option<Box<dyn Embedder>>,
     /// BM25 weight of convex fusion.
     alpha: f64,
     /// The trimming of the "after trimming" columns.
@@ -250,6 +257,13 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let ks = sorted_distinct_cutoffs(&a)?;
     let wanted = wanted_set_names(&a)?;
     let embedder = crate::load_embedder(&a.model)?;
+    let sentence_embedder = match &a.sentence_model {
+        Some(m) if *m != a.model => Some(crate::load_embedder(m)?),
+        _ => None,
+    };
+    let sentence_model = sentence_embedder
+        .as_ref()
+        .map_or(a.model.as_str(), |e| e.model_id());
     let alpha = a
         .fusion_alpha
         .unwrap_or_else(|| bib_retrieve::retrieve::calibrated_alpha(&a.model));
@@ -260,7 +274,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let trim = TrimOptions {
         threshold: a
             .trim_threshold
-            .unwrap_or_else(|| calibrated_threshold(&a.model)),
+            .unwrap_or_else(|| calibrated_threshold(sentence_model)),
         structure: !a.no_trim_structure,
         ..ASK_PROFILE
     };
@@ -285,6 +299,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         fusion,
         ks,
         embedder,
+        sentence_embedder,
         alpha,
         trim,
         thresholds,
@@ -428,6 +443,9 @@ impl WikiRun<'_> {
                 &self.terms,
                 chunk_options(a.chunk_words),
             )?;
+            if let Some(s) = &self.sentence_embedder {
+                add_sentence_vectors(&store, s.as_ref())?;
+            }
             stores.insert(wiki, std::sync::Arc::new(store));
         }
         let store = stores[wiki].clone();
@@ -436,7 +454,8 @@ impl WikiRun<'_> {
         let cache = EmbeddingCache::default().with_backing(std::sync::Arc::new(StoreVectors(
             store.clone() as std::sync::Arc<dyn bib_store::Store>,
         )));
-        let retriever = Retriever::new(&index, Some(self.embedder.as_ref()), &cache);
+        let retriever = Retriever::new(&index, Some(self.embedder.as_ref()), &cache)
+            .with_sentence_model(self.sentence_embedder.as_deref());
         for (spec, sig) in &self.signals {
             let base = RetrieveOptions {
                 mode: self.mode,
@@ -600,6 +619,27 @@ pub(super) fn chunk_options(max_words: Option<usize>) -> ChunkOptions {
             min_words: w * d.min_words / d.max_words,
         },
     }
+}
+
+/// Add `e`'s vectors of every sentence of every chunk of `store` to its vector cache (the
+/// function ingest calls; those already there are kept).
+fn add_sentence_vectors(store: &SqliteStore, e: &dyn Embedder) -> anyhow::Result<()> {
+    use bib_store::Store;
+    let texts: Vec<String> = store
+        .get_chunks(&store.chunk_ids()?)?
+        .iter()
+        .map(|c| c.text())
+        .collect();
+    let sv =
+        bib_ingest::embed_sentence_vectors(store, e, &texts, &bib_ingest::IngestOptions::default());
+    eprintln!(
+        "sentence vectors ({}): {} embedded, {} already there, {} ms",
+        e.model_id(),
+        sv.embedded,
+        sv.reused,
+        sv.embed_ms
+    );
+    Ok(())
 }
 
 /// Open (and bring up to date) the cached store of one wiki for the embedder's model. The

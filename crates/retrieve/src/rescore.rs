@@ -114,10 +114,11 @@ impl Retriever<'_> {
         texts: &[Option<Arc<ChunkText>>],
         hits: &mut [ScoredHit],
     ) -> Result<(), RetrieveError> {
-        let want_cos = match (sig.sentence > 0.0, qv, self.embedder) {
-            (true, Some(qv), Some(e)) => Some((e, qv)),
-            _ => None,
+        let space = match sig.sentence > 0.0 {
+            true => self.sentence_space(query, qv)?,
+            false => None,
         };
+        let want_cos = space.as_ref().map(|(e, v)| (*e, v.as_slice()));
         let want_lex = (sig.sentence_lex > 0.0).then_some(cfg);
         if want_cos.is_none() && want_lex.is_none() {
             return Ok(());

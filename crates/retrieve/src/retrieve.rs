@@ -299,10 +299,16 @@ impl SearchNotes {
     }
 }
 
+/// The model sentences are compared with and the question's vector in its space.
+pub(crate) type SentenceSpace<'a> = (&'a dyn Embedder, Vec<f32>);
+
 /// Hybrid retrieval over a [`ChunkIndex`].
 pub struct Retriever<'a> {
     pub(crate) index: &'a dyn ChunkIndex,
     pub(crate) embedder: Option<&'a dyn Embedder>,
+    /// The model of the sentence vectors (trimming, the sentence signal) when it is not the
+    /// chunks' model: a knowledge base built with e5-small chunks and use-m3 sentences.
+    pub(crate) sentence_embedder: Option<&'a dyn Embedder>,
     pub(crate) cache: &'a EmbeddingCache,
     /// The chat endpoint of the LLM reranker, when one is configured.
     pub(crate) llm: Option<&'a SynthConfig>,
@@ -332,6 +338,33 @@ impl<'a> Retriever<'a> {
             embedder,
             cache,
             llm: None,
+            sentence_embedder: None,
+        }
+    }
+
+    /// Sentences (trimming, the sentence signal) compared in the space of `model` instead of
+    /// the chunks' model: the question is embedded by it too. `None`: the chunks' model.
+    pub fn with_sentence_model(mut self, model: Option<&'a dyn Embedder>) -> Self {
+        self.sentence_embedder = model;
+        self
+    }
+
+    /// The model sentences are embedded with and the question's vector in its space: the
+    /// chunks' model and `qv`, or the sentence model and the question embedded by it (through
+    /// the cache, so trimming and the sentence signal embed it once). `None` without a model
+    /// or, for the chunks' model, without `qv`.
+    pub(crate) fn sentence_space(
+        &self,
+        query: &str,
+        qv: Option<&[f32]>,
+    ) -> Result<Option<SentenceSpace<'a>>, RetrieveError> {
+        match (self.sentence_embedder, self.embedder, qv) {
+            (Some(s), _, _) => {
+                let v = self.cache.embed(s, &[query], EmbedKind::Query)?;
+                Ok(v.first().map(|v| (s, v.to_vec())))
+            }
+            (None, Some(e), Some(qv)) => Ok(Some((e, qv.to_vec()))),
+            _ => Ok(None),
         }
     }
 
@@ -503,7 +536,7 @@ impl<'a> Retriever<'a> {
     /// sentence is dropped and its slot goes to the next hit, which is trimmed in the pool of
     /// the answer it joins (trimming's lexical top is over the whole answer), so the first
     /// round is exactly the untouched top-k trim. `trimming` is what trims: the options, the
-    /// question's vector and the model.
+    /// question's vector and the model, both in the sentence vectors' space.
     fn trim_filling(
         &self,
         (topts, query_vec, embedder): (&TrimOptions, &[f32], &dyn Embedder),
@@ -520,7 +553,8 @@ impl<'a> Retriever<'a> {
             let end = (next + top_k - answer.len()).min(hits.len());
             let batch = self.fetch(&hits[next..end])?;
             if next == 0 {
-                let model = Some(embedder.model_id());
+                // The chunks' model: its tokenizer counts the answer's tokens.
+                let model = self.embedder.map(|e| e.model_id());
                 baseline = batch.iter().map(|c| Untrimmed::of(c, model)).collect();
             }
             next = end;
@@ -639,8 +673,12 @@ impl<'a> Retriever<'a> {
         notes: &mut SearchNotes,
     ) -> Result<(Filled, Option<f64>), RetrieveError> {
         let t = Instant::now();
-        let trimming = match (&opts.trim, qv, self.embedder) {
-            (Some(topts), Some(qv), Some(e)) => Some((topts, qv, e)),
+        let sentence_space = match &opts.trim {
+            Some(_) => self.sentence_space(query, qv)?,
+            None => None,
+        };
+        let trimming = match (&opts.trim, &sentence_space) {
+            (Some(topts), Some((e, sqv))) => Some((topts, sqv.as_slice(), *e)),
             _ => None,
         };
         let ranked = RetrieveOptions {
@@ -1374,6 +1412,112 @@ mod tests {
             ..Default::default()
         };
         assert!(r.retrieve("cat", &bad, &Filter::default()).is_err());
+    }
+
+    /// A model that puts every text at the same point: every sentence matches every question.
+    #[derive(Default)]
+    struct SamePoint {
+        texts: std::sync::atomic::AtomicUsize,
+    }
+
+    impl Embedder for SamePoint {
+        fn model_id(&self) -> &str {
+            "fake-same-point"
+        }
+        fn dimensions(&self) -> usize {
+            4
+        }
+        fn max_input_tokens(&self) -> usize {
+            512
+        }
+        fn tokenizer(&self) -> &dyn bib_text::tokens::TokenCounter {
+            &bib_text::tokens::EstimateCounter
+        }
+        fn embed(
+            &self,
+            texts: &[&str],
+            _kind: EmbedKind,
+        ) -> Result<Vec<Vec<f32>>, bib_embed::EmbedError> {
+            self.texts
+                .fetch_add(texts.len(), std::sync::atomic::Ordering::SeqCst);
+            Ok(texts.iter().map(|_| vec![0.5; 4]).collect())
+        }
+    }
+
+    /// With a sentence model, the chunks are ranked by the chunks' model and trimmed in the
+    /// sentence model's space, the question embedded by each; the chunks' model embeds no
+    /// sentence.
+    #[test]
+    fn a_sentence_model_trims_in_its_own_space() {
+        let e = FakeEmbedder::default();
+        let ix = index(&e);
+        let chunk_texts = e.texts.load(std::sync::atomic::Ordering::SeqCst);
+        let same = SamePoint::default();
+        let cache = EmbeddingCache::default();
+        let opts = |trim| RetrieveOptions {
+            top_k: 3,
+            mode: Mode::Vector,
+            trim,
+            ..Default::default()
+        };
+        // Only sentences at cosine ≥ 0.55 to the question survive (under the chunks' model,
+        // only those about cats).
+        let strict = TrimOptions {
+            threshold: 0.55,
+            min_sentences: 0,
+            lexical_top: 0,
+            window: 0,
+            ..TrimOptions::default()
+        };
+        let split = Retriever::new(&ix, Some(&e), &cache).with_sentence_model(Some(&same));
+        let untrimmed = split
+            .retrieve("cat", &opts(None), &Filter::default())
+            .unwrap();
+        let res = split
+            .retrieve("cat", &opts(Some(strict)), &Filter::default())
+            .unwrap();
+        let paths = |r: &RetrievalResult| -> Vec<String> {
+            r.chunks.iter().map(|c| c.chunk.path.clone()).collect()
+        };
+        assert_eq!(res.chunks.len(), 3);
+        assert_eq!(paths(&res), paths(&untrimmed), "the chunks' model ranks");
+        for c in &res.chunks {
+            let t = c.trim.as_ref().expect("trimmed");
+            assert_eq!(
+                t.sentences_kept.len(),
+                t.sentences_total,
+                "{}",
+                c.chunk.path
+            );
+        }
+        assert_eq!(
+            e.texts.load(std::sync::atomic::Ordering::SeqCst) - chunk_texts,
+            1,
+            "the chunks' model embeds the question only"
+        );
+        assert!(same.texts.load(std::sync::atomic::Ordering::SeqCst) > 1);
+        // Without the sentence model the same trimming keeps fewer sentences.
+        let own = Retriever::new(&ix, Some(&e), &cache)
+            .retrieve("cat", &opts(Some(strict)), &Filter::default())
+            .unwrap();
+        let kept = |r: &RetrievalResult| -> usize {
+            r.chunks
+                .iter()
+                .filter_map(|c| c.trim.as_ref())
+                .map(|t| t.sentences_kept.len())
+                .sum()
+        };
+        let total = |r: &RetrievalResult| -> usize {
+            r.chunks
+                .iter()
+                .filter_map(|c| c.trim.as_ref())
+                .map(|t| t.sentences_total)
+                .sum()
+        };
+        assert!(
+            kept(&own) < total(&own),
+            "the chunks' model drops sentences"
+        );
     }
 
     /// A result whose trimming keeps nothing gives its slot to the next result, which joins
