@@ -749,7 +749,10 @@ impl Weights {
     /// (not normalised).
     fn forward(&self, segments: &[&[u32]], par: bool) -> Vec<Vec<f32>> {
         let h = self.hidden;
-        let a = self.hidden_states(segments, par);
+        let mut a = self.embed_tokens(segments);
+        for ly in &self.layers {
+            self.layer(ly, &mut a, par);
+        }
         a.bounds
             .iter()
             .map(|&(lo, hi)| {
@@ -764,16 +767,6 @@ impl Weights {
                 mean
             })
             .collect()
-    }
-
-    /// The final hidden state of every token of `segments` (rows of `x`, each segment's rows
-    /// at its `bounds`).
-    fn hidden_states(&self, segments: &[&[u32]], par: bool) -> Activations {
-        let mut a = self.embed_tokens(segments);
-        for ly in &self.layers {
-            self.layer(ly, &mut a, par);
-        }
-        a
     }
 
     /// The embedding layer: word (expanded from Q4) + position + token type, then its layer
@@ -1053,77 +1046,6 @@ impl E5Small {
             v.iter_mut().for_each(|x| *x /= norm);
         }
         out
-    }
-}
-
-impl E5Small {
-    /// Contextual vectors of the byte ranges `spans` of `text` (sorted, disjoint, on char
-    /// boundaries), `text` embedded as a passage: one encoder pass over the whole text (window
-    /// by window), each span's vector the normalised mean of its tokens' final hidden states.
-    /// The text is tokenized span by span (each with the whitespace before it), which is how
-    /// the whole text tokenizes when spans start at words. A span with no token: `None`.
-    pub fn embed_spans(
-        &self,
-        text: &str,
-        spans: &[std::ops::Range<usize>],
-    ) -> Vec<Option<Vec<f32>>> {
-        let mut ids: Vec<u32> = Vec::new();
-        let mut ranges = Vec::with_capacity(spans.len());
-        let mut prev = 0;
-        for (k, s) in spans.iter().enumerate() {
-            let mut seg = String::new();
-            if k == 0 {
-                seg.push_str(prefix(EmbedKind::Passage));
-            }
-            seg.push_str(&text[prev.min(s.start)..s.end]);
-            let t = self.tok.encode(&seg);
-            let own = self.tok.encode(&text[s.start..s.end]).len().min(t.len());
-            let start = ids.len() + t.len() - own;
-            ids.extend(t);
-            ranges.push(start..ids.len());
-            prev = s.end;
-        }
-        let width = self.w.max_pos.min(MAX_INPUT_TOKENS) - 2;
-        let windows: Vec<Vec<u32>> = ids
-            .chunks(width.max(1))
-            .map(|c| {
-                let mut v = Vec::with_capacity(c.len() + 2);
-                v.push(self.tok.bos);
-                v.extend_from_slice(c);
-                v.push(self.tok.eos);
-                v
-            })
-            .collect();
-        let h = self.w.hidden;
-        let segs: Vec<&[u32]> = windows.iter().map(Vec::as_slice).collect();
-        let states = if segs.is_empty() {
-            None
-        } else {
-            Some(
-                self.w
-                    .hidden_states(&segs, rayon::current_num_threads() > 1),
-            )
-        };
-        ranges
-            .iter()
-            .map(|r| {
-                let a = states.as_ref()?;
-                if r.is_empty() {
-                    return None;
-                }
-                let mut v = vec![0f32; h];
-                for p in r.clone() {
-                    let (w, at) = (p / width, p % width);
-                    let row = a.bounds[w].0 + 1 + at;
-                    for (o, x) in v.iter_mut().zip(&a.x[row * h..(row + 1) * h]) {
-                        *o += x;
-                    }
-                }
-                let norm = v.iter().map(|x| x * x).sum::<f32>().max(1e-12).sqrt();
-                v.iter_mut().for_each(|x| *x /= norm);
-                Some(v)
-            })
-            .collect()
     }
 }
 
