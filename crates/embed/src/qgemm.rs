@@ -593,8 +593,8 @@ mod vnni {
     const PREFETCH_ROWS: usize = 4 * ROWS;
 
     /// Dispatch `n` rows × `c` tiles to the kernel instantiated for that shape, prefetching
-    /// the weights of the `ahead` tiles after them (only in full steps, which are all a
-    /// query's steps but its last column tiles').
+    /// the weights of the `ahead` tiles after them (only in full 4 × 3 steps: a 16-row
+    /// query's steps are all full but those of its last column tiles).
     ///
     /// # Safety
     /// As [`tile`].
