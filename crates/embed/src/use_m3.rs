@@ -70,10 +70,10 @@ pub const PACKED_FILE: &str = "use-m3.bin";
 pub const SP_CACHE_FILE: &str = "sp.cache";
 
 const PACK_MAGIC: &[u8; 8] = b"BIBUSEM3";
-/// The header's optional `quantized` and `quantized_head` entries (the 8-bit matrices of
-/// [`Int8`], after the table) kept the version at 1: an older bib ignores them (or the second)
-/// and reads the rest, and a file without them (packed by an older bib) loads here and is
-/// completed in place by the first integer load ([`repack`]).
+/// The header's optional `quantized` entries (the 8-bit per-token matrices of [`Int8`], after
+/// the table) kept the version at 1: an older bib ignores them and reads the rest, and a file
+/// without them (packed by an older bib) loads here and is completed in place by the first
+/// integer load ([`repack`]).
 const PACK_VERSION: u32 = 1;
 /// [`pack_weights`] pads the header so the tensors start at a multiple of this, which lets
 /// [`Weights::from_packed`] read them straight from a memory map.
@@ -174,34 +174,21 @@ struct Weights {
     p3: Mat,
     d3: Mat,
     eps: f32,
-    /// The integer form of the per-token products and of the first per-text ones, when they
-    /// run that way.
+    /// The integer form of the per-token products, when they run that way.
     int8: Option<Int8>,
     /// The compiled version of the element-wise kernels.
     isa: Isa,
 }
 
-/// The per-token matrices and the first five per-text ones as 8-bit weights, and the kernel
-/// that multiplies them.
-///
-/// The per-text head (after pooling) runs on a micro-batch's few dozen rows, where the f32
-/// GEMM repacked each weight matrix on every call: in 8 bits its first five products take a
-/// 20-word pass from ~4,100 to ~4,900 texts per second. The last two (`p3`, `d3`, straight
-/// into the output's tanh) stay f32: in 8 bits they alone take the worst cosine to the f32
-/// model from 0.99980 to 0.99960 (BENCHMARKS.md, "use-m3's per-text head in 8 bits").
+/// The per-token matrices as 8-bit weights, and the kernel that multiplies them.
 struct Int8 {
     kernel: Kernel,
     proj: QMatrix,
     w1: [QMatrix; 3],
     w2: [QMatrix; 3],
-    /// `cnn_W`, `d0`, `p1`, `d1`, `d2`: [`HEAD_CNN`] … [`HEAD_D2`].
-    head: [QMatrix; 5],
-    /// Zeros for the head's products (their biases are added apart, or they have none).
-    zeros: Vec<f32>,
 }
 
-/// The per-token matrices [`Int8`] holds (f32 tensors `[in, out]`), in its order and the
-/// packed file's (its `quantized` entries).
+/// The matrices [`Int8`] holds (f32 tensors `[in, out]`), in its order and the packed file's.
 const INT8_TENSORS: [(&str, usize, usize); 7] = [
     ("proj_w", EMB, 3 * CNN),
     ("w1_2", 2 * CNN, CNN),
@@ -212,87 +199,44 @@ const INT8_TENSORS: [(&str, usize, usize); 7] = [
     ("w2_5", 5 * CNN, CNN),
 ];
 
-/// The per-text matrices [`Int8`] holds, after [`INT8_TENSORS`] (the packed file's
-/// `quantized_head` entries: a list of their own, which a bib that knows only `quantized`
-/// ignores).
-const HEAD_TENSORS: [(&str, usize, usize); 5] = [
-    ("cnn_W", FEAT, EMB),
-    ("d0", EMB, 320),
-    ("p1", EMB, 320),
-    ("d1", 320, 320),
-    ("d2", 320, EMB),
-];
-
-/// Every matrix [`Int8`] holds, in its order: [`INT8_TENSORS`] then [`HEAD_TENSORS`].
-fn int8_tensors() -> impl Iterator<Item = &'static (&'static str, usize, usize)> {
-    INT8_TENSORS.iter().chain(&HEAD_TENSORS)
-}
-
-/// Indices into [`Int8::head`].
-const HEAD_CNN: usize = 0;
-const HEAD_D0: usize = 1;
-const HEAD_P1: usize = 2;
-const HEAD_D1: usize = 3;
-const HEAD_D2: usize = 4;
-
 impl Int8 {
     /// From the matrices in [`INT8_TENSORS`] order.
     fn new(kernel: Kernel, mats: Vec<QMatrix>) -> Self {
         // `from_fn` fills in index order, so the matrices come out in the order they went in.
         let mut q = mats.into_iter();
-        let mut next = || q.next().expect("twelve matrices");
+        let mut next = || q.next().expect("seven matrices");
         let proj = next();
         let w1 = std::array::from_fn(|_| next());
         let w2 = std::array::from_fn(|_| next());
-        let head = std::array::from_fn(|_| next());
         Self {
             kernel,
             proj,
             w1,
             w2,
-            head,
-            zeros: vec![0.0; EMB],
         }
     }
 
-    /// `x · m` for head matrix `head[i]` (`x` row-major, its rows quantized to 8 bits per
-    /// block as the per-token products' are).
-    fn head_product(&self, i: usize, x: ArrayView2<'_, f32>) -> Array2<f32> {
-        let m = &self.head[i];
-        let x = x.as_standard_layout();
-        let flat = x.as_slice().expect("a standard-layout array is contiguous");
-        let q = Q8Rows::quantize(flat, m.cols());
-        let mut y = Array2::<f32>::zeros((x.nrows(), m.rows()));
-        let out = y.as_slice_mut().expect("a new array is contiguous");
-        qgemm::matmul(self.kernel, &q, m, &self.zeros[..m.rows()], out);
-        y
-    }
-
-    /// Quantize the f32 matrices of [`int8_tensors`] (`[in, out]` each, in that order), on
+    /// Quantize the f32 matrices of [`INT8_TENSORS`] (`[in, out]` each, in that order), on
     /// the rayon pool. About 30 ms on this machine's cores: a load reads them from the packed
     /// file instead.
-    fn quantize(kernel: Kernel, f32s: [&[f32]; 12]) -> Self {
-        let shapes: Vec<_> = int8_tensors().collect();
-        let mats = shapes
+    fn quantize(kernel: Kernel, f32s: [&[f32]; 7]) -> Self {
+        let mats = INT8_TENSORS
             .par_iter()
             .zip(f32s)
-            .map(|(&&(_, inp, out), w)| QMatrix::quantize(out, inp, |o, k| w[k * out + o]))
+            .map(|(&(_, inp, out), w)| QMatrix::quantize(out, inp, |o, k| w[k * out + o]))
             .collect();
         Self::new(kernel, mats)
     }
 
     fn mats(&self) -> impl Iterator<Item = &QMatrix> {
-        std::iter::once(&self.proj)
-            .chain(&self.w1)
-            .chain(&self.w2)
-            .chain(&self.head)
+        std::iter::once(&self.proj).chain(&self.w1).chain(&self.w2)
     }
 
     /// Append the matrices to `data` (weights, then scales, each matrix's at an offset that
-    /// keeps the scales 4-aligned when `data` is), returning where they went: the per-token
-    /// matrices' entries and the head's.
-    fn append_to(&self, data: &mut Vec<u8>) -> (Vec<PackQuantized>, Vec<PackQuantized>) {
-        let mut all: Vec<PackQuantized> = int8_tensors()
+    /// keeps the scales 4-aligned when `data` is), returning where they went.
+    fn append_to(&self, data: &mut Vec<u8>) -> Vec<PackQuantized> {
+        INT8_TENSORS
+            .iter()
             .zip(self.mats())
             .map(|(&(name, inp, out), m)| {
                 let (q, d) = m.parts();
@@ -310,14 +254,11 @@ impl Int8 {
                     d_offset,
                 }
             })
-            .collect();
-        let head = all.split_off(INT8_TENSORS.len());
-        (all, head)
+            .collect()
     }
 
     /// The matrices stored in a packed file (`data_start` is where its data begins), or
-    /// `None` for a file without them or with fewer (packed by an older bib); an error when
-    /// they do not fit.
+    /// `None` for a file without them (packed by an older bib); an error when they do not fit.
     fn from_packed(
         kernel: Kernel,
         file: &MappedFile,
@@ -325,19 +266,14 @@ impl Int8 {
         data_start: usize,
         path: &Path,
     ) -> Result<Option<Self>, EmbedError> {
-        // Older bibs stored none, then only the per-token ones: all quantized anew (and the
-        // file completed by `repack`).
-        if header.quantized.is_empty() || header.quantized_head.is_empty() {
+        if header.quantized.is_empty() {
             return Ok(None);
         }
-        if header.quantized.len() != INT8_TENSORS.len()
-            || header.quantized_head.len() != HEAD_TENSORS.len()
-        {
+        if header.quantized.len() != INT8_TENSORS.len() {
             return Err(bad(path, "wrong number of quantized matrices"));
         }
-        let stored = header.quantized.iter().chain(&header.quantized_head);
-        let mut mats = Vec::with_capacity(INT8_TENSORS.len() + HEAD_TENSORS.len());
-        for (t, &(name, inp, out)) in stored.zip(int8_tensors()) {
+        let mut mats = Vec::with_capacity(INT8_TENSORS.len());
+        for (t, &(name, inp, out)) in header.quantized.iter().zip(&INT8_TENSORS) {
             let at = |offset: usize| data_start.checked_add(offset);
             let m = (t.name == name && t.inp == inp && t.out == out)
                 .then(|| {
@@ -446,13 +382,7 @@ impl Weights {
             Products::Int8(kernel) => Some(stored.unwrap_or_else(|| {
                 let [a, b, c] = &w1;
                 let [d, e, f] = &w2;
-                Int8::quantize(
-                    kernel,
-                    [
-                        &proj_w.w, &a.w, &b.w, &c.w, &d.w, &e.w, &f.w, &cnn_w.w, &d0.w, &p1.w,
-                        &d1.w, &d2.w,
-                    ],
-                )
+                Int8::quantize(kernel, [&proj_w.w, &a.w, &b.w, &c.w, &d.w, &e.w, &f.w])
             })),
             Products::F32 => None,
         };
@@ -510,7 +440,7 @@ impl Weights {
     /// now; the f32 tensors (14 MB), the table (65 MB) and the 8-bit matrices (2 MB) are
     /// windows of the map, read by the forward pass page by page. Tensors of a file packed
     /// without alignment (older installs) are copied instead, and a file without the 8-bit
-    /// matrices or with fewer (packed by an older bib) has them quantized now; `current` then reports
+    /// matrices (packed by an older bib) has them quantized now; `current` then reports
     /// false, and the caller rewrites the file ([`repack`]).
     fn from_packed(path: &Path, products: Products) -> Result<(Self, bool), EmbedError> {
         let file = MappedFile::open(path).map_err(io_failed(path))?;
@@ -564,9 +494,8 @@ fn packed_header(bytes: &[u8], path: &Path) -> Result<(PackHeader, usize), Embed
 }
 
 /// Rewrite a packed file written by an older bib so the next load maps everything: tensors
-/// not aligned (written before [`PACK_ALIGN`]) get the header padded, and a file without the
-/// 8-bit matrices, or with only some of them, gets them all (`int8`, just quantized from its
-/// tensors) after the table. The tensors and the
+/// not aligned (written before [`PACK_ALIGN`]) get the header padded, and a file without them gets
+/// the 8-bit matrices (`int8`, just quantized from its tensors) appended. The tensors and the
 /// table keep their bytes. Best effort: a read-only model directory just stays as it is.
 fn repack(path: &Path, int8: Option<&Int8>) -> Result<(), EmbedError> {
     let io = io_failed(path);
@@ -574,12 +503,10 @@ fn repack(path: &Path, int8: Option<&Int8>) -> Result<(), EmbedError> {
     let (mut header, data_start) = packed_header(&bytes, path)?;
     let mut data = bytes[data_start..].to_vec();
     drop(bytes);
-    if let Some(q) =
-        int8.filter(|_| header.quantized.is_empty() || header.quantized_head.is_empty())
-    {
+    if let Some(q) = int8.filter(|_| header.quantized.is_empty()) {
         // The table ends at a multiple of 512 bytes; the matrices start aligned after it.
         data.truncate(header.table_offset + header.table_rows * EMB);
-        (header.quantized, header.quantized_head) = q.append_to(&mut data);
+        header.quantized = q.append_to(&mut data);
     }
     let out = packed_file(&header, &data, path)?;
     let tmp = crate::models::private_tmp(path);
@@ -630,9 +557,6 @@ struct PackHeader {
     /// Empty in files packed by an older bib.
     #[serde(default)]
     quantized: Vec<PackQuantized>,
-    /// [`HEAD_TENSORS`]; empty in files packed by an older bib.
-    #[serde(default)]
-    quantized_head: Vec<PackQuantized>,
     eps: f32,
 }
 
@@ -757,15 +681,12 @@ pub fn pack_weights(npz: &Path, out: &Path) -> Result<(), EmbedError> {
     let table_offset = data.len();
     data.extend_from_slice(&table);
     let f32 = |name: &str| f32s.get(name).map_or(&[][..], Vec::as_slice);
-    let names: Vec<&str> = int8_tensors().map(|t| t.0).collect();
-    let int8 = Int8::quantize(Kernel::Portable, std::array::from_fn(|i| f32(names[i])));
-    let (quantized, quantized_head) = int8.append_to(&mut data);
+    let int8 = Int8::quantize(Kernel::Portable, INT8_TENSORS.map(|(name, _, _)| f32(name)));
     let header = PackHeader {
         tensors,
         table_offset,
         table_rows: table.len() / EMB,
-        quantized,
-        quantized_head,
+        quantized: int8.append_to(&mut data),
         eps,
     };
     let file = packed_file(&header, &data, out)?;
@@ -972,12 +893,7 @@ impl UseM3 {
             }
             at += s.len();
         }
-        // The head's first five products in 8 bits when the per-token ones are ([`Int8`]).
-        let product = |i: usize, m: &Mat, x: ArrayView2<'_, f32>| match &w.int8 {
-            Some(q) => Ok(q.head_product(i, x)),
-            None => m.apply(x),
-        };
-        let mut mean = product(HEAD_CNN, &w.cnn_w, sums.view())?;
+        let mut mean = w.cnn_w.apply(sums.view())?;
         let cnn_b = aview1(&w.cnn_b);
         for (j, s) in seqs.iter().enumerate() {
             let len = s.len() as f32;
@@ -987,12 +903,12 @@ impl UseM3 {
         }
 
         let relu = |a: &mut Array2<f32>| a.mapv_inplace(|v| v.max(0.0));
-        let mut y0 = product(HEAD_D0, &w.d0, mean.view())?;
+        let mut y0 = w.d0.apply(mean.view())?;
         relu(&mut y0);
-        let mut y1 = product(HEAD_P1, &w.p1, mean.view())?;
-        y1 += &product(HEAD_D1, &w.d1, y0.view())?;
+        let mut y1 = w.p1.apply(mean.view())?;
+        y1 += &w.d1.apply(y0.view())?;
         relu(&mut y1);
-        let mut y2 = product(HEAD_D2, &w.d2, y1.view())?;
+        let mut y2 = w.d2.apply(y1.view())?;
         relu(&mut y2);
         let mut z = w.p3.apply(y1.view())?;
         z += &w.d3.apply(y2.view())?;

@@ -180,10 +180,9 @@ fn a_misaligned_packed_file_embeds_the_same_and_is_realigned() {
 
 #[test]
 fn an_old_packed_file_is_upgraded_to_what_a_fresh_pack_writes() {
-    // Files packed before the 8-bit matrices were stored (tensors and table only), and those
-    // packed before the per-text head's were (`quantized` but no `quantized_head`), load,
+    // Files packed before the 8-bit matrices were stored (tensors and table only) load,
     // quantizing at load, and are rewritten with the bytes `pack_weights` writes now (the
-    // same format version: an older bib reads the new files, ignoring what it does not know).
+    // same format version: an older bib reads the new files, ignoring the matrices).
     let Some(installed) = load_model() else {
         return;
     };
@@ -203,60 +202,46 @@ fn an_old_packed_file_is_upgraded_to_what_a_fresh_pack_writes() {
     bib_embed::use_m3::pack_weights(&npz, &packed).unwrap();
     let fresh = std::fs::read(&packed).unwrap();
     assert_eq!(u32::from_le_bytes(fresh[8..12].try_into().unwrap()), 1);
+
+    // The same file as an older bib wrote it: no `quantized` entry, data ending with the table.
     let header_len = u32::from_le_bytes(fresh[12..16].try_into().unwrap()) as usize;
-    let header: serde_json::Value = serde_json::from_slice(&fresh[16..16 + header_len]).unwrap();
+    let mut header: serde_json::Value =
+        serde_json::from_slice(&fresh[16..16 + header_len]).unwrap();
     let table_end = header["table_offset"].as_u64().unwrap() as usize
         + header["table_rows"].as_u64().unwrap() as usize * 512;
-    let head_start = header["quantized_head"][0]["q_offset"].as_u64().unwrap() as usize;
-    assert!(
-        head_start > table_end,
-        "the head's matrices follow the per-token ones"
-    );
+    header.as_object_mut().unwrap().remove("quantized");
+    let mut json = serde_json::to_vec(&header).unwrap();
+    json.resize((16 + json.len()).next_multiple_of(64) - 16, b' ');
+    let mut old = b"BIBUSEM3".to_vec();
+    old.extend_from_slice(&1u32.to_le_bytes());
+    old.extend_from_slice(&(json.len() as u32).to_le_bytes());
+    old.extend_from_slice(&json);
     let data = &fresh[16 + header_len..];
+    old.extend_from_slice(&data[..table_end]);
+    std::fs::write(&packed, &old).unwrap();
 
-    // The same file as older bibs wrote it: without the entries they did not know, the data
-    // ending where those entries' matrices would start.
-    for (dropped, data_end) in [
-        (&["quantized", "quantized_head"][..], table_end),
-        (&["quantized_head"][..], head_start),
-    ] {
-        let mut header = header.clone();
-        for key in dropped {
-            header.as_object_mut().unwrap().remove(*key);
-        }
-        let mut json = serde_json::to_vec(&header).unwrap();
-        json.resize((16 + json.len()).next_multiple_of(64) - 16, b' ');
-        let mut old = b"BIBUSEM3".to_vec();
-        old.extend_from_slice(&1u32.to_le_bytes());
-        old.extend_from_slice(&(json.len() as u32).to_le_bytes());
-        old.extend_from_slice(&json);
-        old.extend_from_slice(&data[..data_end]);
-        std::fs::write(&packed, &old).unwrap();
-
-        let q = "¿Cómo firmo un paquete NuGet con un certificado?";
-        let want = installed.embed(&[q], EmbedKind::Query).unwrap();
-        // f32 products need nothing more: the file stays as it is. (Integer and f32 products
-        // differ by up to ~3e-4 in cosine, most of it from the 8-bit per-text head.)
-        let f32 = UseM3::load_with(dir.path(), Products::F32).unwrap();
-        assert!(cosine(&f32.embed(&[q], EmbedKind::Query).unwrap()[0], &want[0]) > 0.9995);
-        assert_eq!(std::fs::read(&packed).unwrap(), old);
-        // Integer products quantize at load (the same matrices) and upgrade the file — with
-        // the best integer kernel this CPU has (the portable one where there is no SIMD
-        // kernel, where the default products, and so `want`, are f32).
-        let int8 = Products::Int8(Kernel::detect());
-        let upgrading = UseM3::load_with(dir.path(), int8).unwrap();
-        let got = upgrading.embed(&[q], EmbedKind::Query).unwrap();
-        if Products::default() == int8 {
-            assert_eq!(got, want, "without {dropped:?}");
-        } else {
-            assert!(cosine(&got[0], &want[0]) > 0.999);
-        }
-        assert_eq!(
-            std::fs::read(&packed).unwrap(),
-            fresh,
-            "upgraded to a fresh pack, without {dropped:?}"
-        );
-        let upgraded = UseM3::load_with(dir.path(), int8).unwrap();
-        assert_eq!(upgraded.embed(&[q], EmbedKind::Query).unwrap(), got);
+    let q = "¿Cómo firmo un paquete NuGet con un certificado?";
+    let want = installed.embed(&[q], EmbedKind::Query).unwrap();
+    // f32 products need nothing more: the file stays as it is.
+    let f32 = UseM3::load_with(dir.path(), Products::F32).unwrap();
+    assert!(cosine(&f32.embed(&[q], EmbedKind::Query).unwrap()[0], &want[0]) > 0.9999);
+    assert_eq!(std::fs::read(&packed).unwrap(), old);
+    // Integer products quantize at load (the same matrices) and upgrade the file — with the
+    // best integer kernel this CPU has (the portable one where there is no SIMD kernel, where the
+    // default products, and so `want`, are f32).
+    let int8 = Products::Int8(Kernel::detect());
+    let upgrading = UseM3::load_with(dir.path(), int8).unwrap();
+    let got = upgrading.embed(&[q], EmbedKind::Query).unwrap();
+    if Products::default() == int8 {
+        assert_eq!(got, want);
+    } else {
+        assert!(cosine(&got[0], &want[0]) > 0.999);
     }
+    assert_eq!(
+        std::fs::read(&packed).unwrap(),
+        fresh,
+        "upgraded to a fresh pack"
+    );
+    let upgraded = UseM3::load_with(dir.path(), int8).unwrap();
+    assert_eq!(upgraded.embed(&[q], EmbedKind::Query).unwrap(), got);
 }
