@@ -398,8 +398,12 @@ fn wanted_set_names(a: &Args) -> anyhow::Result<Vec<&str>> {
 /// The command line and the model, retrieval and trimming settings of the run.
 fn print_run_header(cmd: &str, a: &Args, alpha: f64, trim: &TrimOptions) {
     println!("command: {cmd}");
+    let sentences = match &a.sentence_model {
+        Some(m) if *m != a.model => format!(" (sentences: {m})"),
+        _ => String::new(),
+    };
     println!(
-        "model {} · mode {} · fusion {} (α {alpha:.2}) · trim: threshold {:.2}, lexical top {}, window {}, min {}, structure {}",
+        "model {}{sentences} · mode {} · fusion {} (α {alpha:.2}) · trim: threshold {:.2}, lexical top {}, window {}, min {}, structure {}",
         a.model,
         a.mode,
         a.fusion.as_str(),
@@ -493,7 +497,9 @@ impl WikiRun<'_> {
         std::fs::write(
             p,
             serde_json::to_string_pretty(&json!({
-                "bench": "wiki", "command": cmd, "model": a.model, "terms": self.terms.id(),
+                "bench": "wiki", "command": cmd, "model": a.model,
+                "sentence_model": a.sentence_model.as_deref().unwrap_or(&a.model),
+                "terms": self.terms.id(),
                 "mode": mode.as_str(), "fusion": fusion.as_str(), "fusion_alpha": alpha,
                 "trim": {"threshold": trim.threshold, "lexical_top": trim.lexical_top,
                          "window": trim.window, "min_sentences": trim.min_sentences},
