@@ -118,7 +118,7 @@ impl Retriever<'_> {
             true => self.sentence_space(query, qv)?,
             false => None,
         };
-        let want_cos = space.as_ref().map(|(e, v)| (*e, v.as_slice()));
+        let want_cos = space.as_ref().map(|(e, v)| (*e, v.as_ref()));
         let want_lex = (sig.sentence_lex > 0.0).then_some(cfg);
         if want_cos.is_none() && want_lex.is_none() {
             return Ok(());

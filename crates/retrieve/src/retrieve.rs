@@ -299,8 +299,9 @@ impl SearchNotes {
     }
 }
 
-/// The model sentences are compared with and the question's vector in its space.
-pub(crate) type SentenceSpace<'a> = (&'a dyn Embedder, Vec<f32>);
+/// The model sentences are compared with and the question's vector in its space (borrowed
+/// when it is the chunks' model's vector).
+pub(crate) type SentenceSpace<'a, 'q> = (&'a dyn Embedder, std::borrow::Cow<'q, [f32]>);
 
 /// Hybrid retrieval over a [`ChunkIndex`].
 pub struct Retriever<'a> {
@@ -353,17 +354,17 @@ impl<'a> Retriever<'a> {
     /// chunks' model and `qv`, or the sentence model and the question embedded by it (through
     /// the cache, so trimming and the sentence signal embed it once). `None` without a model
     /// or, for the chunks' model, without `qv`.
-    pub(crate) fn sentence_space(
+    pub(crate) fn sentence_space<'q>(
         &self,
         query: &str,
-        qv: Option<&[f32]>,
-    ) -> Result<Option<SentenceSpace<'a>>, RetrieveError> {
+        qv: Option<&'q [f32]>,
+    ) -> Result<Option<SentenceSpace<'a, 'q>>, RetrieveError> {
         match (self.sentence_embedder, self.embedder, qv) {
             (Some(s), _, _) => {
                 let v = self.cache.embed(s, &[query], EmbedKind::Query)?;
-                Ok(v.first().map(|v| (s, v.to_vec())))
+                Ok(v.first().map(|v| (s, v.to_vec().into())))
             }
-            (None, Some(e), Some(qv)) => Ok(Some((e, qv.to_vec()))),
+            (None, Some(e), Some(qv)) => Ok(Some((e, qv.into()))),
             _ => Ok(None),
         }
     }
@@ -678,7 +679,7 @@ impl<'a> Retriever<'a> {
             None => None,
         };
         let trimming = match (&opts.trim, &sentence_space) {
-            (Some(topts), Some((e, sqv))) => Some((topts, sqv.as_slice(), *e)),
+            (Some(topts), Some((e, sqv))) => Some((topts, sqv.as_ref(), *e)),
             _ => None,
         };
         let ranked = RetrieveOptions {
