@@ -261,9 +261,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         Some(m) if *m != a.model => Some(crate::load_embedder(m)?),
         _ => None,
     };
-    let sentence_model = sentence_embedder
-        .as_ref()
-        .map_or(a.model.as_str(), |e| e.model_id());
+    let sentence_model = sentence_model_of(&a, sentence_embedder.as_deref());
     let alpha = a
         .fusion_alpha
         .unwrap_or_else(|| bib_retrieve::retrieve::calibrated_alpha(&a.model));
@@ -279,7 +277,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         ..ASK_PROFILE
     };
     let cmd = command_line();
-    print_run_header(&cmd, &a, alpha, &trim);
+    print_run_header(&cmd, &a, sentence_model, alpha, &trim);
     let thresholds = if a.thresholds.is_empty() {
         vec![0.2, 0.3, USE_M3_THRESHOLD]
     } else {
@@ -395,12 +393,19 @@ fn wanted_set_names(a: &Args) -> anyhow::Result<Vec<&str>> {
     Ok(wanted)
 }
 
+/// The model of the sentence vectors: `--sentence-model`'s (loaded as `sentence_embedder`
+/// when it differs), else `--model`'s.
+fn sentence_model_of<'a>(a: &'a Args, sentence_embedder: Option<&'a dyn Embedder>) -> &'a str {
+    sentence_embedder.map_or(a.model.as_str(), |e| e.model_id())
+}
+
 /// The command line and the model, retrieval and trimming settings of the run.
-fn print_run_header(cmd: &str, a: &Args, alpha: f64, trim: &TrimOptions) {
+fn print_run_header(cmd: &str, a: &Args, sentence_model: &str, alpha: f64, trim: &TrimOptions) {
     println!("command: {cmd}");
-    let sentences = match &a.sentence_model {
-        Some(m) if *m != a.model => format!(" (sentences: {m})"),
-        _ => String::new(),
+    let sentences = if sentence_model == a.model {
+        String::new()
+    } else {
+        format!(" (sentences: {sentence_model})")
     };
     println!(
         "model {}{sentences} · mode {} · fusion {} (α {alpha:.2}) · trim: threshold {:.2}, lexical top {}, window {}, min {}, structure {}",
@@ -498,7 +503,7 @@ impl WikiRun<'_> {
             p,
             serde_json::to_string_pretty(&json!({
                 "bench": "wiki", "command": cmd, "model": a.model,
-                "sentence_model": a.sentence_model.as_deref().unwrap_or(&a.model),
+                "sentence_model": sentence_model_of(a, self.sentence_embedder.as_deref()),
                 "terms": self.terms.id(),
                 "mode": mode.as_str(), "fusion": fusion.as_str(), "fusion_alpha": alpha,
                 "trim": {"threshold": trim.threshold, "lexical_top": trim.lexical_top,
