@@ -69,6 +69,10 @@ pub struct Args {
     /// Write the report as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
+    /// Experiment: each abstract's vector is the normalised mean of its sentences' vectors
+    /// (those the sentence signal uses), not a pass over the whole abstract.
+    #[arg(long)]
+    mean_sentence_doc_vectors: bool,
 }
 
 #[derive(Default, Clone, Copy)]
@@ -142,6 +146,11 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         texts,
         vecs,
     } = load_and_embed_scifact_corpus(&a, &data)?;
+    let vecs = if a.mean_sentence_doc_vectors {
+        mean_sentence_vectors(embedder.as_ref(), &texts, &a.cache_dir)?
+    } else {
+        vecs
+    };
 
     let doc_vecs = vecs.clone();
     let ix = build_scifact_memory_index(&a, &docs, &texts, vecs)?;
@@ -637,4 +646,35 @@ fn prefill_sentences(
         all.into_iter().zip(vecs).collect(),
     );
     Ok(())
+}
+
+/// Each text's normalised mean of its sentences' vectors (split as `Prepared::new` splits).
+fn mean_sentence_vectors(
+    e: &dyn bib_embed::Embedder,
+    texts: &[String],
+    cache_dir: &std::path::Path,
+) -> anyhow::Result<Vec<Vec<f32>>> {
+    let mut all: Vec<String> = Vec::new();
+    for t in texts {
+        let p = Prepared::new(t);
+        all.extend((0..p.sentences.len()).map(|i| p.sentence(i).to_string()));
+    }
+    all.sort();
+    all.dedup();
+    let vecs = embed_corpus_cached(e, &all, cache_dir, "scifact-chunk-sentences")?;
+    let by_text: HashMap<&str, &Vec<f32>> = all.iter().map(String::as_str).zip(&vecs).collect();
+    Ok(texts
+        .iter()
+        .map(|t| {
+            let p = Prepared::new(t);
+            let mut mean = vec![0f32; e.dimensions()];
+            for i in 0..p.sentences.len() {
+                for (m, x) in mean.iter_mut().zip(by_text[p.sentence(i)]) {
+                    *m += x;
+                }
+            }
+            let norm = mean.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
+            mean.iter().map(|m| m / norm).collect()
+        })
+        .collect())
 }

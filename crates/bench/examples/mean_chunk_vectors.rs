@@ -1,0 +1,82 @@
+//! Experiment (issues 15/16): a chunk's vector as the normalised mean of its sentences'
+//! vectors (already embedded for trimming), optionally with its heading prefix embedded alone
+//! at weight W, so e5-small would need one pass (the sentences) instead of two. Prints SQL
+//! that rewrites `chunks.embedding` of a copy of a wiki store:
+//! `cargo run --release -p bib-bench --example mean_chunk_vectors -- STORE W | sqlite3 COPY`.
+
+use bib_embed::e5::E5Small;
+use bib_embed::{store_key, EmbedKind, Embedder};
+use bib_store::{SqliteStore, Store, VectorsByHash};
+use bib_text::sentences::chunk_sentences;
+
+fn main() -> anyhow::Result<()> {
+    let path = std::env::args().nth(1).expect("store path");
+    let prefix_weight: f32 = std::env::args().nth(2).map_or(0.0, |w| w.parse().unwrap());
+    let model_id = std::env::args().nth(3).unwrap_or_else(|| "e5-small".into());
+    let own_weight: f32 = std::env::args().nth(4).map_or(0.0, |w| w.parse().unwrap());
+    let store = SqliteStore::open(std::path::Path::new(&path))?;
+    let model = E5Small::load_default()?;
+    let chunks = store.get_chunks(&store.chunk_ids()?)?;
+    println!("BEGIN;");
+    let (mut missing, mut total) = (0, 0);
+    for c in &chunks {
+        let text = c.text();
+        let (offset, spans) = chunk_sentences(&text);
+        let keys: Vec<String> = spans
+            .iter()
+            .map(|s| store_key(&text[offset + s.start..offset + s.end], EmbedKind::Passage))
+            .collect();
+        let found = store.cached_vectors(&model_id, &keys)?;
+        total += keys.len();
+        missing += keys.len() - found.len();
+        let mut mean = vec![0f32; found.first().map_or(384, |(_, v)| v.len())];
+        let weighting = std::env::var("MEAN_WEIGHT").unwrap_or_default();
+        let len_of: std::collections::HashMap<&str, usize> = keys
+            .iter()
+            .map(String::as_str)
+            .zip(spans.iter().map(|s| s.end - s.start))
+            .collect();
+        for (k, v) in &found {
+            let len = len_of[k.as_str()] as f32;
+            let w = match weighting.as_str() {
+                "len" => len,
+                "sqrt" => len.sqrt(),
+                _ => 1.0,
+            };
+            mean.iter_mut().zip(v).for_each(|(m, x)| *m += w * x);
+        }
+        if own_weight > 0.0 {
+            let own = store.get_vectors(&[c.id])?.remove(0).1;
+            let n = mean.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
+            mean.iter_mut()
+                .zip(&own)
+                .for_each(|(m, x)| *m = *m / n + own_weight * x);
+        }
+        let head = text[..offset].trim();
+        if prefix_weight > 0.0 && !head.is_empty() {
+            let v = model.embed(&[head], EmbedKind::Passage)?.remove(0);
+            mean.iter_mut()
+                .zip(&v)
+                .for_each(|(m, x)| *m += prefix_weight * x);
+        }
+        let norm = mean.iter().map(|x| x * x).sum::<f32>().sqrt();
+        if norm == 0.0 {
+            continue;
+        }
+        let hex: String = mean
+            .iter()
+            .flat_map(|x| (x / norm).to_le_bytes())
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        println!(
+            "UPDATE chunks SET embedding = X'{hex}' WHERE id = {};",
+            c.id
+        );
+    }
+    println!("COMMIT;");
+    eprintln!(
+        "{} chunks, {total} sentences, {missing} without a vector",
+        chunks.len()
+    );
+    Ok(())
+}
