@@ -1,8 +1,11 @@
 //! Experiment (issues 15/16): a chunk's vector as the normalised mean of its sentences'
 //! vectors (already embedded for trimming), optionally with its heading prefix embedded alone
-//! at weight W, so e5-small would need one pass (the sentences) instead of two. Prints SQL
-//! that rewrites `chunks.embedding` of a copy of a wiki store:
-//! `cargo run --release -p bib-bench --example mean_chunk_vectors -- STORE W | sqlite3 COPY`.
+//! at weight W (e5-small), so e5-small would need one pass (the sentences) instead of two.
+//! Prints SQL that rewrites `chunks.embedding` of a copy of a wiki store:
+//! `cargo run --release -p bib-bench --example mean_chunk_vectors -- STORE W [MODEL] [OWN] |
+//! sqlite3 COPY` — MODEL the sentence vectors' model (default e5-small), OWN the weight of the
+//! chunk's stored vector added to the mean; `MEAN_WEIGHT=len|sqrt` weighs sentences by length.
+//! Results: BENCHMARKS.md, "A chunk's vector as the mean of its sentence vectors".
 
 use bib_embed::e5::E5Small;
 use bib_embed::{store_key, EmbedKind, Embedder};
@@ -15,7 +18,11 @@ fn main() -> anyhow::Result<()> {
     let model_id = std::env::args().nth(3).unwrap_or_else(|| "e5-small".into());
     let own_weight: f32 = std::env::args().nth(4).map_or(0.0, |w| w.parse().unwrap());
     let store = SqliteStore::open(std::path::Path::new(&path))?;
-    let model = E5Small::load_default()?;
+    let model = if prefix_weight > 0.0 {
+        Some(E5Small::load_default()?)
+    } else {
+        None
+    };
     let chunks = store.get_chunks(&store.chunk_ids()?)?;
     println!("BEGIN;");
     let (mut missing, mut total) = (0, 0);
@@ -53,7 +60,7 @@ fn main() -> anyhow::Result<()> {
                 .for_each(|(m, x)| *m = *m / n + own_weight * x);
         }
         let head = text[..offset].trim();
-        if prefix_weight > 0.0 && !head.is_empty() {
+        if let Some(model) = model.as_ref().filter(|_| !head.is_empty()) {
             let v = model.embed(&[head], EmbedKind::Passage)?.remove(0);
             mean.iter_mut()
                 .zip(&v)
