@@ -624,14 +624,13 @@ fn short_spec(s: &Signals) -> String {
     }
 }
 
-/// Put the vector of every abstract sentence, split as the ranking signals split a chunk
-/// (`Prepared::new`), into `cache` (embedded once, then read from `cache_dir`).
-fn prefill_sentences(
+/// Every distinct abstract sentence, split as the ranking signals split a chunk
+/// (`Prepared::new`), and its vector (embedded once, then read from `cache_dir`).
+fn embedded_chunk_sentences(
     e: &dyn bib_embed::Embedder,
     texts: &[String],
     cache_dir: &std::path::Path,
-    cache: &EmbeddingCache,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<(Vec<String>, Vec<Vec<f32>>)> {
     let mut all: Vec<String> = Vec::new();
     for t in texts {
         let p = Prepared::new(t);
@@ -640,6 +639,18 @@ fn prefill_sentences(
     all.sort();
     all.dedup();
     let vecs = embed_corpus_cached(e, &all, cache_dir, "scifact-chunk-sentences")?;
+    Ok((all, vecs))
+}
+
+/// Put the vector of every abstract sentence, split as the ranking signals split a chunk
+/// (`Prepared::new`), into `cache` (embedded once, then read from `cache_dir`).
+fn prefill_sentences(
+    e: &dyn bib_embed::Embedder,
+    texts: &[String],
+    cache_dir: &std::path::Path,
+    cache: &EmbeddingCache,
+) -> anyhow::Result<()> {
+    let (all, vecs) = embedded_chunk_sentences(e, texts, cache_dir)?;
     cache.insert(
         e.model_id(),
         EmbedKind::Passage,
@@ -654,14 +665,7 @@ fn mean_sentence_vectors(
     texts: &[String],
     cache_dir: &std::path::Path,
 ) -> anyhow::Result<Vec<Vec<f32>>> {
-    let mut all: Vec<String> = Vec::new();
-    for t in texts {
-        let p = Prepared::new(t);
-        all.extend((0..p.sentences.len()).map(|i| p.sentence(i).to_string()));
-    }
-    all.sort();
-    all.dedup();
-    let vecs = embed_corpus_cached(e, &all, cache_dir, "scifact-chunk-sentences")?;
+    let (all, vecs) = embedded_chunk_sentences(e, texts, cache_dir)?;
     let by_text: HashMap<&str, &Vec<f32>> = all.iter().map(String::as_str).zip(&vecs).collect();
     Ok(texts
         .iter()
