@@ -970,7 +970,6 @@ impl UseM3 {
             }
         };
         let StreamScratch {
-            qe,
             qx,
             x,
             cols,
@@ -978,11 +977,13 @@ impl UseM3 {
             y,
             h,
         } = s;
-        qe.reset(n, EMB);
-        ops::quantize(isa, feats, FEAT, EMB, qe);
+        // One buffer of quantized rows serves twice: the input features for the projection,
+        // then the normalised projection the windows read.
+        qx.reset(n, EMB);
+        ops::quantize(isa, feats, FEAT, EMB, qx);
         x.resize(n * 3 * CNN, 0.0);
         let x = &mut x[..n * 3 * CNN];
-        matmul(qe, &q.proj, &w.proj_b, x);
+        matmul(qx, &q.proj, &w.proj_b, x);
         qx.reset(n, 3 * CNN);
         let eps = w.eps;
         ops::add_norm(isa, x, None, 3 * CNN, &w.ln1_g, &w.ln1_b, eps, Some(qx));
@@ -1016,7 +1017,6 @@ struct Scratch {
 /// The integer streams' buffers ([`UseM3::streams_int8`]).
 #[derive(Default)]
 struct StreamScratch {
-    qe: Q8Rows,
     qx: Q8Rows,
     x: Vec<f32>,
     cols: Q8Rows,
