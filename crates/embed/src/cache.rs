@@ -353,48 +353,26 @@ impl<E: Embedder> Embedder for CachedEmbedder<E> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use bib_text::tokens::EstimateCounter;
 
-    /// Counts calls and texts; vector = [len, first byte].
-    #[derive(Default)]
-    struct Counting {
-        texts: AtomicUsize,
-    }
-
-    impl Embedder for Counting {
-        fn model_id(&self) -> &str {
-            "counting"
-        }
-        fn dimensions(&self) -> usize {
-            2
-        }
-        fn max_input_tokens(&self) -> usize {
-            100
-        }
-        fn tokenizer(&self) -> &dyn TokenCounter {
-            &EstimateCounter
-        }
-        fn embed(&self, texts: &[&str], kind: EmbedKind) -> Result<Vec<Vec<f32>>, EmbedError> {
-            self.texts.fetch_add(texts.len(), Ordering::Relaxed);
+    /// Counts calls and texts; vector = [len, first byte (+1 for a question)].
+    fn counting() -> crate::fake::FakeEmbedder {
+        crate::fake::FakeEmbedder::new("counting", 2, |t, kind| {
             let k = if kind == EmbedKind::Query { 1.0 } else { 0.0 };
-            Ok(texts
-                .iter()
-                .map(|t| vec![t.len() as f32, k + f32::from(t.bytes().next().unwrap_or(0))])
-                .collect())
-        }
+            vec![t.len() as f32, k + f32::from(t.bytes().next().unwrap_or(0))]
+        })
     }
 
     #[test]
     fn unchanged_text_is_embedded_once() {
-        let e = CachedEmbedder::new(Counting::default(), EmbeddingCache::default());
+        let e = CachedEmbedder::new(counting(), EmbeddingCache::default());
         let a = e.embed(&["uno", "dos", "uno"], EmbedKind::Passage).unwrap();
-        assert_eq!(e.inner().texts.load(Ordering::Relaxed), 2);
+        assert_eq!(e.inner().texts_embedded(), 2);
         assert_eq!(a[0], a[2]);
         assert_eq!(a[1], vec![3.0, f32::from(b'd')]);
         let b = e
             .embed(&["dos", "tres", "uno"], EmbedKind::Passage)
             .unwrap();
-        assert_eq!(e.inner().texts.load(Ordering::Relaxed), 3);
+        assert_eq!(e.inner().texts_embedded(), 3);
         assert_eq!(b[0], a[1]);
         assert_eq!(b[2], a[0]);
         assert_eq!((e.cache().hits(), e.cache().embedded()), (2, 3));

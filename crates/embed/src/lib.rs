@@ -10,6 +10,7 @@ use bib_text::tokens::TokenCounter;
 pub mod batch;
 pub mod cache;
 pub mod e5;
+pub mod fake;
 mod mapped;
 pub mod models;
 pub mod npy;

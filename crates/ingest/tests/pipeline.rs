@@ -2,56 +2,17 @@
 
 use bib_store::RunLog;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Mutex;
 
-use bib_embed::{store_key, EmbedError, EmbedKind, Embedder};
+use bib_embed::fake::FakeEmbedder;
+use bib_embed::{store_key, EmbedKind};
 use bib_ingest::{ingest, IngestOptions, NoProgress, RunReport};
 use bib_store::{conformance::fake_vector, Filter, RunStatus, SqliteStore, Store, VectorsByHash};
 use bib_text::chunk::chunk_markdown;
 use bib_text::sentences::chunk_sentences;
-use bib_text::tokens::{EstimateCounter, TokenCounter};
 
-#[derive(Default)]
-struct FakeEmbedder {
-    calls: AtomicUsize,
-    texts: Mutex<Vec<String>>,
-    fail: AtomicBool,
-}
-
-impl Embedder for FakeEmbedder {
-    fn model_id(&self) -> &str {
-        "fake-16"
-    }
-    fn dimensions(&self) -> usize {
-        16
-    }
-    fn max_input_tokens(&self) -> usize {
-        512
-    }
-    fn tokenizer(&self) -> &dyn TokenCounter {
-        &EstimateCounter
-    }
-    fn embed(&self, texts: &[&str], _kind: EmbedKind) -> Result<Vec<Vec<f32>>, EmbedError> {
-        if self.fail.load(Ordering::SeqCst) {
-            return Err(EmbedError::Other("injected failure".into()));
-        }
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        self.texts
-            .lock()
-            .unwrap()
-            .extend(texts.iter().map(|t| t.to_string()));
-        Ok(texts.iter().map(|t| fake_vector(t)).collect())
-    }
-}
-
-impl FakeEmbedder {
-    fn embedded(&self) -> usize {
-        self.texts.lock().unwrap().len()
-    }
-    fn reset(&self) {
-        self.texts.lock().unwrap().clear();
-    }
+/// The conformance suite's 16-d vectors; records every text embedded.
+fn fake_embedder() -> FakeEmbedder {
+    FakeEmbedder::new("fake-16", 16, |t, _| fake_vector(t))
 }
 
 fn write(root: &Path, rel: &str, text: &str) {
@@ -110,7 +71,7 @@ fn incremental_ingest_skips_unchanged_and_prunes() {
     let root = t.path().join("wiki");
     wiki(&root);
     let store = SqliteStore::open(t.path().join("kb.sqlite")).unwrap();
-    let emb = FakeEmbedder::default();
+    let emb = fake_embedder();
 
     let r1 = run(&root, &store, &emb);
     assert_eq!(r1.status, RunStatus::Completed, "{r1:?}");
@@ -118,7 +79,7 @@ fn incremental_ingest_skips_unchanged_and_prunes() {
     let b1 = r1.phase_b.clone().unwrap();
     assert!(b1.chunks_total >= 5);
     assert_eq!(b1.chunks_created, b1.chunks_total);
-    assert_eq!(emb.embedded() as u64, b1.chunks_embedded);
+    assert_eq!(emb.texts_embedded() as u64, b1.chunks_embedded);
     assert!(r1.phase_c.as_ref().unwrap().coherent);
     assert_eq!(store.documents().unwrap()[0].qualified_name, "doc:a.md");
 
@@ -126,7 +87,7 @@ fn incremental_ingest_skips_unchanged_and_prunes() {
     emb.reset();
     let r2 = run(&root, &store, &emb);
     let b2 = r2.phase_b.clone().unwrap();
-    assert_eq!(emb.embedded(), 0);
+    assert_eq!(emb.texts_embedded(), 0);
     assert_eq!(b2.chunks_skipped, b1.chunks_total);
     assert_eq!(b2.documents_written, 0);
     assert_eq!(
@@ -154,17 +115,12 @@ fn incremental_ingest_skips_unchanged_and_prunes() {
     let r3 = run(&root, &store, &emb);
     let b3 = r3.phase_b.clone().unwrap();
     assert_eq!(
-        emb.embedded(),
+        emb.texts_embedded(),
         changed,
         "embedded {:?}",
-        emb.texts.lock().unwrap()
+        emb.embedded_texts()
     );
-    assert!(emb
-        .texts
-        .lock()
-        .unwrap()
-        .iter()
-        .all(|t| t.contains("alpha")));
+    assert!(emb.embedded_texts().iter().all(|t| t.contains("alpha")));
     assert_eq!(b3.chunks_updated as usize, changed);
     assert_eq!(b3.documents_written, 1);
 
@@ -225,7 +181,7 @@ fn sentence_vectors_are_embedded_once_under_the_trimming_key() {
     let root = t.path().join("wiki");
     wiki(&root);
     let store = SqliteStore::open(t.path().join("kb.sqlite")).unwrap();
-    let emb = FakeEmbedder::default();
+    let emb = fake_embedder();
     let ingest_default =
         || ingest(&root, &store, &emb, &IngestOptions::default(), &NoProgress).unwrap();
 
@@ -237,7 +193,7 @@ fn sentence_vectors_are_embedded_once_under_the_trimming_key() {
     assert!(keys.len() > 50, "{} sentences", keys.len());
     assert_eq!(b1.sentences_embedded as usize, keys.len());
     assert_eq!(
-        emb.embedded() as u64,
+        emb.texts_embedded() as u64,
         b1.chunks_embedded + b1.sentences_embedded
     );
     // Every sentence is in the store's cache, with the model's vector of exactly that text.
@@ -255,7 +211,7 @@ fn sentence_vectors_are_embedded_once_under_the_trimming_key() {
     // A re-ingest embeds nothing: chunks skipped, sentences known.
     emb.reset();
     let b2 = ingest_default().phase_b.unwrap();
-    assert_eq!(emb.embedded(), 0, "{:?}", emb.texts.lock().unwrap());
+    assert_eq!(emb.texts_embedded(), 0, "{:?}", emb.embedded_texts());
     assert_eq!(b2.sentences_reused as usize, keys.len());
 
     // Editing one sentence embeds that sentence (and its chunk) only.
@@ -271,11 +227,9 @@ fn sentence_vectors_are_embedded_once_under_the_trimming_key() {
     );
     emb.reset();
     let b3 = ingest_default().phase_b.unwrap();
-    assert_eq!(b3.sentences_embedded, 1, "{:?}", emb.texts.lock().unwrap());
+    assert_eq!(b3.sentences_embedded, 1, "{:?}", emb.embedded_texts());
     assert!(emb
-        .texts
-        .lock()
-        .unwrap()
+        .embedded_texts()
         .iter()
         .any(|t| t.starts_with("A rewritten sentence 7 of section 1")));
 
@@ -300,7 +254,7 @@ fn final_state_equals_a_clean_ingest() {
     let root = t.path().join("wiki");
     wiki(&root);
     let inc = SqliteStore::open(t.path().join("inc.sqlite")).unwrap();
-    let emb = FakeEmbedder::default();
+    let emb = fake_embedder();
     run(&root, &inc, &emb);
     write(&root, "b.md", &long_doc("beta", 5));
     write(&root, "f.md", "# Foxtrot\n\nNew page.\n");
@@ -349,7 +303,7 @@ fn register_guard_stops_before_touching_the_index() {
     let root = t.path().join("wiki");
     wiki(&root);
     let store = SqliteStore::open(t.path().join("kb.sqlite")).unwrap();
-    let emb = FakeEmbedder::default();
+    let emb = fake_embedder();
     run(&root, &store, &emb);
     let before = snapshot(&store);
     // Break 3 of 5 files and delete nothing: 40% registered < 80%.
@@ -362,7 +316,7 @@ fn register_guard_stops_before_touching_the_index() {
     assert_eq!(r.status, RunStatus::Failed);
     assert!(r.failure.unwrap().contains("registered"));
     assert!(r.phase_b.is_none());
-    assert_eq!(emb.embedded(), 0);
+    assert_eq!(emb.texts_embedded(), 0);
     assert_eq!(snapshot(&store), before, "index changed despite the guard");
     assert_eq!(store.runs(1).unwrap()[0].status, RunStatus::Failed);
 }
@@ -373,7 +327,7 @@ fn index_guard_failure_does_not_prune() {
     let root = t.path().join("wiki");
     wiki(&root);
     let store = SqliteStore::open(t.path().join("kb.sqlite")).unwrap();
-    let emb = FakeEmbedder::default();
+    let emb = fake_embedder();
     run(&root, &store, &emb);
     // Change every document, delete one, and make the model fail.
     for (f, title) in [
@@ -384,7 +338,7 @@ fn index_guard_failure_does_not_prune() {
         write(&root, f, &long_doc(title, 2));
     }
     std::fs::remove_file(root.join("e.md")).unwrap();
-    emb.fail.store(true, Ordering::SeqCst);
+    emb.set_failing(true);
     let r = run(&root, &store, &emb);
     assert_eq!(r.status, RunStatus::Failed, "{r:?}");
     let b = r.phase_b.unwrap();
@@ -398,7 +352,7 @@ fn index_guard_failure_does_not_prune() {
         .any(|e| e.phase == bib_ingest::Phase::B && e.reason.contains("injected")));
     assert!(store.audit().unwrap().coherent);
     // Once the model works again the next run converges.
-    emb.fail.store(false, Ordering::SeqCst);
+    emb.set_failing(false);
     let r = run(&root, &store, &emb);
     assert_eq!(r.status, RunStatus::Completed);
     assert!(store.documents().unwrap().iter().all(|d| d.path != "e.md"));
@@ -428,7 +382,7 @@ fn bad_inputs_are_reported_and_the_rest_ingests() {
     std::fs::create_dir_all(root.join("loop")).unwrap();
     std::os::unix::fs::symlink(root.join("loop"), root.join("loop/again")).unwrap();
     let store = SqliteStore::open(t.path().join("kb.sqlite")).unwrap();
-    let emb = FakeEmbedder::default();
+    let emb = fake_embedder();
     let opts = IngestOptions {
         max_file_bytes: 1_000_000,
         ..IngestOptions::default()
@@ -466,7 +420,7 @@ fn public_prefix_never_registers_twice_and_empty_root_refuses_to_prune() {
     write(&root, "public/p0.md", "# P0 twin\n");
     write(&root, "public/only.md", "# Only\n");
     let store = SqliteStore::open(t.path().join("kb.sqlite")).unwrap();
-    let emb = FakeEmbedder::default();
+    let emb = fake_embedder();
     let r = run(&root, &store, &emb);
     assert_eq!(r.status, RunStatus::Completed, "{r:?}");
     let paths: Vec<String> = store
@@ -530,7 +484,7 @@ fn includes_are_expanded_and_may_not_leave_the_root() {
     std::fs::write(t.path().join("secret.md"), "outside text").unwrap();
     write(&root, "leak.md", "# Leak\n\n[!INCLUDE [s](../secret.md)]\n");
     let store = SqliteStore::open(t.path().join("kb.sqlite")).unwrap();
-    let r = run(&root, &store, &FakeEmbedder::default());
+    let r = run(&root, &store, &fake_embedder());
     assert_eq!(r.status, RunStatus::Completed, "{r:?}");
     let hits = store
         .bm25_search("zebrafinch", 10, &Filter::none())

@@ -2,19 +2,15 @@
 //! words must be found, each unit embedded once, pins must not override the fusion, kept
 //! messages carry their times, and the budget holds.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-
-use bib_embed::{EmbedError, EmbedKind, Embedder};
+use bib_embed::fake::FakeEmbedder;
 use bib_pack::{output_tokens, Message, PackMode, PackOptions, Packer};
-use bib_text::tokens::{EstimateCounter, TokenCounter};
 
 const DIM: usize = 64;
 
 /// Bag of concepts: a word of a synonym group counts for the group, any other word for a
 /// hashed bucket. Counts every text it embeds.
-#[derive(Default)]
-struct Concepts {
-    texts: AtomicUsize,
+fn concepts() -> FakeEmbedder {
+    FakeEmbedder::new("concepts", DIM, |t, _| concept_vector(t))
 }
 
 const GROUPS: [&[&str]; 3] = [
@@ -34,37 +30,17 @@ fn bucket(word: &str) -> usize {
             % (DIM - GROUPS.len())
 }
 
-impl Embedder for Concepts {
-    fn model_id(&self) -> &str {
-        "concepts"
+fn concept_vector(text: &str) -> Vec<f32> {
+    let mut v = vec![0f32; DIM];
+    for w in text
+        .to_lowercase()
+        .split(|c: char| !c.is_alphanumeric() && c != '\'')
+        .filter(|w| !w.is_empty())
+    {
+        v[bucket(w)] += 1.0;
     }
-    fn dimensions(&self) -> usize {
-        DIM
-    }
-    fn max_input_tokens(&self) -> usize {
-        512
-    }
-    fn tokenizer(&self) -> &dyn TokenCounter {
-        &EstimateCounter
-    }
-    fn embed(&self, texts: &[&str], _: EmbedKind) -> Result<Vec<Vec<f32>>, EmbedError> {
-        self.texts.fetch_add(texts.len(), Ordering::Relaxed);
-        Ok(texts
-            .iter()
-            .map(|t| {
-                let mut v = vec![0f32; DIM];
-                for w in t
-                    .to_lowercase()
-                    .split(|c: char| !c.is_alphanumeric() && c != '\'')
-                    .filter(|w| !w.is_empty())
-                {
-                    v[bucket(w)] += 1.0;
-                }
-                let n = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-6);
-                v.iter().map(|x| x / n).collect()
-            })
-            .collect())
-    }
+    let n = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-6);
+    v.iter().map(|x| x / n).collect()
 }
 
 /// Filler that shares the question's word "match" (so BM25 pins it) and says nothing else.
@@ -93,7 +69,7 @@ fn joined(p: &bib_pack::Packed) -> String {
 
 #[test]
 fn a_fact_in_other_words_wins_over_pinned_word_matches() {
-    let e = Concepts::default();
+    let e = concepts();
     let h = history("which nut can't he eat at the match?");
     let no_pins = PackOptions {
         pin_hybrid: false,
@@ -126,7 +102,7 @@ fn a_fact_in_other_words_wins_over_pinned_word_matches() {
 
 #[test]
 fn each_unit_is_embedded_once_across_packs() {
-    let e = Concepts::default();
+    let e = concepts();
     let o = PackOptions {
         sem_units: true,
         sem_blocks: false,
@@ -135,20 +111,20 @@ fn each_unit_is_embedded_once_across_packs() {
     let mut packer = Packer::new(o);
     let h = history("which nut can't he eat?");
     packer.pack_hybrid(&h, 300, &e);
-    let first = e.texts.load(Ordering::Relaxed);
+    let first = e.texts_embedded();
     // one text per distinct old message (the two filler runs repeat 40 texts), the question
     assert!((70..=82).contains(&first), "{first}");
     // Same history, another question: only the new question is embedded.
     let mut h2 = h.clone();
     h2.last_mut().unwrap().content = "where is the car parked?".into();
     packer.pack_hybrid(&h2, 300, &e);
-    assert_eq!(e.texts.load(Ordering::Relaxed), first + 1, "{first}");
+    assert_eq!(e.texts_embedded(), first + 1, "{first}");
     assert_eq!(packer.embedded_texts(), first + 1);
 }
 
 #[test]
 fn kept_messages_carry_their_times_and_the_reference_output_does_not() {
-    let e = Concepts::default();
+    let e = concepts();
     let mut h = history("which nut can't he eat?");
     for (i, m) in h.iter_mut().enumerate() {
         m.ts = Some(1_786_104_000_000 + i as i64 * 60_000);
@@ -176,7 +152,7 @@ fn kept_messages_carry_their_times_and_the_reference_output_does_not() {
 
 #[test]
 fn hybrid_with_units_keeps_the_budget() {
-    let e = Concepts::default();
+    let e = concepts();
     let o = PackOptions {
         sem_units: true,
         sem_unit_chars: 0,
@@ -235,7 +211,7 @@ fn a_search_for_another_pattern_in_the_same_folder_does_not_hide_the_first() {
 
 #[test]
 fn the_turn_after_a_match_is_lifted_by_unit_context() {
-    let e = Concepts::default();
+    let e = concepts();
     let mut h = filler(60);
     h.push(Message::new("assistant", "where did you leave the car?"));
     h.push(Message::new("user", "behind the old bakery on Elm street"));

@@ -31,101 +31,74 @@ impl VectorBacking for StoreVectors {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use bib_embed::EmbedError;
-    use bib_embed::{store_key, EmbedKind, Embedder};
-    use bib_text::tokens::{EstimateCounter, TokenCounter};
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    use bib_embed::{store_key, EmbedKind};
 
-    /// A deterministic fake model: a bag-of-words hash embedding over `dims` buckets, so texts
-    /// sharing words are similar. Counts calls and texts embedded.
-    #[derive(Debug, Default)]
-    pub struct FakeEmbedder {
-        pub calls: AtomicUsize,
-        pub texts: AtomicUsize,
+    pub use bib_embed::fake::FakeEmbedder;
+
+    /// Length of [`bag_of_words_vector`]s.
+    pub const BAG_DIMS: usize = 64;
+
+    /// A deterministic fake model: a bag-of-words hash embedding over [`BAG_DIMS`] buckets, so
+    /// texts sharing words are similar. Counts calls and texts embedded.
+    pub fn bag_of_words() -> FakeEmbedder {
+        FakeEmbedder::new("fake-bow", BAG_DIMS, |t, _| bag_of_words_vector(t))
     }
 
-    impl FakeEmbedder {
-        pub const DIMS: usize = 64;
-        /// The bag of `text`'s words under the original term function (`V1`), so the fake
-        /// model's geometry does not move when the product's term function does.
-        pub fn vector(text: &str) -> Vec<f32> {
-            let mut v = vec![0.0f32; Self::DIMS];
-            for w in bib_text::terms::terms_with(text, &bib_text::terms::TermConfig::V1) {
-                let h = w.bytes().fold(2166136261u32, |h, b| {
-                    (h ^ u32::from(b)).wrapping_mul(16777619)
-                });
-                v[h as usize % Self::DIMS] += 1.0;
-            }
-            let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
-            if n > 0.0 {
-                v.iter_mut().for_each(|x| *x /= n);
-            }
-            v
+    /// The bag of `text`'s words under the original term function (`V1`), so the fake model's
+    /// geometry does not move when the product's term function does.
+    pub fn bag_of_words_vector(text: &str) -> Vec<f32> {
+        let mut v = vec![0.0f32; BAG_DIMS];
+        for w in bib_text::terms::terms_with(text, &bib_text::terms::TermConfig::V1) {
+            let h = w.bytes().fold(2166136261u32, |h, b| {
+                (h ^ u32::from(b)).wrapping_mul(16777619)
+            });
+            v[h as usize % BAG_DIMS] += 1.0;
         }
-    }
-
-    impl Embedder for FakeEmbedder {
-        fn model_id(&self) -> &str {
-            "fake-bow"
+        let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+        if n > 0.0 {
+            v.iter_mut().for_each(|x| *x /= n);
         }
-        fn dimensions(&self) -> usize {
-            Self::DIMS
-        }
-        fn max_input_tokens(&self) -> usize {
-            512
-        }
-        fn tokenizer(&self) -> &dyn TokenCounter {
-            &EstimateCounter
-        }
-        fn embed(&self, texts: &[&str], _kind: EmbedKind) -> Result<Vec<Vec<f32>>, EmbedError> {
-            self.calls.fetch_add(1, Ordering::SeqCst);
-            self.texts.fetch_add(texts.len(), Ordering::SeqCst);
-            Ok(texts.iter().map(|t| Self::vector(t)).collect())
-        }
+        v
     }
 
     #[test]
     fn embeds_missing_once_in_one_batch() {
-        let e = FakeEmbedder::default();
+        let e = bag_of_words();
         let c = EmbeddingCache::default();
         let v = c
             .embed(&e, &["a b", "c d", "a b"], EmbedKind::Passage)
             .unwrap();
         assert_eq!(v.len(), 3);
         assert_eq!(v[0], v[2]);
-        assert_eq!(e.calls.load(Ordering::SeqCst), 1);
-        assert_eq!(e.texts.load(Ordering::SeqCst), 2);
+        assert_eq!(e.calls(), 1);
+        assert_eq!(e.texts_embedded(), 2);
         let _ = c.embed(&e, &["c d", "e f"], EmbedKind::Passage).unwrap();
-        assert_eq!(e.calls.load(Ordering::SeqCst), 2);
-        assert_eq!(e.texts.load(Ordering::SeqCst), 3);
+        assert_eq!(e.calls(), 2);
+        assert_eq!(e.texts_embedded(), 3);
         // All cached: no call.
         let _ = c.embed(&e, &["a b", "e f"], EmbedKind::Passage).unwrap();
-        assert_eq!(e.calls.load(Ordering::SeqCst), 2);
+        assert_eq!(e.calls(), 2);
         // Another kind is another key.
         let _ = c.embed(&e, &["a b"], EmbedKind::Query).unwrap();
-        assert_eq!(e.calls.load(Ordering::SeqCst), 3);
+        assert_eq!(e.calls(), 3);
     }
 
     #[test]
     fn persistent_backing_survives_a_new_cache() {
         let store: Arc<dyn bib_store::Store> =
             Arc::new(bib_store::SqliteStore::open_in_memory().unwrap());
-        let e = FakeEmbedder::default();
+        let e = bag_of_words();
         let c1 = EmbeddingCache::default().with_backing(Arc::new(StoreVectors(store.clone())));
         let v1 = c1
             .embed(&e, &["uno dos", "tres"], EmbedKind::Passage)
             .unwrap();
-        assert_eq!(e.texts.load(Ordering::SeqCst), 2);
+        assert_eq!(e.texts_embedded(), 2);
         // A new process-level cache over the same store embeds nothing.
         let c2 = EmbeddingCache::default().with_backing(Arc::new(StoreVectors(store)));
         let v2 = c2
             .embed(&e, &["tres", "uno dos", "cuatro"], EmbedKind::Passage)
             .unwrap();
-        assert_eq!(
-            e.texts.load(Ordering::SeqCst),
-            3,
-            "only the new text is embedded"
-        );
+        assert_eq!(e.texts_embedded(), 3, "only the new text is embedded");
         assert_eq!(v2[0], v1[1]);
         assert_eq!(v2[1], v1[0]);
         assert_ne!(
@@ -136,7 +109,7 @@ pub(crate) mod tests {
 
     #[test]
     fn bounded() {
-        let e = FakeEmbedder::default();
+        let e = bag_of_words();
         let c = EmbeddingCache::with_capacity(2);
         c.embed(&e, &["a", "b"], EmbedKind::Passage).unwrap();
         c.embed(&e, &["c"], EmbedKind::Passage).unwrap();

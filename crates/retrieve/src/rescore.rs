@@ -349,7 +349,7 @@ fn doc_parts(weight: f64, recs: &[Option<&ChunkRecord>], hits: &mut [ScoredHit])
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache::tests::FakeEmbedder;
+    use crate::cache::tests::{bag_of_words, FakeEmbedder};
     use crate::cache::EmbeddingCache;
     use crate::filter::Filter;
     use crate::index::{ChunkIndex, Hit, MemoryIndex};
@@ -420,7 +420,7 @@ mod tests {
 
     #[test]
     fn field_and_phrase_signals_lift_their_pages() {
-        let e = FakeEmbedder::default();
+        let e = bag_of_words();
         let ix = wiki(&e);
         let cache = EmbeddingCache::default();
         let r = Retriever::new(&ix, Some(&e), &cache);
@@ -482,7 +482,7 @@ mod tests {
 
     #[test]
     fn explain_adds_up_and_off_is_the_fusion_alone() {
-        let e = FakeEmbedder::default();
+        let e = bag_of_words();
         let ix = wiki(&e);
         let cache = EmbeddingCache::default();
         let r = Retriever::new(&ix, Some(&e), &cache);
@@ -579,7 +579,7 @@ mod tests {
 
     #[test]
     fn exact_items_pull_their_own_candidates() {
-        let e = FakeEmbedder::default();
+        let e = bag_of_words();
         let ix = wiki(&e);
         let cache = EmbeddingCache::default();
         let r = Retriever::new(&ix, Some(&e), &cache);
@@ -625,7 +625,7 @@ mod tests {
 
     #[test]
     fn sentence_signal_reads_known_vectors_and_never_embeds() {
-        let e = FakeEmbedder::default();
+        let e = bag_of_words();
         let ix = wiki(&e);
         let cache = EmbeddingCache::default();
         let r = Retriever::new(&ix, Some(&e), &cache);
@@ -638,13 +638,9 @@ mod tests {
             },
             ..Default::default()
         };
-        let calls = e.calls.load(std::sync::atomic::Ordering::SeqCst);
+        let calls = e.calls();
         let cold = r.retrieve(q, &opts, &Filter::default()).unwrap();
-        assert_eq!(
-            e.calls.load(std::sync::atomic::Ordering::SeqCst),
-            calls + 1,
-            "the query only"
-        );
+        assert_eq!(e.calls(), calls + 1, "the query only");
         assert!(cold.chunks.iter().all(|c| c
             .explain
             .sentence

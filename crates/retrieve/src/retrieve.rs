@@ -1048,7 +1048,7 @@ pub fn rank(mode: Mode, bm25: &[Hit], vector: &[Hit], rrf_k: f64, top_k: usize) 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache::tests::FakeEmbedder;
+    use crate::cache::tests::{bag_of_words, bag_of_words_vector, FakeEmbedder};
     use crate::index::MemoryIndex;
     use serde_json::json;
 
@@ -1144,7 +1144,7 @@ mod tests {
 
     #[test]
     fn modes_and_scores() {
-        let e = FakeEmbedder::default();
+        let e = bag_of_words();
         let ix = index(&e);
         let cache = EmbeddingCache::default();
         let r = Retriever::new(&ix, Some(&e), &cache);
@@ -1229,7 +1229,7 @@ mod tests {
     /// is a query to the store, and every step must analyse alike.
     #[test]
     fn one_ask_reads_the_term_function_once() {
-        let e = FakeEmbedder::default();
+        let e = bag_of_words();
         let ix = index(&e);
         let counting = CountingTerms {
             inner: &ix,
@@ -1254,7 +1254,7 @@ mod tests {
     /// (up to the candidate lists' length): `-k 5` is the start of `-k 40`.
     #[test]
     fn the_first_results_do_not_depend_on_top_k() {
-        let e = FakeEmbedder::default();
+        let e = bag_of_words();
         let words = [
             "cat", "naps", "engine", "kitten", "fuel", "sleeps", "feline", "diesel",
         ];
@@ -1342,7 +1342,7 @@ mod tests {
 
     #[test]
     fn bad_fusion_alpha_is_refused_naming_the_field() {
-        let e = FakeEmbedder::default();
+        let e = bag_of_words();
         let ix = index(&e);
         let cache = EmbeddingCache::default();
         let r = Retriever::new(&ix, Some(&e), &cache);
@@ -1358,7 +1358,7 @@ mod tests {
 
     #[test]
     fn synonym_rules_widen_the_keyword_search_and_say_so() {
-        let e = FakeEmbedder::default();
+        let e = bag_of_words();
         let ix = index(&e);
         let cache = EmbeddingCache::default();
         let r = Retriever::new(&ix, None, &cache);
@@ -1384,7 +1384,7 @@ mod tests {
 
     #[test]
     fn filter_before_cut_and_no_embedder_fallback() {
-        let e = FakeEmbedder::default();
+        let e = bag_of_words();
         let ix = index(&e);
         let cache = EmbeddingCache::default();
         let f = Filter::parse(&["app=cars"]).unwrap();
@@ -1416,33 +1416,8 @@ mod tests {
     }
 
     /// A model that puts every text at the same point: every sentence matches every question.
-    #[derive(Default)]
-    struct SamePoint {
-        texts: std::sync::atomic::AtomicUsize,
-    }
-
-    impl Embedder for SamePoint {
-        fn model_id(&self) -> &str {
-            "fake-same-point"
-        }
-        fn dimensions(&self) -> usize {
-            4
-        }
-        fn max_input_tokens(&self) -> usize {
-            512
-        }
-        fn tokenizer(&self) -> &dyn bib_text::tokens::TokenCounter {
-            &bib_text::tokens::EstimateCounter
-        }
-        fn embed(
-            &self,
-            texts: &[&str],
-            _kind: EmbedKind,
-        ) -> Result<Vec<Vec<f32>>, bib_embed::EmbedError> {
-            self.texts
-                .fetch_add(texts.len(), std::sync::atomic::Ordering::SeqCst);
-            Ok(texts.iter().map(|_| vec![0.5; 4]).collect())
-        }
+    fn same_point() -> FakeEmbedder {
+        FakeEmbedder::new("fake-same-point", 4, |_, _| vec![0.5; 4])
     }
 
     /// With a sentence model, the chunks are ranked by the chunks' model and trimmed in the
@@ -1450,10 +1425,10 @@ mod tests {
     /// sentence.
     #[test]
     fn a_sentence_model_trims_in_its_own_space() {
-        let e = FakeEmbedder::default();
+        let e = bag_of_words();
         let ix = index(&e);
-        let chunk_texts = e.texts.load(std::sync::atomic::Ordering::SeqCst);
-        let same = SamePoint::default();
+        let chunk_texts = e.texts_embedded();
+        let same = same_point();
         let cache = EmbeddingCache::default();
         let opts = |trim| RetrieveOptions {
             top_k: 3,
@@ -1492,11 +1467,11 @@ mod tests {
             );
         }
         assert_eq!(
-            e.texts.load(std::sync::atomic::Ordering::SeqCst) - chunk_texts,
+            e.texts_embedded() - chunk_texts,
             1,
             "the chunks' model embeds the question only"
         );
-        assert!(same.texts.load(std::sync::atomic::Ordering::SeqCst) > 1);
+        assert!(same.texts_embedded() > 1);
         // Without the sentence model the same trimming keeps fewer sentences.
         let own = Retriever::new(&ix, Some(&e), &cache)
             .retrieve("cat", &opts(Some(strict)), &Filter::default())
@@ -1525,12 +1500,12 @@ mod tests {
     /// the answer trimmed; the relevance of the answer is the vector list's best cosine.
     #[test]
     fn empty_trims_give_their_slot_to_the_next_result() {
-        let e = FakeEmbedder::default();
+        let e = bag_of_words();
         let mut ix = index(&e);
         // A chunk whose vector is far from "cat" (it ranks below a.md and b.md), but one short
         // sentence of it is all about cats.
         let c = "[Doc: E]\nWeather reports mention rain. My cat.";
-        let (q, w) = (FakeEmbedder::vector("cat"), FakeEmbedder::vector("zebra"));
+        let (q, w) = (bag_of_words_vector("cat"), bag_of_words_vector("zebra"));
         let mixed: Vec<f32> = q.iter().zip(&w).map(|(q, w)| 0.2 * q + w).collect();
         let n = mixed.iter().map(|x| x * x).sum::<f32>().sqrt();
         let v: Vec<f32> = mixed.iter().map(|x| x / n).collect();
@@ -1602,7 +1577,7 @@ mod tests {
 
     #[test]
     fn trimming_reduces_tokens_and_keeps_metadata() {
-        let e = FakeEmbedder::default();
+        let e = bag_of_words();
         let ix = index(&e);
         let cache = EmbeddingCache::default();
         let r = Retriever::new(&ix, Some(&e), &cache);

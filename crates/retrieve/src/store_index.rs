@@ -79,7 +79,7 @@ impl ChunkIndex for StoreIndex<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache::tests::FakeEmbedder;
+    use crate::cache::tests::bag_of_words_vector;
     use crate::index::MemoryIndex;
     use bib_store::{ChunkWrite, DocumentChange, SqliteStore};
     use serde_json::json;
@@ -132,7 +132,7 @@ mod tests {
                         line_start: 0,
                         line_end: 0,
                         model_id: "fake-bow".into(),
-                        embedding: FakeEmbedder::vector(&text),
+                        embedding: bag_of_words_vector(&text),
                     }
                 })
                 .collect();
@@ -153,7 +153,7 @@ mod tests {
         // Mirror the stored chunks into memory with the same ids.
         let all_ids: Vec<i64> = (1..100).collect();
         for c in six.chunks(&all_ids).unwrap() {
-            let v = FakeEmbedder::vector(&c.text());
+            let v = bag_of_words_vector(&c.text());
             mem.add(c, Some(v)).unwrap();
         }
         assert_eq!(mem.len(), 5);
@@ -173,7 +173,7 @@ mod tests {
             for (x, y) in a.iter().zip(&b) {
                 assert!((x.score - y.score).abs() < 1e-9, "{q}: {x:?} vs {y:?}");
             }
-            let qv = FakeEmbedder::vector(q);
+            let qv = bag_of_words_vector(q);
             let a = six.vector_top(&qv, 3, &f).unwrap();
             let b = mem.vector_top(&qv, 3, &f).unwrap();
             assert_eq!(

@@ -650,7 +650,7 @@ mod tests {
             USE_M3_THRESHOLD
         );
     }
-    use crate::cache::tests::FakeEmbedder;
+    use crate::cache::tests::{bag_of_words, bag_of_words_vector};
 
     /// Build a Prepared with explicit sentence texts (found in order), independent of the
     /// splitter.
@@ -1006,14 +1006,14 @@ mod tests {
 
     #[test]
     fn trim_texts_with_fake_model_one_batch() {
-        let e = FakeEmbedder::default();
+        let e = bag_of_words();
         let cache = EmbeddingCache::default();
         let texts = [
             "Los gatos duermen mucho. El motor diésel consume gasoil.",
             "Nada que ver aquí. Los gatos cazan ratones.",
         ];
         let q = "gatos";
-        let qv = FakeEmbedder::vector(q);
+        let qv = bag_of_words_vector(q);
         let out = trim_texts(
             &e,
             &cache,
@@ -1025,7 +1025,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(out.len(), 2);
-        assert_eq!(e.calls.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert_eq!(e.calls(), 1);
         for (o, t) in out.iter().zip(texts) {
             assert!(!o.content.is_empty() && o.content.len() <= t.len());
         }
@@ -1046,7 +1046,7 @@ mod tests {
 
     #[test]
     fn sentences_naming_the_questions_identifier_rank_first_by_words() {
-        let e = FakeEmbedder::default();
+        let e = bag_of_words();
         let cache = EmbeddingCache::default();
         let texts = [
             "Warning NU1905 is raised when a source has no data. A warning is a warning; \
@@ -1055,7 +1055,7 @@ mod tests {
              | [NU1905](x/NU1905.md) | An audit source does not provide a vulnerability database |",
         ];
         let q = "warning NU1905";
-        let qv = FakeEmbedder::vector(q);
+        let qv = bag_of_words_vector(q);
         let prepared: Vec<Prepared<'_>> = texts.iter().map(|t| Prepared::new(t)).collect();
         let scores = score_texts(
             &e,

@@ -785,7 +785,7 @@ pub fn spawn_loopback(service: Arc<Service>, opts: HttpOptions) -> Result<Backgr
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::{service, FakeEmbedder, TOKEN};
+    use crate::testing::{fake_embedder, service, TOKEN};
     use axum::body::Body;
     use bib_store::RunLog;
     use bib_store::Store;
@@ -1014,7 +1014,7 @@ mod tests {
     /// with what trimming kept; without it the answer is as before.
     #[tokio::test]
     async fn passages_mark_what_trimming_kept() {
-        let (svc, _) = service(Some(FakeEmbedder::new(Duration::ZERO)));
+        let (svc, _) = service(Some(fake_embedder(Duration::ZERO)));
         let app = router(svc, &HttpOptions::default(), CancellationToken::new());
         let ask = serde_json::json!({"query": "restored from the local cache", "trim": true,
             "trim_threshold": 0.99, "passages": true});
@@ -1074,7 +1074,7 @@ mod tests {
     /// Issue 14: `POST /docs` answered 504 and the document was committed 21 s later.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_timed_out_registration_writes_nothing() {
-        let slow = FakeEmbedder::new(Duration::from_millis(400));
+        let slow = fake_embedder(Duration::from_millis(400));
         let (svc, store) = service(Some(slow.clone()));
         let opts = HttpOptions {
             timeout: Duration::from_millis(150),
@@ -1187,7 +1187,7 @@ mod tests {
     /// deadline and writes nothing, like `POST /docs`.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_timed_out_mcp_registration_writes_nothing() {
-        let slow = FakeEmbedder::new(Duration::from_millis(400));
+        let slow = fake_embedder(Duration::from_millis(400));
         let (svc, store) = service(Some(slow.clone()));
         let opts = HttpOptions {
             timeout: Duration::from_millis(150),
@@ -1219,7 +1219,7 @@ mod tests {
             timeout: Duration::from_secs(30),
             ..HttpOptions::default()
         };
-        let (svc, store) = service(Some(FakeEmbedder::new(Duration::ZERO)));
+        let (svc, store) = service(Some(fake_embedder(Duration::ZERO)));
         let app = router(svc, &opts, CancellationToken::new());
         let sid = mcp_session(&app).await;
         let args = serde_json::json!({"path": "on-time.md", "content": "# On time\n\nText.\n", "index": true});
@@ -1236,7 +1236,7 @@ mod tests {
     /// `POST /eval` does.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_timed_out_mcp_eval_stops_working() {
-        let slow = FakeEmbedder::new(Duration::from_millis(50));
+        let slow = fake_embedder(Duration::from_millis(50));
         let (svc, _) = service(Some(slow.clone()));
         let opts = HttpOptions {
             timeout: Duration::from_millis(300),
@@ -1274,7 +1274,7 @@ mod tests {
     /// Issue 14: `/eval` kept the CPU busy 10 s after its 504.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_timed_out_eval_stops_working() {
-        let slow = FakeEmbedder::new(Duration::from_millis(50));
+        let slow = fake_embedder(Duration::from_millis(50));
         let (svc, _) = service(Some(slow.clone()));
         let opts = HttpOptions {
             timeout: Duration::from_millis(300),

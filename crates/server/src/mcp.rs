@@ -543,12 +543,12 @@ mod tests {
     /// `Work`. Over stdio, where there is no deadline, this is the only way to stop a call.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_cancelled_call_stops_and_writes_nothing() {
-        use crate::testing::{service, FakeEmbedder, TOKEN};
+        use crate::testing::{fake_embedder, service, TOKEN};
         use bib_store::Store;
         use std::time::Duration;
         use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
-        let slow = FakeEmbedder::new(Duration::from_millis(400));
+        let slow = fake_embedder(Duration::from_millis(400));
         let (svc, store) = service(Some(slow.clone()));
         let (client, server) = tokio::io::duplex(1 << 16);
         let (server_r, server_w) = tokio::io::split(server);

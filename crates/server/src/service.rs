@@ -1494,7 +1494,7 @@ impl Service {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::{service, FakeEmbedder, TOKEN};
+    use crate::testing::{fake_embedder, service, TOKEN};
     use std::time::Duration;
 
     fn reg(path: &str, content: &str, index: bool) -> RegisterDocArgs {
@@ -1510,7 +1510,7 @@ mod tests {
     /// in the plain order, and says why in `warnings` (empty, and left out, otherwise).
     #[test]
     fn a_request_may_ask_for_reranking_and_hears_why_it_did_not_run() {
-        let (svc, _store) = service(Some(FakeEmbedder::new(Duration::ZERO)));
+        let (svc, _store) = service(Some(fake_embedder(Duration::ZERO)));
         let w = Work::unbounded();
         let ask = |rerank| AskArgs {
             query: "how do I clear the cache".into(),
@@ -1577,7 +1577,7 @@ mod tests {
     /// `bib_status` is `bib_store::read::status`.
     #[test]
     fn get_lines_serves_the_registered_text_and_status_the_store() {
-        let (svc, store) = service(Some(FakeEmbedder::new(Duration::ZERO)));
+        let (svc, store) = service(Some(fake_embedder(Duration::ZERO)));
         let w = Work::unbounded();
         let text = "---\ntitle: Cache\n---\n# Cache\n\nThe cache lives in the profile.\n";
         svc.register_doc(reg("c.md", text, true), Some(TOKEN), &w)
@@ -1624,7 +1624,7 @@ mod tests {
     /// never re-chunked it.
     #[test]
     fn registering_changed_content_without_index_drops_the_old_chunks() {
-        let (svc, store) = service(Some(FakeEmbedder::new(Duration::ZERO)));
+        let (svc, store) = service(Some(fake_embedder(Duration::ZERO)));
         let w = Work::unbounded();
         let v1 = "# Cache\n\nThe cache lives in the user profile.\n\n## Clearing\n\nRun clear.\n";
         let out = svc
