@@ -133,14 +133,16 @@ forward_embedder!(std::sync::Arc);
 
 /// Cosine similarity of two vectors (0 when either is empty or their lengths differ).
 pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
-    if a.len() != b.len() || a.is_empty() {
-        return 0.0;
-    }
     use bib_text::vectors::dot;
-    let (na, nb) = (dot(a, a), dot(b, b));
-    if na == 0.0 || nb == 0.0 {
+    cosine_given_norms(a, dot(a, a), b, dot(b, b))
+}
+
+/// [`cosine`] of `a` and `b` whose squared norms `na` and `nb` (each one's `dot` with itself)
+/// are already known: one vector compared with many computes its own once.
+pub fn cosine_given_norms(a: &[f32], na: f32, b: &[f32], nb: f32) -> f32 {
+    if a.len() != b.len() || a.is_empty() || na == 0.0 || nb == 0.0 {
         0.0
     } else {
-        dot(a, b) / (na.sqrt() * nb.sqrt())
+        bib_text::vectors::dot(a, b) / (na.sqrt() * nb.sqrt())
     }
 }

@@ -67,32 +67,64 @@ fn function_word(word: &str) -> Option<Lang> {
     }
 }
 
-/// The language of `history`'s text (see the module docs).
-pub fn detect(history: &[Message]) -> Lang {
-    let (mut es, mut en, mut read) = (0usize, 0usize, 0usize);
-    for m in history.iter().rev() {
+/// How many function words of each language a text holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Counts {
+    pub spanish: u32,
+    pub english: u32,
+}
+
+impl Counts {
+    /// The function words of `text`.
+    pub fn of(text: &str) -> Counts {
+        let mut c = Counts::default();
+        for w in text.split(|c: char| !c.is_alphabetic()) {
+            match function_word(w) {
+                Some(Lang::Spanish) => c.spanish += 1,
+                Some(Lang::English) => c.english += 1,
+                None => {}
+            }
+        }
+        c
+    }
+
+    /// Spanish when it has more Spanish function words, English otherwise.
+    pub fn lang(self) -> Lang {
+        if self.spanish > self.english {
+            Lang::Spanish
+        } else {
+            Lang::English
+        }
+    }
+}
+
+/// The part of each message [`detect`] reads, from the newest back until [`SAMPLE_BYTES`]:
+/// `(index in history, text, whether it is the whole message)`.
+pub fn sample(history: &[Message]) -> impl Iterator<Item = (usize, &str, bool)> {
+    let mut read = 0usize;
+    history.iter().enumerate().rev().map_while(move |(i, m)| {
         if read >= SAMPLE_BYTES {
-            break;
+            return None;
         }
         let mut end = m.content.len().min(SAMPLE_BYTES - read);
         while !m.content.is_char_boundary(end) {
             end -= 1;
         }
-        let text = &m.content[..end];
-        read += text.len();
-        for w in text.split(|c: char| !c.is_alphabetic()) {
-            match function_word(w) {
-                Some(Lang::Spanish) => es += 1,
-                Some(Lang::English) => en += 1,
-                None => {}
-            }
-        }
+        read += end;
+        Some((i, &m.content[..end], end == m.content.len()))
+    })
+}
+
+/// The language of `history`'s text (see the module docs). The packer gets the same answer
+/// with the counts of whole messages remembered ([`Counts::of`] over [`sample`]).
+pub fn detect(history: &[Message]) -> Lang {
+    let mut total = Counts::default();
+    for (_, text, _) in sample(history) {
+        let c = Counts::of(text);
+        total.spanish += c.spanish;
+        total.english += c.english;
     }
-    if es > en {
-        Lang::Spanish
-    } else {
-        Lang::English
-    }
+    total.lang()
 }
 
 impl Lang {
@@ -136,6 +168,19 @@ mod tests {
 
     fn h(texts: &[&str]) -> Vec<Message> {
         texts.iter().map(|t| Message::new("user", *t)).collect()
+    }
+
+    #[test]
+    fn the_sample_reads_whole_messages_then_a_prefix() {
+        let long = "the key is in the box ".repeat(500);
+        let history = h(&["¿dónde está la clave?", &long, "la clave está en el cofre"]);
+        let read: Vec<(usize, usize, bool)> = sample(&history)
+            .map(|(i, t, whole)| (i, t.len(), whole))
+            .collect();
+        let newest = history[2].content.len();
+        assert_eq!(read, [(2, newest, true), (1, SAMPLE_BYTES - newest, false)]);
+        assert_eq!(detect(&history), Lang::English);
+        assert_eq!(detect(&history[..1]), Lang::Spanish);
     }
 
     #[test]

@@ -140,6 +140,11 @@ struct LineInfo {
 struct MsgInfo {
     tok: u32,
     lines: Box<[u32]>,
+    /// Bytes of the `Name` of a `Name: text` message ([`speaker_of`]), found once.
+    speaker_len: Option<u32>,
+    /// The message's function words (`lang::Counts`), counted on first use: the history's
+    /// language is decided on every pack ([`Packer::history_lang`]).
+    lang_counts: Option<crate::lang::Counts>,
     /// The message's semantic units as (first line, end line, unit id), built on first use.
     units: Option<Box<[(u32, u32, u32)]>>,
 }
@@ -150,6 +155,9 @@ struct UnitInfo {
     text: Box<str>,
     vec: Option<Arc<[f32]>>,
 }
+
+/// A vector and its squared norm.
+type NormedVector = (Arc<[f32]>, f32);
 
 /// A history packer with content caches. Reuse one per session: each line is tokenised,
 /// estimated and keyed once, each message's dates resolved once, each block embedded once.
@@ -167,8 +175,13 @@ pub struct Packer {
     embed_cache: EmbeddingCache,
     unit_ids: FxHashMap<Box<str>, u32>,
     units: Vec<UnitInfo>,
-    /// The model the vectors in `units` come from.
+    /// The model the vectors in `units` and `blocks` come from.
     unit_model: String,
+    /// The last pack's blocks (their lines' ids) with their vectors and squared norms: a
+    /// history packed again for another question has the same blocks, and finds them here
+    /// without joining and hashing their text. Only the last pack's are kept, so it cannot
+    /// grow with the session.
+    blocks: FxHashMap<Box<[u32]>, NormedVector>,
 }
 
 impl std::fmt::Debug for Packer {
@@ -444,6 +457,7 @@ impl Packer {
             unit_ids: FxHashMap::default(),
             units: Vec::new(),
             unit_model: String::new(),
+            blocks: FxHashMap::default(),
         }
     }
 
@@ -542,10 +556,39 @@ impl Packer {
         self.msgs.push(MsgInfo {
             tok: msg_tok(content) as u32,
             lines: lines.into_boxed_slice(),
+            speaker_len: speaker_of(content).map(|name| name.len() as u32),
+            lang_counts: None,
             units: None,
         });
         self.msg_ids.insert(content.into(), id);
         id
+    }
+
+    /// [`crate::lang::detect`] of `history`, with the counts of whole messages remembered by
+    /// id. Message `i` has id `msg_ids[i]`, the id of `contents[i]`; only a message whose
+    /// content is its text as given (no date note added) uses the remembered counts, so they
+    /// are always that text's.
+    fn history_lang(
+        &mut self,
+        history: &[Message],
+        contents: &[&str],
+        msg_ids: &[u32],
+    ) -> crate::lang::Lang {
+        let mut total = crate::lang::Counts::default();
+        for (i, text, whole) in crate::lang::sample(history) {
+            let id = msg_ids
+                .get(i)
+                .filter(|_| whole && contents.get(i) == Some(&text));
+            let c = match id {
+                Some(&id) => *self.msgs[id as usize]
+                    .lang_counts
+                    .get_or_insert_with(|| crate::lang::Counts::of(text)),
+                None => crate::lang::Counts::of(text),
+            };
+            total.spanish += c.spanish;
+            total.english += c.english;
+        }
+        total.lang()
     }
 
     /// The time a packed copy of `m` carries (`message_times`).
@@ -737,7 +780,7 @@ impl Packer {
             keep: Vec::new(),
             per_line_cap: 40,
             rendered_tokens: None,
-            lang: crate::lang::detect(history),
+            lang: self.history_lang(history, contents, msg_ids),
             hybrid: false,
         };
         if ctx.old.is_empty() || used >= budget {
@@ -907,8 +950,16 @@ impl Packer {
             FxHashSet::default()
         };
         let n_msg = (ctx.old.len().saturating_sub(1)).max(1) as f64;
-        let speakers: Vec<Option<&str>> =
-            ctx.old.iter().map(|&i| speaker_of(contents[i])).collect();
+        // `old_msg[k]` is the id of `contents[old[k]]`, whose speaker it remembers.
+        let speakers: Vec<Option<&str>> = ctx
+            .old
+            .iter()
+            .zip(&ctx.old_msg)
+            .map(|(&i, &mid)| {
+                let len = self.msgs[mid as usize].speaker_len?;
+                contents[i].get(..len as usize)
+            })
+            .collect();
         let named = named_speaker(&speakers, &ctx.query);
         let asks_time = crate::kinds::asks_for_a_time(&ctx.query);
         let asks_qty = crate::kinds::asks_for_a_quantity(&ctx.query);
@@ -1015,6 +1066,13 @@ impl Packer {
     /// Hybrid scoring. Returns the number of texts compared with the question (blocks and
     /// units), or why it could not.
     fn semantic_scores(&mut self, ctx: &mut Ctx, e: &dyn Embedder) -> Result<usize, String> {
+        if self.unit_model != e.model_id() {
+            for u in &mut self.units {
+                u.vec = None;
+            }
+            self.blocks.clear();
+            self.unit_model = e.model_id().to_owned();
+        }
         let n = ctx.items.len();
         let q = slice16(&ctx.query, 0, 2000).to_owned();
         let qv = self
@@ -1029,24 +1087,32 @@ impl Packer {
         let mut by_lex: Vec<usize> = (0..n)
             .filter(|&i| !self.opts.rrf_scored_only || ctx.items[i].bm > 0.0)
             .collect();
-        by_lex.sort_by(|&a, &b| ctx.items[b].bm.total_cmp(&ctx.items[a].bm));
+        by_lex
+            .sort_unstable_by(|&a, &b| ctx.items[b].bm.total_cmp(&ctx.items[a].bm).then(a.cmp(&b)));
         lists.push((by_lex, 1.0));
         if self.opts.sem_blocks || !self.opts.sem_units {
             compared += self.block_scores(ctx, e, &qv)?;
             let mut by_sem: Vec<usize> = (0..n).collect();
-            by_sem.sort_by(|&a, &b| ctx.items[b].sem.total_cmp(&ctx.items[a].sem));
+            by_sem.sort_unstable_by(|&a, &b| {
+                ctx.items[b]
+                    .sem
+                    .total_cmp(&ctx.items[a].sem)
+                    .then(a.cmp(&b))
+            });
             lists.push((by_sem, 1.0));
         }
         if self.opts.sem_units {
             let (usem, units) = self.unit_scores(ctx, e, &qv)?;
             compared += units;
             let mut by_unit: Vec<usize> = (0..n).collect();
-            by_unit.sort_by(|&a, &b| usem[b].total_cmp(&usem[a]));
+            by_unit.sort_unstable_by(|&a, &b| usem[b].total_cmp(&usem[a]).then(a.cmp(&b)));
             lists.push((by_unit, self.opts.sem_unit_weight));
             for (it, u) in ctx.items.iter_mut().zip(&usem) {
                 it.sem = it.sem.max(*u);
             }
         }
+        // (Each list is sorted unstably with the index as the tie-break: the order a stable sort
+        // of the ascending indices gives, without its merge buffer.)
         // Rank fusion: sorted lists, positions fused.
         let weighted: Vec<(&[usize], f64)> =
             lists.iter().map(|(l, w)| (l.as_slice(), *w)).collect();
@@ -1074,27 +1140,47 @@ impl Packer {
         // so a long history grows the blocks, not the number of model calls.
         let n = ctx.items.len();
         let sb = n.div_ceil(self.opts.sem_budget.max(1)).max(1);
-        let mut blocks: Vec<String> = Vec::new();
-        for chunk in ctx.items.chunks(sb) {
-            let text = chunk
-                .iter()
-                .map(|it| &*self.lines[it.line as usize].text)
-                .collect::<Vec<_>>()
-                .join("\n");
-            blocks.push(slice16(&text, 0, 4000).to_owned());
+        let keys: Vec<Box<[u32]>> = ctx
+            .items
+            .chunks(sb)
+            .map(|chunk| chunk.iter().map(|it| it.line).collect())
+            .collect();
+        let mut last = std::mem::take(&mut self.blocks);
+        let mut found: Vec<Option<NormedVector>> = keys.iter().map(|k| last.remove(k)).collect();
+        let missing: Vec<usize> = (0..keys.len()).filter(|&b| found[b].is_none()).collect();
+        if !missing.is_empty() {
+            let texts: Vec<String> = missing.iter().map(|&b| self.block_text(&keys[b])).collect();
+            let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+            let vecs = self
+                .embed_cache
+                .embed(e, &refs, EmbedKind::Passage)
+                .map_err(|err| err.to_string())?;
+            for (&b, v) in missing.iter().zip(vecs) {
+                let nb = bib_text::vectors::dot(&v, &v);
+                found[b] = Some((v, nb));
+            }
         }
-        let refs: Vec<&str> = blocks.iter().map(String::as_str).collect();
-        let bv = self
-            .embed_cache
-            .embed(e, &refs, EmbedKind::Passage)
-            .map_err(|err| err.to_string())?;
-        for (bi, v) in bv.iter().enumerate() {
-            let s = f64::from(bib_embed::cosine(qv, v));
+        let nq = bib_text::vectors::dot(qv, qv);
+        for (bi, f) in found.iter().enumerate() {
+            let (v, nb) = f.as_ref().expect("every block has its vector");
+            let s = f64::from(bib_embed::cosine_given_norms(qv, nq, v, *nb));
             for it in ctx.items.iter_mut().skip(bi * sb).take(sb) {
                 it.sem = s;
             }
         }
-        Ok(blocks.len())
+        let count = found.len();
+        self.blocks = keys.into_iter().zip(found.into_iter().flatten()).collect();
+        Ok(count)
+    }
+
+    /// The text a block of lines is embedded as: its lines joined, cut at 4,000 UTF-16 units.
+    fn block_text(&self, lines: &[u32]) -> String {
+        let text = lines
+            .iter()
+            .map(|&l| &*self.lines[l as usize].text)
+            .collect::<Vec<_>>()
+            .join("\n");
+        slice16(&text, 0, 4000).to_owned()
     }
 
     /// Build the units of message `mid` (interning their texts) unless it has them.
@@ -1142,12 +1228,6 @@ impl Packer {
         e: &dyn Embedder,
         qv: &[f32],
     ) -> Result<(Vec<f64>, usize), String> {
-        if self.unit_model != e.model_id() {
-            for u in &mut self.units {
-                u.vec = None;
-            }
-            self.unit_model = e.model_id().to_owned();
-        }
         for &mid in &ctx.old_msg {
             self.build_units(mid);
         }
@@ -2037,6 +2117,42 @@ impl Session {
 #[cfg(test)]
 mod speaker_tests {
     use super::*;
+
+    /// The packer's language (counts remembered per message, dated ones counted afresh)
+    /// answers as `lang::detect` of the same history, however it grows.
+    #[test]
+    fn the_remembered_language_is_detects() {
+        let mut p = Packer::new(PackOptions::default());
+        let ts = 1_786_104_000_000;
+        let texts = [
+            "where is the staging password?".to_string(),
+            "ayer dejé la clave en el cofre de la casa".to_string(),
+            "¿dónde está la clave de la casa que usamos ayer?".to_string(),
+            "the key is in the box, as you said yesterday ".repeat(300),
+            "la clave está en el cofre".to_string(),
+        ];
+        let mut history = Vec::new();
+        for t in &texts {
+            history.push(Message::new("user", t.as_str()).with_ts(ts));
+            let dated: Vec<Option<Arc<str>>> = history.iter().map(|m| p.dated_one(m)).collect();
+            let contents: Vec<&str> = history
+                .iter()
+                .zip(&dated)
+                .map(|(m, d)| d.as_deref().unwrap_or(m.content.as_str()))
+                .collect();
+            let ids: Vec<u32> = contents.iter().map(|c| p.msg_id(c)).collect();
+            for _ in 0..2 {
+                let got = p.history_lang(&history, &contents, &ids);
+                assert_eq!(
+                    got,
+                    crate::lang::detect(&history),
+                    "{} messages",
+                    history.len()
+                );
+            }
+        }
+        assert!(p.msgs.iter().any(|m| m.lang_counts.is_some()));
+    }
 
     #[test]
     fn a_speaker_is_a_short_capitalised_name_before_a_colon() {
