@@ -501,6 +501,8 @@ impl Packer {
             self.msgs.clear();
             self.annotations.clear();
             self.qmark.clear();
+            // Blocks are keyed by line ids, which now name other lines.
+            self.blocks.clear();
         }
         // ~2 KB per 512-d vector: at most ~100 MB of unit vectors
         if self.units.len() > 50_000 {
@@ -1084,6 +1086,8 @@ impl Packer {
         let mut lists: Vec<(Vec<usize>, f64)> = Vec::new();
         // With `rrf_scored_only`, the BM25 list ranks only the lines that match: a line with
         // no query term would otherwise earn rank credit by its position in the history.
+        // Each list is sorted unstably with the index as the tie-break: the order a stable sort
+        // of the ascending indices gives, without its merge buffer.
         let mut by_lex: Vec<usize> = (0..n)
             .filter(|&i| !self.opts.rrf_scored_only || ctx.items[i].bm > 0.0)
             .collect();
@@ -1111,8 +1115,6 @@ impl Packer {
                 it.sem = it.sem.max(*u);
             }
         }
-        // (Each list is sorted unstably with the index as the tie-break: the order a stable sort
-        // of the ascending indices gives, without its merge buffer.)
         // Rank fusion: sorted lists, positions fused.
         let weighted: Vec<(&[usize], f64)> =
             lists.iter().map(|(l, w)| (l.as_slice(), *w)).collect();
