@@ -379,6 +379,15 @@ fn lift(r: f64, it: &Item, o: &PackOptions) -> f64 {
     (r + gain) / (1.0 + ws + wt)
 }
 
+/// What each message is packed as: its content with date notes (`dated[i]`) or as given.
+fn contents_of<'a>(history: &'a [Message], dated: &'a [Option<Arc<str>>]) -> Vec<&'a str> {
+    history
+        .iter()
+        .zip(dated)
+        .map(|(m, d)| d.as_deref().unwrap_or(m.content.as_str()))
+        .collect()
+}
+
 /// The speaker of a `Name: text` message (a name of one to three capitalised words).
 fn speaker_of(content: &str) -> Option<&str> {
     let (name, _) = content.split_once(": ")?;
@@ -629,11 +638,7 @@ impl Packer {
     ) -> Packed {
         self.maybe_trim_caches();
         let dated: Vec<Option<Arc<str>>> = history.iter().map(|m| self.dated_one(m)).collect();
-        let contents: Vec<&str> = history
-            .iter()
-            .zip(&dated)
-            .map(|(m, d)| d.as_deref().unwrap_or(m.content.as_str()))
-            .collect();
+        let contents = contents_of(history, &dated);
         let msg_ids: Vec<u32> = contents.iter().map(|c| self.msg_id(c)).collect();
         self.run_prepared(history, &contents, &msg_ids, budget, embedder)
     }
@@ -2105,12 +2110,7 @@ impl Session {
     }
 
     fn pack_with(&mut self, budget: usize, e: Option<&dyn Embedder>) -> Packed {
-        let contents: Vec<&str> = self
-            .history
-            .iter()
-            .zip(&self.dated)
-            .map(|(m, d)| d.as_deref().unwrap_or(m.content.as_str()))
-            .collect();
+        let contents = contents_of(&self.history, &self.dated);
         self.packer
             .run_prepared(&self.history, &contents, &self.ids, budget, e)
     }
@@ -2137,11 +2137,7 @@ mod speaker_tests {
         for t in &texts {
             history.push(Message::new("user", t.as_str()).with_ts(ts));
             let dated: Vec<Option<Arc<str>>> = history.iter().map(|m| p.dated_one(m)).collect();
-            let contents: Vec<&str> = history
-                .iter()
-                .zip(&dated)
-                .map(|(m, d)| d.as_deref().unwrap_or(m.content.as_str()))
-                .collect();
+            let contents = contents_of(&history, &dated);
             let ids: Vec<u32> = contents.iter().map(|c| p.msg_id(c)).collect();
             for _ in 0..2 {
                 let got = p.history_lang(&history, &contents, &ids);
