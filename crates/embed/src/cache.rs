@@ -9,6 +9,7 @@
 //! history packer and the benchmarks all use this cache. The key covers whether the text is a
 //! query or a passage (asymmetric models embed the two differently).
 
+use std::borrow::Borrow;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -292,23 +293,25 @@ impl EmbeddingCache {
     }
 }
 
-/// An [`Embedder`] that consults an [`EmbeddingCache`] before embedding.
-pub struct CachedEmbedder<E> {
+/// An [`Embedder`] that consults an [`EmbeddingCache`] before embedding: its own (`C` =
+/// `EmbeddingCache`) or one it borrows (`&EmbeddingCache`), such as a server's cache shared by
+/// its requests.
+pub struct CachedEmbedder<E, C = EmbeddingCache> {
     inner: E,
-    cache: EmbeddingCache,
+    cache: C,
 }
 
-impl<E: Embedder> std::fmt::Debug for CachedEmbedder<E> {
+impl<E: Embedder, C: Borrow<EmbeddingCache>> std::fmt::Debug for CachedEmbedder<E, C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CachedEmbedder")
             .field("model", &self.inner.model_id())
-            .field("cache", &self.cache)
+            .field("cache", self.cache.borrow())
             .finish()
     }
 }
 
-impl<E: Embedder> CachedEmbedder<E> {
-    pub fn new(inner: E, cache: EmbeddingCache) -> Self {
+impl<E: Embedder, C: Borrow<EmbeddingCache>> CachedEmbedder<E, C> {
+    pub fn new(inner: E, cache: C) -> Self {
         Self { inner, cache }
     }
 
@@ -319,11 +322,11 @@ impl<E: Embedder> CachedEmbedder<E> {
 
     /// The cache.
     pub fn cache(&self) -> &EmbeddingCache {
-        &self.cache
+        self.cache.borrow()
     }
 }
 
-impl<E: Embedder> Embedder for CachedEmbedder<E> {
+impl<E: Embedder, C: Borrow<EmbeddingCache> + Send + Sync> Embedder for CachedEmbedder<E, C> {
     fn model_id(&self) -> &str {
         self.inner.model_id()
     }
@@ -342,7 +345,7 @@ impl<E: Embedder> Embedder for CachedEmbedder<E> {
 
     fn embed(&self, texts: &[&str], kind: EmbedKind) -> Result<Vec<Vec<f32>>, EmbedError> {
         Ok(self
-            .cache
+            .cache()
             .embed(&self.inner, texts, kind)?
             .iter()
             .map(|v| v.to_vec())

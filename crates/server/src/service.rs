@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use bib_app::{AskSettings, Settings};
-use bib_embed::Embedder;
+use bib_embed::{CachedEmbedder, Embedder};
 use bib_retrieve::synth::SynthConfig;
 use bib_retrieve::{
     log_entry, EmbeddingCache, Filter, Mode, RetrieveOptions, Retriever, StoreIndex,
@@ -45,6 +45,10 @@ pub struct Service {
     /// Why there is no embedder (shown by `health` and in `not_available` errors).
     model_error: Option<String>,
     cache: EmbeddingCache,
+    /// The vectors of the history packs of hybrid `pack` requests: an agent packing its
+    /// session again each turn embeds only what is new (bounded; apart from the asks' cache
+    /// so a long history does not push out the questions).
+    pack_cache: EmbeddingCache,
     /// Ask defaults: environment over `bib.toml` over the defaults; a request's own
     /// arguments go over them.
     settings: Settings,
@@ -620,6 +624,7 @@ impl Service {
             embedder,
             model_error,
             cache: EmbeddingCache::default(),
+            pack_cache: EmbeddingCache::with_capacity(50_000),
             settings,
             tokens,
             write_lock: Mutex::new(()),
@@ -1366,7 +1371,7 @@ impl Service {
                     &history,
                     a.budget,
                     &opts,
-                    &CancelEmbedder { inner, work },
+                    &CachedEmbedder::new(CancelEmbedder { inner, work }, &self.pack_cache),
                 ),
                 None => {
                     let mut p = bib_pack::pack(&history, a.budget, &opts);
@@ -1530,6 +1535,39 @@ mod tests {
         assert_eq!(ids(&plain), ids(&asked));
         let json = serde_json::to_value(&plain).unwrap();
         assert!(json.get("warnings").is_none(), "{json}");
+    }
+
+    /// A session packed again (hybrid) embeds only what it has not seen: the service keeps
+    /// the packs' vectors between requests.
+    #[test]
+    fn a_hybrid_pack_again_embeds_only_what_is_new() {
+        let fake = fake_embedder(Duration::ZERO);
+        let (svc, _) = service(Some(fake.clone()));
+        let w = Work::unbounded();
+        let mut messages: Vec<Value> = (0..40)
+            .map(|i| json!({"role": "user", "content": format!("note {i}: the vault code is {i}{i}")}))
+            .collect();
+        messages.push(json!({"role": "user", "content": "what is the vault code?"}));
+        let args = |messages: &Vec<Value>| PackArgs {
+            messages: messages.clone(),
+            budget: 60,
+            hybrid: Some(true),
+        };
+        let first = svc.pack(args(&messages), &w).unwrap();
+        let embedded = fake.texts_embedded();
+        assert!(embedded > 40, "units, blocks and the question: {embedded}");
+        let again = svc.pack(args(&messages), &w).unwrap();
+        assert_eq!(fake.texts_embedded(), embedded, "nothing new to embed");
+        assert_eq!(json!(again.messages), json!(first.messages));
+        // One more message and another question: only those (and the blocks they shift) are new.
+        messages.insert(
+            40,
+            json!({"role": "assistant", "content": "it is in the blue folder"}),
+        );
+        messages.push(json!({"role": "user", "content": "and where is it kept?"}));
+        svc.pack(args(&messages), &w).unwrap();
+        let new = fake.texts_embedded() - embedded;
+        assert!(new > 0 && new < embedded, "{new} new of {embedded}");
     }
 
     /// Issue 14: `POST /docs` accepted a 100k-character path, a path without `.md` and NUL.
