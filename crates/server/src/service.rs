@@ -606,6 +606,10 @@ fn ask_output_of_retrieval(
     }
 }
 
+/// Vectors the service keeps for hybrid packs (a session's units and blocks): room for several
+/// long sessions, at most ~120 MB even were every entry a 4,000-character block.
+const PACK_CACHE_VECTORS: usize = 20_000;
+
 impl Service {
     /// A service over `store`. `embedder` is `Err(reason)` when no model could be loaded: BM25
     /// asks still work, everything needing vectors answers `not_available` with the reason.
@@ -624,7 +628,7 @@ impl Service {
             embedder,
             model_error,
             cache: EmbeddingCache::default(),
-            pack_cache: EmbeddingCache::with_capacity(50_000),
+            pack_cache: EmbeddingCache::with_capacity(PACK_CACHE_VECTORS),
             settings,
             tokens,
             write_lock: Mutex::new(()),
