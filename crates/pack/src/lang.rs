@@ -100,7 +100,7 @@ impl Counts {
 
 /// The part of each message [`detect`] reads, from the newest back until [`SAMPLE_BYTES`]:
 /// `(index in history, text, whether it is the whole message)`.
-pub fn sample(history: &[Message]) -> impl Iterator<Item = (usize, &str, bool)> {
+fn sample(history: &[Message]) -> impl Iterator<Item = (usize, &str, bool)> {
     let mut read = 0usize;
     history.iter().enumerate().rev().map_while(move |(i, m)| {
         if read >= SAMPLE_BYTES {
@@ -115,12 +115,20 @@ pub fn sample(history: &[Message]) -> impl Iterator<Item = (usize, &str, bool)> 
     })
 }
 
-/// The language of `history`'s text (see the module docs). The packer gets the same answer
-/// with the counts of whole messages remembered ([`Counts::of`] over [`sample`]).
+/// The language of `history`'s text (see the module docs).
 pub fn detect(history: &[Message]) -> Lang {
+    detect_with(history, |_, text, _| Counts::of(text))
+}
+
+/// [`detect`], with `counts(index, text, whole)` giving the [`Counts::of`] each sampled text:
+/// the packer answers from the counts it remembers for whole messages.
+pub fn detect_with(
+    history: &[Message],
+    mut counts: impl FnMut(usize, &str, bool) -> Counts,
+) -> Lang {
     let mut total = Counts::default();
-    for (_, text, _) in sample(history) {
-        let c = Counts::of(text);
+    for (i, text, whole) in sample(history) {
+        let c = counts(i, text, whole);
         total.spanish += c.spanish;
         total.english += c.english;
     }

@@ -585,21 +585,17 @@ impl Packer {
         contents: &[&str],
         msg_ids: &[u32],
     ) -> crate::lang::Lang {
-        let mut total = crate::lang::Counts::default();
-        for (i, text, whole) in crate::lang::sample(history) {
+        crate::lang::detect_with(history, |i, text, whole| {
             let id = msg_ids
                 .get(i)
                 .filter(|_| whole && contents.get(i) == Some(&text));
-            let c = match id {
+            match id {
                 Some(&id) => *self.msgs[id as usize]
                     .lang_counts
                     .get_or_insert_with(|| crate::lang::Counts::of(text)),
                 None => crate::lang::Counts::of(text),
-            };
-            total.spanish += c.spanish;
-            total.english += c.english;
-        }
-        total.lang()
+            }
+        })
     }
 
     /// The time a packed copy of `m` carries (`message_times`).
