@@ -142,6 +142,8 @@ struct MsgInfo {
     lines: Box<[u32]>,
     /// Bytes of the `Name` of a `Name: text` message ([`speaker_of`]), found once.
     speaker_len: Option<u32>,
+    /// Whether the message is a tool result (`PackOptions::is_tool`), found once.
+    tool: bool,
     /// The message's function words (`lang::Counts`), counted on first use: the history's
     /// language is decided on every pack ([`Packer::history_lang`]).
     lang_counts: Option<crate::lang::Counts>,
@@ -302,10 +304,20 @@ fn mark_re() -> &'static Regex {
 /// Demoted, not deleted — and, measured honestly, asking explicitly for the old value brings
 /// it back 0 of 8 times: reachable is not retrievable.
 pub fn mark_superseded(contents: &[&str], o: &PackOptions) -> FxHashSet<usize> {
+    superseded_results(contents, |i| o.is_tool(contents[i]), o)
+}
+
+/// [`mark_superseded`] with whether `contents[i]` is a tool result given by `is_tool(i)`
+/// (the packer remembers it per message).
+fn superseded_results(
+    contents: &[&str],
+    is_tool: impl Fn(usize) -> bool,
+    o: &PackOptions,
+) -> FxHashSet<usize> {
     let mut last_for: FxHashMap<String, usize> = FxHashMap::default();
     let mut target_of: Vec<(usize, String)> = Vec::new();
-    for (i, c) in contents.iter().enumerate() {
-        if !o.is_tool(c) || i == 0 {
+    for i in 0..contents.len() {
+        if i == 0 || !is_tool(i) {
             continue;
         }
         let key = if o.supersede_full_target {
@@ -568,6 +580,7 @@ impl Packer {
             tok: msg_tok(content) as u32,
             lines: lines.into_boxed_slice(),
             speaker_len: speaker_of(content).map(|name| name.len() as u32),
+            tool: self.opts.is_tool(content),
             lang_counts: None,
             units: None,
         });
@@ -948,7 +961,12 @@ impl Packer {
     fn score_old_lines_against_the_question(&mut self, ctx: &mut Ctx, contents: &[&str]) {
         let stale = if self.opts.supersede {
             let old_contents: Vec<&str> = ctx.old.iter().map(|&i| contents[i]).collect();
-            mark_superseded(&old_contents, &self.opts)
+            let msgs = &self.msgs;
+            superseded_results(
+                &old_contents,
+                |k| msgs[ctx.old_msg[k] as usize].tool,
+                &self.opts,
+            )
         } else {
             FxHashSet::default()
         };
@@ -1119,13 +1137,13 @@ impl Packer {
         // Rank fusion: sorted lists, positions fused.
         let weighted: Vec<(&[usize], f64)> =
             lists.iter().map(|(l, w)| (l.as_slice(), *w)).collect();
-        let fused = rrf_fuse_weighted(&weighted, self.opts.rrf_k);
-        let max_f = fused.values().copied().fold(0.0, f64::max);
+        let fused = rrf_fuse_weighted(&weighted, self.opts.rrf_k, n);
+        let max_f = fused.iter().copied().fold(0.0, f64::max);
         let max_f = if max_f == 0.0 { 1.0 } else { max_f };
         let o = &self.opts;
         for (i, it) in ctx.items.iter_mut().enumerate() {
             let rel = (!it.stale && (it.bm > 0.0 || it.sem > 0.0))
-                .then(|| lift(fused.get(&i).copied().unwrap_or(0.0) / max_f, it, o));
+                .then(|| lift(fused[i] / max_f, it, o));
             it.score = stratum_score(it, rel, ctx.rec_tie);
         }
         Ok(compared)
@@ -1889,7 +1907,9 @@ impl LineSelection {
     }
 }
 
-/// Sort item indices by score, best first (stable: equal scores keep their order).
+/// Sort item indices by score, best first (stable: equal scores keep their order). Stable on
+/// purpose: the pools come in history order, in long runs the stable sort finds (an unstable
+/// sort with the index as tie-break measured 25 % slower lexical packs).
 fn sort_by_score_descending(items: &[Item], v: &mut [usize]) {
     v.sort_by(|&a, &b| {
         items[b]
