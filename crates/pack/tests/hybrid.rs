@@ -235,3 +235,28 @@ fn the_turn_after_a_match_is_lifted_by_unit_context() {
         joined(&without)
     );
 }
+
+#[test]
+fn one_packer_packs_with_a_second_model_of_another_dimension() {
+    // The units' 8-bit rows are per model: a session packed with a 64-dimension model, then
+    // a 32-dimension one (its vectors the first's halves added), then the first again must
+    // give what a fresh packer gives with each model, and not panic.
+    let folded = FakeEmbedder::new("concepts-32", DIM / 2, |t, _| {
+        let v = concept_vector(t);
+        (0..DIM / 2).map(|i| v[i] + v[i + DIM / 2]).collect()
+    });
+    let o = PackOptions {
+        sem_units: true,
+        pin_hybrid: false,
+        ..PackOptions::default()
+    };
+    let h = history("which nut can't he eat?");
+    let mut packer = Packer::new(o.clone());
+    for (i, e) in [&concepts(), &folded, &concepts()].into_iter().enumerate() {
+        let p = packer.pack_hybrid(&h, 200, e);
+        let fresh = Packer::new(o.clone()).pack_hybrid(&h, 200, e);
+        assert_eq!(p.stats.mode, PackMode::Hybrid);
+        assert_eq!(joined(&p), joined(&fresh), "pack {i}");
+    }
+    assert!(joined(&packer.pack_hybrid(&h, 200, &concepts())).contains("macadamia"));
+}

@@ -136,7 +136,8 @@ impl MemoryIndex {
         self.total_len += seq.len() as u64;
         self.by_id.insert(chunk.id, self.chunks.len());
         self.chunks.push(chunk);
-        self.vectors.push(vector.map(normalise));
+        self.vectors
+            .push(vector.map(|v| bib_text::vectors::unit(&v)));
         Ok(())
     }
 
@@ -158,14 +159,6 @@ impl MemoryIndex {
                 .collect(),
         )
     }
-}
-
-fn normalise(mut v: Vec<f32>) -> Vec<f32> {
-    let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
-    if n > 0.0 {
-        v.iter_mut().for_each(|x| *x /= n);
-    }
-    v
 }
 
 impl ChunkIndex for MemoryIndex {
@@ -214,7 +207,7 @@ impl ChunkIndex for MemoryIndex {
         if limit == 0 {
             return Ok(Vec::new());
         }
-        let q = normalise(query_vec.to_vec());
+        let q = bib_text::vectors::unit(query_vec);
         let allowed = self.allowed(filter);
         let hits = self
             .vectors

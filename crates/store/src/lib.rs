@@ -23,7 +23,7 @@ mod error;
 pub mod filter;
 pub mod lexical;
 mod memo;
-pub mod quantized;
+pub use bib_text::vectors::quantized;
 pub mod read;
 pub mod rows;
 mod sqlite;

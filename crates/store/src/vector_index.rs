@@ -34,15 +34,9 @@ const PIECE: usize = 16 * BLOCK;
 /// Default budget of exact `f32` vectors kept in memory: 128k vectors of 512 dimensions.
 pub(crate) const DEFAULT_EXACT_BUDGET: usize = 256 << 20;
 
-/// `v / |v|` (a zero or non-finite norm gives zeros) — the normalization every stored and
-/// query vector goes through before a dot product.
-pub(crate) fn unit(v: &[f32]) -> Vec<f32> {
-    let n: f32 = v.iter().map(|x| x * x).sum::<f32>().sqrt();
-    if n == 0.0 || !n.is_finite() {
-        return vec![0.0; v.len()];
-    }
-    v.iter().map(|x| x / n).collect()
-}
+// `v / |v|` (a zero or non-finite norm gives zeros) — the normalization every stored and
+// query vector goes through before a dot product.
+use bib_text::vectors::unit;
 
 /// The exact score of two unit vectors: the one dot product ([`bib_text::vectors::dot`], SIMD
 /// once compiled), so the store, the packer and the benchmarks' ground truth agree to the bit.
@@ -423,7 +417,7 @@ fn keep_best(best: &mut Vec<(f32, usize)>, depth: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::quantized::tests::vectors as random_vectors;
+    use bib_text::vectors::quantized::random_unit_vectors as random_vectors;
     use proptest::prelude::*;
 
     /// The exact scan the index replaces: every row of the query's length, cosine, best first.

@@ -11,7 +11,8 @@
 //! - [`terms`]: the one term function that feeds every BM25 in the system (spec 003).
 //! - [`vectors`]: the one dot product every vector score adds up the same way.
 //!
-//! **Invariant:** nothing in this crate does I/O or panics on any input.
+//! **Invariant:** nothing in this crate does I/O or panics on any input (the vector helpers
+//! panic only when a caller breaks their documented length contract).
 
 pub mod bm25;
 pub mod chunk;

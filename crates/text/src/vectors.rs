@@ -1,6 +1,11 @@
 //! The one dot product of the system's vectors: the embedded store's exact scores, the
 //! packer's cosines of unit vectors, `bib_embed::cosine`, and the benchmarks' exact ground
 //! truth all add their products in the same order, so they agree to the bit.
+//!
+//! [`quantized`] holds 8-bit copies for scans where a quarter of the bytes matters more
+//! than the last digits (the store's first pass, the packer's units).
+
+pub mod quantized;
 
 /// Dot product of two vectors (0 when their lengths differ), summed in eight lanes — which
 /// the compiler turns into SIMD, where one running sum is a chain of dependent additions —
@@ -25,6 +30,15 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
     lanes.iter().sum::<f32>() + tail
 }
 
+/// `v` scaled to length 1; all zeros when its length is 0 or not finite.
+pub fn unit(v: &[f32]) -> Vec<f32> {
+    let n: f32 = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+    if n == 0.0 || !n.is_finite() {
+        return vec![0.0; v.len()];
+    }
+    v.iter().map(|x| x / n).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -37,5 +51,13 @@ mod tests {
         assert!((dot(&a, &b) - plain).abs() < 1e-5);
         assert_eq!(dot(&a, &b[..20]), 0.0);
         assert_eq!(dot(&[], &[]), 0.0);
+    }
+
+    #[test]
+    fn unit_has_length_one_or_is_zero() {
+        let u = unit(&[3.0, 4.0]);
+        assert!((dot(&u, &u) - 1.0).abs() < 1e-6 && (u[0] - 0.6).abs() < 1e-6);
+        assert_eq!(unit(&[0.0, 0.0]), vec![0.0, 0.0]);
+        assert_eq!(unit(&[f32::INFINITY, 1.0]), vec![0.0, 0.0]);
     }
 }

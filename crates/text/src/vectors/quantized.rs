@@ -14,10 +14,12 @@
 //! 64 per instruction) and `128 · Σ p_i` is one number per query. The integer sums are exact,
 //! so every kernel — VNNI, AVX2, plain Rust — returns the same bits; only the quantization
 //! itself approximates. The store ranks by these scores, then rescores the best candidates
-//! with their stored `f32` vectors (see `SqliteStore::vector_search`), so what a caller sees
-//! are exact cosines.
+//! with their stored `f32` vectors (`bib_store`'s vector index), so what a caller sees are
+//! exact cosines; the history packer compares a question with every unit of a session this
+//! way (`bib_pack`).
 //!
-//! Pure: no I/O. The `unsafe` here is the call of a `#[target_feature]` kernel after run-time
+//! Pure: no I/O. Lengths are the caller's contract: a vector or a query of another length
+//! than [`QuantizedVectors::dims`], or rows out of range, panic (documented per method). The `unsafe` here is the call of a `#[target_feature]` kernel after run-time
 //! detection, and its loads, whose bounds are asserted before the call.
 #![allow(unsafe_code)]
 
@@ -126,8 +128,11 @@ impl QuantizedVectors {
         self.scales.reserve(more);
     }
 
-    /// Append `v` (its length must be [`Self::dims`]; a zero or non-finite vector is stored
-    /// as zero and scores 0 against everything).
+    /// Append `v` (a zero or non-finite vector is stored as zero and scores 0 against
+    /// everything).
+    ///
+    /// # Panics
+    /// If `v.len()` is not [`Self::dims`].
     pub fn push(&mut self, v: &[f32]) {
         assert_eq!(v.len(), self.dims, "QuantizedVectors::push: wrong length");
         let (scale, inv) = scale_of(v);
@@ -139,7 +144,10 @@ impl QuantizedVectors {
         self.scales.push(scale);
     }
 
-    /// `query` (length [`Self::dims`]) quantized for [`Self::scores`].
+    /// `query` quantized for [`Self::scores`].
+    ///
+    /// # Panics
+    /// If `query.len()` is not [`Self::dims`].
     pub fn quantize_query(&self, query: &[f32]) -> QuantizedQuery {
         assert_eq!(query.len(), self.dims, "quantize_query: wrong length");
         let (scale, inv) = scale_of(query);
@@ -157,6 +165,10 @@ impl QuantizedVectors {
 
     /// The approximate dot product of `query` with each row in `rows`, into `out` (one per
     /// row, in order), computed by `kernel`.
+    ///
+    /// # Panics
+    /// If `rows` ends past [`Self::len`], `out` is not as long as `rows`, or `query` was
+    /// quantized for vectors of another length.
     pub fn scores(
         &self,
         query: &QuantizedQuery,
@@ -269,23 +281,28 @@ mod x86 {
     }
 }
 
+/// `n` pseudo-random unit vectors of `dims` components (xorshift from `seed`; the same for
+/// the same arguments), for tests and benchmarks of vector code.
+pub fn random_unit_vectors(n: usize, dims: usize, seed: u64) -> Vec<Vec<f32>> {
+    let mut x = seed.max(1);
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        (x >> 11) as f32 / (1u64 << 53) as f32 - 0.5
+    };
+    (0..n)
+        .map(|_| super::unit(&(0..dims).map(|_| next()).collect::<Vec<_>>()))
+        .collect()
+}
+
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    /// `n` random unit vectors (xorshift from `seed`), shared with `vector_index`'s tests.
-    pub(crate) fn vectors(n: usize, dims: usize, seed: u64) -> Vec<Vec<f32>> {
-        let mut x = seed.max(1);
-        let mut next = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 11) as f32 / (1u64 << 53) as f32 - 0.5
-        };
-        (0..n)
-            .map(|_| crate::vector_index::unit(&(0..dims).map(|_| next()).collect::<Vec<_>>()))
-            .collect()
+    fn vectors(n: usize, dims: usize, seed: u64) -> Vec<Vec<f32>> {
+        random_unit_vectors(n, dims, seed)
     }
 
     fn scores_with(q: &QuantizedVectors, query: &[f32], k: DotKernel) -> Vec<f32> {
