@@ -1636,22 +1636,26 @@ impl Packer {
 
     /// Render the selection. One note per run of omitted messages when that fits the budget
     /// (strict mode), else one note for them all, which is what the selection accounted for.
+    /// The old messages are rendered once; only the notes differ between the two.
     fn render_with_the_notes_that_fit(
         &self,
         ctx: &Ctx,
         history: &[Message],
     ) -> (Vec<PackedMessage>, usize, usize) {
-        let one = self.render(ctx, history, Notes::One);
-        if self.opts.strict_budget {
-            let per_gap = self.render(ctx, history, Notes::PerGap);
-            if per_gap.2 <= ctx.budget + ctx.card_tok {
+        let body = self.render_body(ctx, history);
+        let one = || omission_notes(ctx.lang, Notes::One, &body.gaps, body.dropped);
+        let notes = if self.opts.strict_budget {
+            let per_gap = omission_notes(ctx.lang, Notes::PerGap, &body.gaps, body.dropped);
+            let total = body.total + notes_tokens(&per_gap) + protected_tail_tokens(ctx);
+            if total <= ctx.budget + ctx.card_tok {
                 per_gap
             } else {
-                one
+                one()
             }
         } else {
-            one
-        }
+            one()
+        };
+        assemble(ctx, body, notes)
     }
 
     /// Emit: head, the old messages with their kept lines (runs of omitted lines become one
@@ -1664,6 +1668,13 @@ impl Packer {
         history: &[Message],
         notes: Notes,
     ) -> (Vec<PackedMessage>, usize, usize) {
+        let body = self.render_body(ctx, history);
+        let notes = omission_notes(ctx.lang, notes, &body.gaps, body.dropped);
+        assemble(ctx, body, notes)
+    }
+
+    /// The head and the old messages that keep a line, rendered, before any note.
+    fn render_body(&self, ctx: &Ctx, history: &[Message]) -> RenderedHistory {
         let mut out = RenderedHistory {
             packed: ctx.head.clone(),
             total: ctx.head.iter().map(|m| msg_tok(&m.content)).sum(),
@@ -1671,37 +1682,7 @@ impl Packer {
             gaps: Vec::new(),
         };
         self.render_old_messages(ctx, history, &mut out);
-        let RenderedHistory {
-            mut packed,
-            mut total,
-            dropped,
-            gaps,
-        } = out;
-        let notes = omission_notes(ctx.lang, notes, &gaps, dropped);
-        for (at, m) in notes.into_iter().rev() {
-            total += msg_tok(&m);
-            packed.insert(
-                at,
-                PackedMessage {
-                    role: "system".into(),
-                    content: m,
-                    ts: None,
-                },
-            );
-        }
-        // The card is protected like head and tail: a count shares vocabulary with nothing and
-        // BM25 would always drop it. It sits next to the live question.
-        if let Some(c) = &ctx.card {
-            total += msg_tok(&c.content);
-            packed.push(c.clone());
-        }
-        total += ctx
-            .recent
-            .iter()
-            .map(|m| msg_tok(&m.content))
-            .sum::<usize>();
-        packed.extend(ctx.recent.iter().cloned());
-        (packed, dropped, total)
+        out
     }
 
     /// Append the old messages that keep at least one line to `out.packed`, counting their
@@ -1715,7 +1696,7 @@ impl Packer {
             let nl = self.msgs[mid as usize].lines.len();
             let kept = self.render_kept_lines(ctx, ix..ix + nl);
             ix += nl;
-            if kept.lines.is_empty() {
+            if kept.lines == 0 {
                 out.dropped += 1;
                 run += 1;
                 continue;
@@ -1725,10 +1706,10 @@ impl Packer {
                 run = 0;
             }
             // the newline joints add length, not pieces
-            out.total += estimate_from(kept.pieces, kept.len + kept.lines.len() - 1) + 4;
+            out.total += estimate_from(kept.pieces, kept.len + kept.lines - 1) + 4;
             out.packed.push(PackedMessage {
                 role: history[ctx.old[k]].role.clone(),
-                content: kept.lines.join("\n"),
+                content: kept.text,
                 ts: self.time_of(&history[ctx.old[k]]),
             });
         }
@@ -1746,30 +1727,26 @@ impl Packer {
         for j in items {
             if ctx.keep[j] {
                 if skipped > 0 {
-                    kept.push_measured(ctx.lang.lines_omitted(skipped));
+                    kept.push_measured(&ctx.lang.lines_omitted(skipped));
                     skipped = 0;
                 }
                 let line = &self.lines[ctx.items[j].line as usize];
                 if (line.tok as usize) <= ctx.per_line_cap {
-                    kept.push(
-                        line.text.to_string(),
-                        line.pieces as usize,
-                        line.len16 as usize,
-                    );
+                    kept.push(&line.text, line.pieces as usize, line.len16 as usize);
                 } else {
                     let t = if self.opts.strict_budget {
                         truncate_to_fit(&line.text, ctx.per_line_cap)
                     } else {
                         truncate_to_tokens(&line.text, ctx.per_line_cap)
                     };
-                    kept.push_measured(t);
+                    kept.push_measured(&t);
                 }
             } else {
                 skipped += 1;
             }
         }
-        if skipped > 0 && !kept.lines.is_empty() {
-            kept.push_measured(ctx.lang.lines_omitted(skipped));
+        if skipped > 0 && kept.lines > 0 {
+            kept.push_measured(&ctx.lang.lines_omitted(skipped));
         }
         kept
     }
@@ -1851,6 +1828,55 @@ impl Packer {
     }
 }
 
+/// Tokens of the `system` notes `notes` as packed messages.
+fn notes_tokens(notes: &[(usize, String)]) -> usize {
+    notes.iter().map(|(_, m)| msg_tok(m)).sum()
+}
+
+/// Tokens of what follows the old messages whatever is kept: the card and the recent turns.
+fn protected_tail_tokens(ctx: &Ctx) -> usize {
+    ctx.card.as_ref().map_or(0, |c| msg_tok(&c.content))
+        + ctx
+            .recent
+            .iter()
+            .map(|m| msg_tok(&m.content))
+            .sum::<usize>()
+}
+
+/// The packed history: `body` with the notes at their places (`(place in body, text)`, in
+/// order), then the card next to the live question, then the recent turns; with the count of
+/// fully omitted old messages and the total tokens.
+fn assemble(
+    ctx: &Ctx,
+    body: RenderedHistory,
+    notes: Vec<(usize, String)>,
+) -> (Vec<PackedMessage>, usize, usize) {
+    debug_assert!(notes.windows(2).all(|w| w[0].0 <= w[1].0));
+    let total = body.total + notes_tokens(&notes) + protected_tail_tokens(ctx);
+    let mut packed = Vec::with_capacity(body.packed.len() + notes.len() + 1 + ctx.recent.len());
+    let mut notes = notes.into_iter().peekable();
+    for (i, m) in body.packed.into_iter().enumerate() {
+        while let Some((_, note)) = notes.next_if(|(at, _)| *at == i) {
+            packed.push(system_note(note));
+        }
+        packed.push(m);
+    }
+    packed.extend(notes.map(|(_, note)| system_note(note)));
+    // The card is protected like head and tail: a count shares vocabulary with nothing and
+    // BM25 would always drop it. It sits next to the live question.
+    packed.extend(ctx.card.iter().cloned());
+    packed.extend(ctx.recent.iter().cloned());
+    (packed, body.dropped, total)
+}
+
+fn system_note(content: String) -> PackedMessage {
+    PackedMessage {
+        role: "system".into(),
+        content,
+        ts: None,
+    }
+}
+
 /// What [`Packer::render`] has emitted so far: the packed messages and their tokens, how
 /// many old messages were fully omitted, and each run of them as (place in `packed`, length).
 struct RenderedHistory {
@@ -1860,26 +1886,32 @@ struct RenderedHistory {
     gaps: Vec<(usize, usize)>,
 }
 
-/// The rendered lines of one old message, with the sums of their token pieces and UTF-16
-/// lengths, so its token estimate needs no second pass over the text.
+/// The rendered lines of one old message, joined by newlines as it is packed, with their
+/// count and the sums of their token pieces and UTF-16 lengths, so its token estimate needs
+/// no second pass over the text.
 #[derive(Default)]
 struct KeptLines {
-    lines: Vec<String>,
+    text: String,
+    lines: usize,
     pieces: usize,
     len: usize,
 }
 
 impl KeptLines {
     /// Add a line whose pieces and length are known (cached per line).
-    fn push(&mut self, s: String, p: usize, l: usize) {
-        self.lines.push(s);
+    fn push(&mut self, s: &str, p: usize, l: usize) {
+        if self.lines > 0 {
+            self.text.push('\n');
+        }
+        self.text.push_str(s);
+        self.lines += 1;
         self.pieces += p;
         self.len += l;
     }
 
     /// Add a line measured now (a note or a truncated line).
-    fn push_measured(&mut self, s: String) {
-        let (p, l) = pieces_and_len(&s);
+    fn push_measured(&mut self, s: &str) {
+        let (p, l) = pieces_and_len(s);
         self.push(s, p, l);
     }
 }
