@@ -1117,30 +1117,21 @@ impl Packer {
         let mut lists: Vec<(Vec<usize>, f64)> = Vec::new();
         // With `rrf_scored_only`, the BM25 list ranks only the lines that match: a line with
         // no query term would otherwise earn rank credit by its position in the history.
-        // Each list is sorted unstably with the index as the tie-break: the order a stable sort
-        // of the ascending indices gives, without its merge buffer.
-        let mut by_lex: Vec<usize> = (0..n)
-            .filter(|&i| !self.opts.rrf_scored_only || ctx.items[i].bm > 0.0)
-            .collect();
-        by_lex
-            .sort_unstable_by(|&a, &b| ctx.items[b].bm.total_cmp(&ctx.items[a].bm).then(a.cmp(&b)));
+        let items = &ctx.items;
+        let by_lex = rank_descending(
+            (0..n).filter(|&i| !self.opts.rrf_scored_only || items[i].bm > 0.0),
+            |i| items[i].bm,
+        );
         lists.push((by_lex, 1.0));
         if self.opts.sem_blocks || !self.opts.sem_units {
             compared += self.block_scores(ctx, e, &qv)?;
-            let mut by_sem: Vec<usize> = (0..n).collect();
-            by_sem.sort_unstable_by(|&a, &b| {
-                ctx.items[b]
-                    .sem
-                    .total_cmp(&ctx.items[a].sem)
-                    .then(a.cmp(&b))
-            });
-            lists.push((by_sem, 1.0));
+            let items = &ctx.items;
+            lists.push((rank_descending(0..n, |i| items[i].sem), 1.0));
         }
         if self.opts.sem_units {
             let (usem, units) = self.unit_scores(ctx, e, &qv)?;
             compared += units;
-            let mut by_unit: Vec<usize> = (0..n).collect();
-            by_unit.sort_unstable_by(|&a, &b| usem[b].total_cmp(&usem[a]).then(a.cmp(&b)));
+            let by_unit = rank_descending(0..n, |i| usem[i]);
             lists.push((by_unit, self.opts.sem_unit_weight));
             for (it, u) in ctx.items.iter_mut().zip(&usem) {
                 it.sem = it.sem.max(*u);
@@ -1978,6 +1969,28 @@ impl LineSelection {
     }
 }
 
+/// `ids` ordered by `key` descending (`f64::total_cmp`), equal keys by id: the order a stable
+/// sort of ascending ids gives. The keys are mapped once to integers that sort the same way
+/// and sorted next to their ids, so the sort reads contiguous pairs, not the items.
+fn rank_descending(ids: impl Iterator<Item = usize>, key: impl Fn(usize) -> f64) -> Vec<usize> {
+    let mut pairs: Vec<(u64, usize)> = ids.map(|i| (descending_order_key(key(i)), i)).collect();
+    pairs.sort_unstable();
+    pairs.into_iter().map(|(_, i)| i).collect()
+}
+
+/// An integer whose ascending order is `x`'s descending `f64::total_cmp` order: IEEE 754
+/// total order on the bits (negative values' bits reversed, positive values' sign bit set),
+/// then complemented.
+fn descending_order_key(x: f64) -> u64 {
+    let bits = x.to_bits();
+    let ascending = if bits >> 63 == 1 {
+        !bits
+    } else {
+        bits | (1 << 63)
+    };
+    !ascending
+}
+
 /// Sort item indices by score, best first (stable: equal scores keep their order). Stable on
 /// purpose: the pools come in history order, in long runs the stable sort finds (an unstable
 /// sort with the index as tie-break measured 25 % slower lexical packs).
@@ -2306,5 +2319,36 @@ mod speaker_tests {
         let both = w(0.2, 0.3);
         assert!((lift(1.0, &timed, &both) - 1.0).abs() < 1e-12);
         assert!(lift(0.5, &timed, &both) > lift(0.5, &named, &both));
+    }
+}
+
+#[cfg(test)]
+mod rank_tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn special() -> impl Strategy<Value = f64> {
+        prop_oneof![
+            Just(0.0),
+            Just(-0.0),
+            Just(f64::INFINITY),
+            Just(f64::NEG_INFINITY),
+            Just(f64::MIN_POSITIVE),
+            Just(-f64::MIN_POSITIVE),
+            Just(1.0),
+            any::<f64>(),
+        ]
+    }
+
+    proptest! {
+        /// `rank_descending` gives the order of a stable sort by `total_cmp`, best first, for
+        /// any keys (ties, signed zeros, infinities and NaNs included).
+        #[test]
+        fn rank_descending_is_the_stable_total_order(keys in prop::collection::vec(special(), 0..60)) {
+            let got = rank_descending(0..keys.len(), |i| keys[i]);
+            let mut want: Vec<usize> = (0..keys.len()).collect();
+            want.sort_by(|&a, &b| keys[b].total_cmp(&keys[a]));
+            prop_assert_eq!(got, want);
+        }
     }
 }
