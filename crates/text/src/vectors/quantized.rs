@@ -208,15 +208,31 @@ impl QuantizedVectors {
 
 /// The scale `max |v| / 127` and its inverse (both 0 for a zero or non-finite vector).
 fn scale_of(v: &[f32]) -> (f32, f32) {
-    let max = v.iter().fold(0f32, |m, x| m.max(x.abs()));
-    if max == 0.0 || !max.is_finite() || v.iter().any(|x| !x.is_finite()) {
+    // One pass in eight lanes (SIMD once compiled): the largest magnitude, and whether any
+    // component is NaN or infinite (a NaN would slip past the comparison).
+    let mut lanes = [0f32; 8];
+    let mut finite = true;
+    for c in v.chunks(8) {
+        for (l, x) in lanes.iter_mut().zip(c) {
+            let a = x.abs();
+            *l = if a > *l { a } else { *l };
+            finite &= x.is_finite();
+        }
+    }
+    let max = lanes.iter().fold(0f32, |m, &x| if x > m { x } else { m });
+    if max == 0.0 || !finite {
         return (0.0, 0.0);
     }
     (max / 127.0, 127.0 / max)
 }
 
+/// `x · inv` rounded half away from zero to a code in −127..=127. `f32::round` is a library
+/// call per component on baseline x86-64 (no SSE4.1); adding ±0.5 and truncating (`as`) is
+/// one instruction each, and differs from it only within one ulp of a half.
 fn quantize(x: f32, inv: f32) -> i8 {
-    (x * inv).round().clamp(-127.0, 127.0) as i8
+    let y = (x * inv).clamp(-127.0, 127.0);
+    // in range after the clamp, so the i32 conversion (which vectorizes) loses nothing
+    (y + 0.5f32.copysign(y)) as i32 as i8
 }
 
 /// `Σ c_i · p_i` in plain Rust.
