@@ -132,6 +132,18 @@ fn malformed_json_is_a_clear_error() {
         err.contains("message 0") && err.contains("content"),
         "{err}"
     );
+
+    // Nothing on stdin says so, instead of a JSON parser's "EOF at column 0".
+    let out = bib(&["pack", "--budget", "100"], " \n", &[]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("history is empty"), "{err}");
+
+    // A budget of 0 is refused, as HTTP /pack and MCP bib_pack refuse it.
+    let out = bib(&["pack", "--budget", "0"], &history_json(3), &[]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--budget") && err.contains("at least 1"), "{err}");
 }
 
 #[test]

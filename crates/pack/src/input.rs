@@ -29,6 +29,10 @@ pub enum InputError {
     #[error("history is not valid JSON: {0}")]
     Json(#[from] serde_json::Error),
     #[error(
+        "history is empty: expected a JSON array of messages, or an object with a `messages` array"
+    )]
+    Empty,
+    #[error(
         "history must be a JSON array of messages or an object with a `messages` array, found {0}"
     )]
     TopLevel(&'static str),
@@ -117,6 +121,9 @@ fn kind(v: &Value) -> &'static str {
 
 /// Parse a history from JSON text.
 pub fn parse_history(json: &str) -> Result<Vec<Message>, InputError> {
+    if json.trim().is_empty() {
+        return Err(InputError::Empty);
+    }
     let v: Value = serde_json::from_str(json)?;
     history_from_value(&v)
 }
@@ -529,6 +536,8 @@ mod tests {
             e.to_string().starts_with("history is not valid JSON"),
             "{e}"
         );
+        let e = parse_history(" \n").unwrap_err();
+        assert!(e.to_string().starts_with("history is empty"), "{e}");
         let e = parse_history(r#"{"foo":1}"#).unwrap_err();
         assert!(e.to_string().contains("`messages`"), "{e}");
         let e = parse_history(r#"[{"role":"user","content":5}]"#).unwrap_err();

@@ -66,6 +66,8 @@ pub fn default_embedder() -> anyhow::Result<Box<dyn bib_embed::Embedder>> {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
+    // as HTTP /pack and MCP bib_pack: a budget of 0 can hold nothing
+    anyhow::ensure!(args.budget >= 1, "--budget: must be at least 1");
     let text = match &args.input {
         Some(p) => {
             std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?
