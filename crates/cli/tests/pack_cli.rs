@@ -143,7 +143,10 @@ fn malformed_json_is_a_clear_error() {
     let out = bib(&["pack", "--budget", "0"], &history_json(3), &[]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("--budget") && err.contains("at least 1"), "{err}");
+    assert!(
+        err.contains("--budget") && err.contains("at least 1"),
+        "{err}"
+    );
 }
 
 #[test]
