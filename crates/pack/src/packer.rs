@@ -1637,7 +1637,7 @@ impl Packer {
         let one = || omission_notes(ctx.lang, Notes::One, &body.gaps, body.dropped);
         let notes = if self.opts.strict_budget {
             let per_gap = omission_notes(ctx.lang, Notes::PerGap, &body.gaps, body.dropped);
-            let total = body.total + notes_tokens(&per_gap) + protected_tail_tokens(ctx);
+            let total = body.total + notes_tokens(&per_gap) + body.tail;
             if total <= ctx.budget + ctx.card_tok {
                 per_gap
             } else {
@@ -1669,6 +1669,7 @@ impl Packer {
         let mut out = RenderedHistory {
             packed: ctx.head.clone(),
             total: ctx.head.iter().map(|m| msg_tok(&m.content)).sum(),
+            tail: protected_tail_tokens(ctx),
             dropped: 0,
             gaps: Vec::new(),
         };
@@ -1843,7 +1844,7 @@ fn assemble(
     notes: Vec<(usize, String)>,
 ) -> (Vec<PackedMessage>, usize, usize) {
     debug_assert!(notes.windows(2).all(|w| w[0].0 <= w[1].0));
-    let total = body.total + notes_tokens(&notes) + protected_tail_tokens(ctx);
+    let total = body.total + notes_tokens(&notes) + body.tail;
     let mut packed = Vec::with_capacity(body.packed.len() + notes.len() + 1 + ctx.recent.len());
     let mut notes = notes.into_iter().peekable();
     for (i, m) in body.packed.into_iter().enumerate() {
@@ -1873,6 +1874,9 @@ fn system_note(content: String) -> PackedMessage {
 struct RenderedHistory {
     packed: Vec<PackedMessage>,
     total: usize,
+    /// Tokens of the card and the recent turns, which follow whatever is kept (counted once
+    /// per rendering, whichever notes are chosen).
+    tail: usize,
     dropped: usize,
     gaps: Vec<(usize, usize)>,
 }
