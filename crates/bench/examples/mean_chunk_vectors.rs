@@ -54,10 +54,11 @@ fn main() -> anyhow::Result<()> {
         }
         if own_weight > 0.0 {
             let own = store.get_vectors(&[c.id])?.remove(0).1;
-            let n = mean.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
-            mean.iter_mut()
+            mean = bib_text::vectors::unit(&mean)
+                .iter()
                 .zip(&own)
-                .for_each(|(m, x)| *m = *m / n + own_weight * x);
+                .map(|(m, x)| m + own_weight * x)
+                .collect();
         }
         let head = text[..offset].trim();
         if let Some(model) = model.as_ref().filter(|_| !head.is_empty()) {
@@ -66,13 +67,13 @@ fn main() -> anyhow::Result<()> {
                 .zip(&v)
                 .for_each(|(m, x)| *m += prefix_weight * x);
         }
-        let norm = mean.iter().map(|x| x * x).sum::<f32>().sqrt();
-        if norm == 0.0 {
+        let mean = bib_text::vectors::unit(&mean);
+        if mean.iter().all(|&x| x == 0.0) {
             continue;
         }
         let hex: String = mean
             .iter()
-            .flat_map(|x| (x / norm).to_le_bytes())
+            .flat_map(|x| x.to_le_bytes())
             .map(|b| format!("{b:02x}"))
             .collect();
         println!(

@@ -26,6 +26,7 @@
 //!
 //! A last table divides each figure at the largest size by the same at the smallest.
 
+use bib_text::vectors::unit;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -430,14 +431,6 @@ fn exact_top10(
 
 fn by_score_then_id(x: &(f32, ChunkId), y: &(f32, ChunkId)) -> std::cmp::Ordering {
     y.0.total_cmp(&x.0).then(x.1.cmp(&y.1))
-}
-
-fn unit(v: &[f32]) -> Vec<f32> {
-    let n: f32 = v.iter().map(|x| x * x).sum::<f32>().sqrt();
-    if n == 0.0 || !n.is_finite() {
-        return vec![0.0; v.len()];
-    }
-    v.iter().map(|x| x / n).collect()
 }
 
 /// Peak RSS and wall time of a fresh `bib ask`, peak RSS of `bib serve` after asks.

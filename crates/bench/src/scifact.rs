@@ -677,8 +677,7 @@ fn mean_sentence_vectors(
                     *m += x;
                 }
             }
-            let norm = mean.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
-            mean.iter().map(|m| m / norm).collect()
+            bib_text::vectors::unit(&mean)
         })
         .collect())
 }

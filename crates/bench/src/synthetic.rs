@@ -123,10 +123,8 @@ fn word(i: usize) -> String {
     s
 }
 
-fn unit(mut v: Vec<f32>) -> Vec<f32> {
-    let n = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
-    v.iter_mut().for_each(|x| *x /= n);
-    v
+fn unit(v: Vec<f32>) -> Vec<f32> {
+    bib_text::vectors::unit(&v)
 }
 
 fn gaussian(rng: &mut fastrand::Rng) -> f32 {

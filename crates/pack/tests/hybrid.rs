@@ -39,8 +39,7 @@ fn concept_vector(text: &str) -> Vec<f32> {
     {
         v[bucket(w)] += 1.0;
     }
-    let n = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-6);
-    v.iter().map(|x| x / n).collect()
+    bib_text::vectors::unit(&v)
 }
 
 /// Filler that shares the question's word "match" (so BM25 pins it) and says nothing else.

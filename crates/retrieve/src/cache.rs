@@ -54,11 +54,7 @@ pub(crate) mod tests {
             });
             v[h as usize % BAG_DIMS] += 1.0;
         }
-        let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
-        if n > 0.0 {
-            v.iter_mut().for_each(|x| *x /= n);
-        }
-        v
+        bib_text::vectors::unit(&v)
     }
 
     #[test]

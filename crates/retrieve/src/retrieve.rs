@@ -1507,8 +1507,7 @@ mod tests {
         let c = "[Doc: E]\nWeather reports mention rain. My cat.";
         let (q, w) = (bag_of_words_vector("cat"), bag_of_words_vector("zebra"));
         let mixed: Vec<f32> = q.iter().zip(&w).map(|(q, w)| 0.2 * q + w).collect();
-        let n = mixed.iter().map(|x| x * x).sum::<f32>().sqrt();
-        let v: Vec<f32> = mixed.iter().map(|x| x / n).collect();
+        let v = bib_text::vectors::unit(&mixed);
         let rec = ChunkRecord {
             id: 5,
             path: "e.md".into(),

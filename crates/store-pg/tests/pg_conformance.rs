@@ -46,8 +46,7 @@ impl Rng {
         let v: Vec<f32> = (0..dims)
             .map(|_| (self.next() >> 11) as f32 / (1u64 << 53) as f32 * 2.0 - 1.0)
             .collect();
-        let n = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-6);
-        v.iter().map(|x| x / n).collect()
+        bib_text::vectors::unit(&v)
     }
 }
 

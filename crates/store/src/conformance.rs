@@ -65,8 +65,7 @@ pub fn fake_vector(text: &str) -> Vec<f32> {
         h ^= h >> 33;
         v.push(((h % 2000) as f32 / 1000.0) - 1.0);
     }
-    let n = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-6);
-    v.iter().map(|x| x / n).collect()
+    bib_text::vectors::unit(&v)
 }
 
 /// Hex FNV-1a hash (test helper; ingest uses SHA-256).
