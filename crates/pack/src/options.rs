@@ -45,6 +45,14 @@ pub struct PackOptions {
     /// grouped up to it (0 = every line split into sentences: a fact said in one sentence of
     /// a chatty turn; 300 measured 2 probes lower).
     pub sem_unit_chars: usize,
+    /// Compare the question with the units after subtracting the mean of this history's
+    /// units from both (`Packer::center_unit_scores`): what every line of the session shares
+    /// — its language, its register, the chat's topics — stops deciding which line is
+    /// closest.
+    pub sem_unit_center: bool,
+    /// The same for blocks: the question and every block compared after subtracting the
+    /// mean of this pack's blocks.
+    pub sem_block_center: bool,
     /// Weight of the unit ranking in the fusion (the others weigh 1).
     pub sem_unit_weight: f64,
     /// A message's best unit similarity, times this, also scores the messages next to it (0 =
@@ -168,6 +176,8 @@ impl Default for PackOptions {
             sem_blocks: true,
             sem_units: true,
             sem_unit_chars: 0,
+            sem_unit_center: false,
+            sem_block_center: false,
             sem_unit_weight: 1.0,
             sem_unit_context: 1.0,
             speaker_weight: 0.2,

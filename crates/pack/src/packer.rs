@@ -192,6 +192,29 @@ pub struct Packer {
     /// without joining and hashing their text. Only the last pack's are kept, so it cannot
     /// grow with the session.
     blocks: FxHashMap<Box<[u32]>, NormedVector>,
+    /// The mean of the last pack's history units, for `sem_unit_center`.
+    center: UnitMean,
+}
+
+/// The mean vector of a history's distinct units and each row's dot product with it, kept
+/// from one pack to the next: packed again for another question the history has the same
+/// old messages and reuses all of it; when they differ (the history grew, another budget
+/// kept other turns verbatim), only the messages past the common prefix are taken away and
+/// added. The sum is kept in fixed point, so it does not depend on that order: a history
+/// gets the same scores whatever was packed before it.
+#[derive(Debug, Default)]
+struct UnitMean {
+    /// The messages summed, in history order.
+    msgs: Vec<u32>,
+    /// How many units of `msgs` have each row: a row is in the sum while it is above 0.
+    uses: Vec<u32>,
+    /// The rows in use, summed in fixed point (`bib_text::vectors::quantized::FIXED_ONE`).
+    sum: Vec<i64>,
+    count: usize,
+    /// The mean, and every row's dot product with it (`None` when it must be computed
+    /// again).
+    mean: Vec<f32>,
+    row_dots: Option<Vec<f32>>,
 }
 
 impl std::fmt::Debug for Packer {
@@ -489,6 +512,7 @@ impl Packer {
             dot_kernel: DotKernel::detect(),
             unit_model: String::new(),
             blocks: FxHashMap::default(),
+            center: UnitMean::default(),
         }
     }
 
@@ -532,14 +556,17 @@ impl Packer {
             self.msgs.clear();
             self.annotations.clear();
             self.qmark.clear();
-            // Blocks are keyed by line ids, which now name other lines.
+            // Blocks are keyed by line ids, which now name other lines; the units' mean by
+            // message ids.
             self.blocks.clear();
+            self.center = UnitMean::default();
         }
         // ~2 KB per 512-d vector: at most ~100 MB of unit vectors
         if self.units.len() > 50_000 {
             self.unit_ids.clear();
             self.units.clear();
             self.unit_rows = None;
+            self.center = UnitMean::default();
             for m in &mut self.msgs {
                 m.units = None;
             }
@@ -1103,6 +1130,7 @@ impl Packer {
                 u.row = None;
             }
             self.unit_rows = None;
+            self.center = UnitMean::default();
             self.blocks.clear();
             self.unit_model = e.model_id().to_owned();
         }
@@ -1185,9 +1213,32 @@ impl Packer {
             }
         }
         let nq = bib_text::vectors::dot(qv, qv);
+        let center = if self.opts.sem_block_center && found.len() > 1 {
+            block_mean(&found).map(|m| {
+                let (qm, mm) = (
+                    bib_text::vectors::dot(qv, &m),
+                    bib_text::vectors::dot(&m, &m),
+                );
+                (m, qm, mm)
+            })
+        } else {
+            None
+        };
         for (bi, f) in found.iter().enumerate() {
             let (v, nb) = f.as_ref().expect("every block has its vector");
-            let s = f64::from(bib_embed::cosine_given_norms(qv, nq, v, *nb));
+            let s = match &center {
+                // as a unit vector: v / |v|
+                Some((m, qm, mm)) if *nb > 0.0 => {
+                    let len = nb.sqrt();
+                    let qu = bib_text::vectors::dot(qv, v) / len;
+                    let mu = bib_text::vectors::dot(m, v) / len;
+                    f64::from(bib_text::vectors::centered_cosine(
+                        qu, *qm, mu, *mm, nq, 1.0,
+                    ))
+                }
+                Some(_) => 0.0,
+                None => f64::from(bib_embed::cosine_given_norms(qv, nq, v, *nb)),
+            };
             for it in ctx.items.iter_mut().skip(bi * sb).take(sb) {
                 it.sem = s;
             }
@@ -1301,6 +1352,10 @@ impl Packer {
             }
             _ => Vec::new(),
         };
+        let mut row_scores = row_scores;
+        if self.opts.sem_unit_center && !row_scores.is_empty() {
+            self.center_unit_scores(ctx, qv, &mut row_scores);
+        }
         let mut usem = vec![0.0f64; ctx.items.len()];
         let mut compared = 0;
         let mut ix = 0;
@@ -1322,6 +1377,81 @@ impl Packer {
             self.spread_to_neighbours(ctx, &mut usem, c);
         }
         Ok((usem, compared))
+    }
+
+    /// Turn the question's scores against this history's units (`scores`, by row) into
+    /// cosines after centering: the mean `m` of the history's distinct unit vectors is
+    /// subtracted from the question and from every unit, `cos(q − m, u − m)`. The mean is
+    /// what all the session's lines share (their language, the register of the chat, its
+    /// recurring topics); left in, it makes every line in the question's language look close
+    /// to it, and a fact in another language or written as a config line loses to chatter.
+    /// Centering per language is known to make multilingual encoders' cross-lingual retrieval
+    /// work (Libovický et al., 2020). From dot products (`bib_text::vectors::centered_cosine`,
+    /// with `|u| = 1`); `m·u` is one pass of the 8-bit kernel per new mean.
+    fn center_unit_scores(&mut self, ctx: &Ctx, qv: &[f32], scores: &mut [f32]) {
+        let Some(rows) = self.unit_rows.as_ref() else {
+            return;
+        };
+        let c = &mut self.center;
+        if c.sum.len() != rows.dims() {
+            *c = UnitMean {
+                sum: vec![0; rows.dims()],
+                ..UnitMean::default()
+            };
+        }
+        c.uses.resize(rows.len(), 0);
+        let common = c
+            .msgs
+            .iter()
+            .zip(&ctx.old_msg)
+            .take_while(|(a, b)| a == b)
+            .count();
+        let (gone, new) = (&c.msgs[common..], &ctx.old_msg[common..]);
+        if !gone.is_empty() || !new.is_empty() {
+            c.row_dots = None;
+        }
+        for (messages, sign) in [(gone, -1i64), (new, 1)] {
+            for &mid in messages {
+                let units = self.msgs[mid as usize].units.as_deref().unwrap_or(&[]);
+                for &(_, _, id) in units {
+                    let Some(r) = self.units[id as usize].row else {
+                        continue;
+                    };
+                    let r = r as usize;
+                    if rows.is_zero_row(r) {
+                        continue;
+                    }
+                    let before = c.uses[r];
+                    c.uses[r] = before.saturating_add_signed(sign as i32);
+                    if (before == 0) != (c.uses[r] == 0) {
+                        rows.add_row_fixed(r, sign, &mut c.sum);
+                        c.count = c.count.saturating_add_signed(sign as isize);
+                    }
+                }
+            }
+        }
+        c.msgs.truncate(common);
+        c.msgs.extend_from_slice(&ctx.old_msg[common..]);
+        if c.count < 2 {
+            return;
+        }
+        if c.row_dots.as_ref().is_none_or(|d| d.len() != rows.len()) {
+            let scale = 1.0 / (bib_text::vectors::quantized::FIXED_ONE * c.count as f64);
+            c.mean = c.sum.iter().map(|&x| (x as f64 * scale) as f32).collect();
+            let m = rows.quantize_query(&c.mean);
+            let mut dots = vec![0.0; rows.len()];
+            rows.scores(&m, 0..rows.len(), self.dot_kernel, &mut dots);
+            c.row_dots = Some(dots);
+        }
+        let row_dots = c.row_dots.as_deref().unwrap_or(&[]);
+        let qm = bib_text::vectors::dot(qv, &c.mean);
+        let mm = bib_text::vectors::dot(&c.mean, &c.mean);
+        let qq = bib_text::vectors::dot(qv, qv);
+        for ((s, &uses), &mu) in scores.iter_mut().zip(&c.uses).zip(row_dots) {
+            if uses > 0 {
+                *s = bib_text::vectors::centered_cosine(*s, qm, mu, mm, qq, 1.0);
+            }
+        }
     }
 
     /// A message's best unit score, times `c`, lifts the lines of the messages next to it: in
@@ -1821,6 +1951,33 @@ impl Packer {
 }
 
 /// Tokens of the `system` notes `notes` as packed messages.
+/// The mean of the blocks' vectors, each scaled to length 1 (`None` when no block has a
+/// direction).
+fn block_mean(found: &[Option<NormedVector>]) -> Option<Vec<f32>> {
+    let mut mean: Vec<f32> = Vec::new();
+    let mut count = 0usize;
+    for (v, nb) in found.iter().flatten() {
+        if *nb <= 0.0 {
+            continue;
+        }
+        if mean.is_empty() {
+            mean = vec![0.0; v.len()];
+        }
+        if v.len() != mean.len() {
+            continue;
+        }
+        let inv = 1.0 / nb.sqrt();
+        for (m, x) in mean.iter_mut().zip(v.iter()) {
+            *m += x * inv;
+        }
+        count += 1;
+    }
+    (count > 0).then(|| {
+        let inv = 1.0 / count as f32;
+        mean.iter().map(|m| m * inv).collect()
+    })
+}
+
 fn notes_tokens(notes: &[(usize, String)]) -> usize {
     notes.iter().map(|(_, m)| msg_tok(m)).sum()
 }

@@ -39,6 +39,20 @@ pub fn unit(v: &[f32]) -> Vec<f32> {
     v.iter().map(|x| x / n).collect()
 }
 
+/// The cosine of `q − m` and `u − m`, from dot products: `qu` = q·u, `qm` = q·m, `mu` = m·u,
+/// `mm` = m·m, `qq` = q·q, `uu` = u·u. Scores against a set centered on its mean `m` without
+/// writing a centered copy of any vector. 0 when either difference is (nearly) zero.
+pub fn centered_cosine(qu: f32, qm: f32, mu: f32, mm: f32, qq: f32, uu: f32) -> f32 {
+    let q_len = (qq - 2.0 * qm + mm).max(0.0).sqrt();
+    let u_len = (uu - 2.0 * mu + mm).max(0.0).sqrt();
+    let denominator = q_len * u_len;
+    if denominator > 1e-6 {
+        (qu - qm - mu + mm) / denominator
+    } else {
+        0.0
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -51,6 +65,27 @@ mod tests {
         assert!((dot(&a, &b) - plain).abs() < 1e-5);
         assert_eq!(dot(&a, &b[..20]), 0.0);
         assert_eq!(dot(&[], &[]), 0.0);
+    }
+
+    #[test]
+    fn centered_cosine_is_the_cosine_of_the_differences() {
+        let q = [0.3f32, -0.5, 0.8, 0.1];
+        let u = [0.6f32, 0.2, -0.1, 0.4];
+        let m = [0.1f32, 0.1, 0.2, -0.05];
+        let qc: Vec<f32> = q.iter().zip(&m).map(|(a, b)| a - b).collect();
+        let uc: Vec<f32> = u.iter().zip(&m).map(|(a, b)| a - b).collect();
+        let want = dot(&qc, &uc) / (dot(&qc, &qc).sqrt() * dot(&uc, &uc).sqrt());
+        let got = centered_cosine(
+            dot(&q, &u),
+            dot(&q, &m),
+            dot(&m, &u),
+            dot(&m, &m),
+            dot(&q, &q),
+            dot(&u, &u),
+        );
+        assert!((got - want).abs() < 1e-5, "{got} vs {want}");
+        // a vector equal to the mean has no direction left
+        assert_eq!(centered_cosine(0.5, 0.5, 0.5, 0.5, 1.0, 0.5), 0.0);
     }
 
     #[test]

@@ -72,6 +72,11 @@ impl DotKernel {
     }
 }
 
+/// What 1.0 is in [`QuantizedVectors::add_row_fixed`]'s sums: 2^32, so a row's scale (at most
+/// 1/127 for a unit vector) keeps ~25 bits, and 2^24 rows of codes up to 127 still fit an
+/// `i64`.
+pub const FIXED_ONE: f64 = 4_294_967_296.0;
+
 /// A query quantized for [`QuantizedVectors::scores`].
 #[derive(Debug, Clone)]
 pub struct QuantizedQuery {
@@ -142,6 +147,26 @@ impl QuantizedVectors {
             *c = (quantize(*x, inv) as i16 + 128) as u8;
         }
         self.scales.push(scale);
+    }
+
+    /// Whether row `row` was stored as zero (a zero or non-finite vector).
+    pub fn is_zero_row(&self, row: usize) -> bool {
+        self.scales[row] == 0.0
+    }
+
+    /// Add (`sign` 1) or take away (`sign` −1) row `row`, as the vector its codes stand for,
+    /// in fixed point with [`FIXED_ONE`] as 1: integer sums are exact, so adding rows and
+    /// taking them away in any order leaves the same sum.
+    ///
+    /// # Panics
+    /// If `row` is not below [`Self::len`] or `acc` is not [`Self::dims`] long.
+    pub fn add_row_fixed(&self, row: usize, sign: i64, acc: &mut [i64]) {
+        assert_eq!(acc.len(), self.dims, "add_row_fixed: wrong length");
+        let unit = (f64::from(self.scales[row]) * FIXED_ONE).round() as i64 * sign;
+        let codes = &self.codes[row * self.stride..row * self.stride + self.dims];
+        for (a, &c) in acc.iter_mut().zip(codes) {
+            *a += i64::from(c as i16 - 128) * unit;
+        }
     }
 
     /// `query` quantized for [`Self::scores`].
@@ -372,6 +397,37 @@ mod tests {
         assert!(scores_with(&q, &[0.0; 4], DotKernel::detect())
             .iter()
             .all(|&x| x == 0.0));
+    }
+
+    #[test]
+    fn fixed_point_sums_are_the_vectors_and_exact_under_removal() {
+        let vs = vectors(3, 77, 11);
+        let mut q = QuantizedVectors::new(77);
+        for v in &vs {
+            q.push(v);
+        }
+        let mut acc = vec![0i64; 77];
+        q.add_row_fixed(0, 1, &mut acc);
+        q.add_row_fixed(1, 1, &mut acc);
+        let step: f64 = vs[..2]
+            .iter()
+            .map(|v| f64::from(v.iter().fold(0f32, |m, x| m.max(x.abs()))) / 127.0)
+            .sum();
+        for (i, &a) in acc.iter().enumerate() {
+            let want = f64::from(vs[0][i]) + f64::from(vs[1][i]);
+            let got = a as f64 / FIXED_ONE;
+            assert!(
+                (got - want).abs() <= step / 2.0 + 1e-6,
+                "{i}: {got} vs {want}"
+            );
+        }
+        // adding a row and taking it away again leaves the same bits
+        let before = acc.clone();
+        q.add_row_fixed(2, 1, &mut acc);
+        q.add_row_fixed(0, -1, &mut acc);
+        q.add_row_fixed(2, -1, &mut acc);
+        q.add_row_fixed(0, 1, &mut acc);
+        assert_eq!(acc, before);
     }
 
     #[test]
