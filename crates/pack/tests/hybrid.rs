@@ -237,32 +237,30 @@ fn the_turn_after_a_match_is_lifted_by_unit_context() {
     );
 }
 
+/// Words of the Russian small talk of [`scripted`]'s tests.
+const CHAT_WORDS: [&str; 8] = [
+    "вчера",
+    "смотрели",
+    "футбол",
+    "потом",
+    "ужин",
+    "дома",
+    "гуляли",
+    "парк",
+];
+
 /// A toy multilingual model: one dimension per word of a small vocabulary (`лимит` is
 /// `limit` and `минуту` `minute`: the same meaning in two languages), and one more that every
 /// text in Cyrillic shares, strongly, as real encoders put every text of one language near
 /// every other. Digits and other words count for nothing.
 fn scripted() -> FakeEmbedder {
-    const WORDS: [&str; 14] = [
-        "вчера",
-        "смотрели",
-        "футбол",
-        "потом",
-        "ужин",
-        "дома",
-        "гуляли",
-        "парк",
-        "какой",
-        "настроен",
-        "limit",
-        "minute",
-        "rate",
-        "config",
-    ];
+    const OTHER_WORDS: [&str; 6] = ["какой", "настроен", "limit", "minute", "rate", "config"];
     FakeEmbedder::new("scripted", DIM, |t, _| {
         let mut v = vec![0f32; DIM];
         let text = t.replace("лимит", "limit").replace("минуту", "minute");
         for w in text.split(|c: char| !c.is_alphanumeric()) {
-            if let Some(k) = WORDS.iter().position(|x| *x == w) {
+            let known = CHAT_WORDS.iter().chain(&OTHER_WORDS);
+            if let Some(k) = known.into_iter().position(|x| *x == w) {
                 v[k] += 1.0;
             }
         }
@@ -277,22 +275,8 @@ fn scripted() -> FakeEmbedder {
 fn centering_lets_a_fact_in_another_language_beat_chatter_in_the_question_s() {
     let e = scripted();
     let chat = |i: usize| {
-        let words = [
-            "вчера",
-            "смотрели",
-            "футбол",
-            "потом",
-            "ужин",
-            "дома",
-            "гуляли",
-            "парк",
-        ];
-        format!(
-            "{} {} {} {i}",
-            words[i % 8],
-            words[(i + 3) % 8],
-            words[(i + 5) % 8]
-        )
+        let w = CHAT_WORDS;
+        format!("{} {} {} {i}", w[i % 8], w[(i + 3) % 8], w[(i + 5) % 8])
     };
     let mut h: Vec<Message> = (0..50).map(|i| Message::new("user", chat(i))).collect();
     h.push(Message::new("user", "config: rate limit per_minute 480"));
