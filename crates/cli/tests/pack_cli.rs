@@ -172,6 +172,50 @@ fn hybrid_without_a_model_falls_back_to_lexical() {
 }
 
 #[test]
+fn a_model_that_names_nothing_is_an_error_and_one_not_installed_falls_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let env = [("BIB_MODEL_DIR", dir.path().to_str().unwrap())];
+    let args = ["pack", "--budget", "200", "--hybrid", "--model"];
+    let out = bib(&[&args[..], &["use-m4"]].concat(), &history_json(10), &env);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--model") && err.contains("unknown embedding model `use-m4`"),
+        "{err}"
+    );
+    assert!(
+        err.contains("e5-small"),
+        "the known models are named: {err}"
+    );
+
+    let out = bib(
+        &[&args[..], &["e5-small"]].concat(),
+        &history_json(10),
+        &env,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["stats"]["mode"], "lexical");
+    let why = v["stats"]["semantic_error"].as_str().unwrap();
+    assert!(
+        why.contains("e5-small") && why.contains("not installed"),
+        "{why}"
+    );
+
+    // --model only means something with --hybrid
+    let out = bib(
+        &["pack", "--budget", "200", "--model", "e5-small"],
+        "[]",
+        &env,
+    );
+    assert!(!out.status.success());
+}
+
+#[test]
 fn now_flag_annotates_messages_without_timestamps() {
     let h =
         r#"[{"role":"user","content":"lo arreglamos ayer"},{"role":"user","content":"¿cuándo?"}]"#;

@@ -31,14 +31,22 @@ message with a time gets a note at the end of its line (\"… yesterday [yesterd
 Examples:
   bib pack --budget 2000 < chat.json
   bib pack --budget 800 --hybrid --stats --input session.json
+  bib pack --budget 1500 --hybrid --model e5-small --input session-uk.json
   echo '[{\"role\":\"user\",\"content\":\"where is the vault?\"}]' | bib pack --budget 100")]
 pub struct Args {
     /// Token budget (packer's own estimate, +4 per message).
     #[arg(long)]
     budget: usize,
-    /// Fuse BM25 with embeddings of the default local model (falls back to lexical on error).
+    /// Fuse BM25 with embeddings of `--model` (falls back to lexical when the model cannot
+    /// be loaded, saying why in `stats.semantic_error`).
     #[arg(long)]
     hybrid: bool,
+    /// The embedding model of `--hybrid`: use-m3 or e5-small (installed with `bib model
+    /// install NAME`), or openai:<name> of the endpoint BIB_EMBED_BASE_URL. e5-small finds more
+    /// in Ukrainian histories (a language use-m3 was not trained on) and embeds ~10x slower
+    /// (BENCHMARKS.md).
+    #[arg(long, default_value = bib_embed::DEFAULT_MODEL, requires = "hybrid")]
+    model: String,
     /// Print a one-line summary of the stats to stderr.
     #[arg(long)]
     stats: bool,
@@ -60,14 +68,13 @@ pub struct Args {
     input: Option<std::path::PathBuf>,
 }
 
-/// The default local embedder for hybrid packing.
-pub fn default_embedder() -> anyhow::Result<Box<dyn bib_embed::Embedder>> {
-    Ok(Box::new(bib_embed::UseM3::load_default()?))
-}
-
 pub fn run(args: Args) -> anyhow::Result<()> {
     // as HTTP /pack and MCP bib_pack: a budget of 0 can hold nothing
     anyhow::ensure!(args.budget >= 1, "--budget: must be at least 1");
+    // A model id that names nothing is the user's mistake, said before any input is read; a
+    // known model that cannot be loaded (not installed, no endpoint) still leaves a lexical
+    // pack.
+    bib_app::model::ModelSpec::parse(&args.model).context("--model")?;
     let text = match &args.input {
         Some(p) => {
             std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?
@@ -94,7 +101,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     opts.summary = args.card;
     let mut packer = Packer::new(opts);
     let packed = if args.hybrid {
-        match default_embedder() {
+        let settings = crate::settings::ConfigArg { config: None }.resolve(|_| ())?;
+        let model = bib_app::model::requested_model(&args.model, &settings.embed);
+        match bib_app::model::load_embedder(&model, &settings.embed) {
             Ok(e) => packer.pack_hybrid(&history, args.budget, e.as_ref()),
             Err(err) => {
                 let mut p = packer.pack(&history, args.budget);
