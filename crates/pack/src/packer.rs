@@ -1343,7 +1343,7 @@ impl Packer {
         // codes: within ~0.002 of the exact cosine, the same LoCoMo and probe-set recall
         // (rescoring the best 64 rows exactly changed LoCoMo at 1,500 by +0.07 points and cost
         // a tenth of the time saved; BENCHMARKS.md).
-        let row_scores = match &self.unit_rows {
+        let mut row_scores = match &self.unit_rows {
             Some(rows) if rows.dims() == qv.len() => {
                 let q = rows.quantize_query(qv);
                 let mut out = vec![0f32; rows.len()];
@@ -1352,7 +1352,6 @@ impl Packer {
             }
             _ => Vec::new(),
         };
-        let mut row_scores = row_scores;
         if self.opts.sem_unit_center && !row_scores.is_empty() {
             self.center_unit_scores(ctx, qv, &mut row_scores);
         }
