@@ -149,6 +149,20 @@ fn malformed_json_is_a_clear_error() {
     );
 }
 
+/// A `bib pack --hybrid` run that succeeded with a lexical pack: its output and why the
+/// model was not used (`stats.semantic_error`).
+fn lexical_fallback(out: &Output) -> (serde_json::Value, String) {
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["stats"]["mode"], "lexical");
+    let why = v["stats"]["semantic_error"].as_str().unwrap().to_owned();
+    (v, why)
+}
+
 #[test]
 fn hybrid_without_a_model_falls_back_to_lexical() {
     let dir = tempfile::tempdir().unwrap();
@@ -157,17 +171,8 @@ fn hybrid_without_a_model_falls_back_to_lexical() {
         &history_json(40),
         &[("BIB_MODEL_DIR", dir.path().to_str().unwrap())],
     );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(v["stats"]["mode"], "lexical");
-    assert!(v["stats"]["semantic_error"]
-        .as_str()
-        .unwrap()
-        .contains("not installed"));
+    let (v, why) = lexical_fallback(&out);
+    assert!(why.contains("not installed"), "{why}");
     assert!(tokens(&v) <= 200);
 }
 
@@ -193,14 +198,7 @@ fn a_model_that_names_nothing_is_an_error_and_one_not_installed_falls_back() {
         &history_json(10),
         &env,
     );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(v["stats"]["mode"], "lexical");
-    let why = v["stats"]["semantic_error"].as_str().unwrap();
+    let (_, why) = lexical_fallback(&out);
     assert!(
         why.contains("e5-small") && why.contains("not installed"),
         "{why}"
