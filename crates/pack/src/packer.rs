@@ -152,6 +152,13 @@ struct MsgInfo {
     units: Option<Box<[(u32, u32, u32)]>>,
 }
 
+impl MsgInfo {
+    /// The message's semantic units (none until `Packer::build_units` has run for it).
+    fn units(&self) -> &[(u32, u32, u32)] {
+        self.units.as_deref().unwrap_or(&[])
+    }
+}
+
 /// One distinct unit text and the row of its vector under `Packer::unit_model` in
 /// `Packer::unit_rows` (filled on first use from the packer's embedding cache, so a pack does
 /// no hashing for units already seen).
@@ -1214,7 +1221,7 @@ impl Packer {
         }
         let nq = bib_text::vectors::dot(qv, qv);
         let center = if self.opts.sem_block_center && found.len() > 1 {
-            block_mean(&found).map(|m| {
+            block_mean(&found, qv.len()).map(|m| {
                 let (qm, mm) = (
                     bib_text::vectors::dot(qv, &m),
                     bib_text::vectors::dot(&m, &m),
@@ -1291,7 +1298,7 @@ impl Packer {
 
     /// The units of message `mid` ([`Packer::build_units`] has run for it).
     fn units_of(&self, mid: u32) -> &[(u32, u32, u32)] {
-        self.msgs[mid as usize].units.as_deref().unwrap_or(&[])
+        self.msgs[mid as usize].units()
     }
 
     /// Each item's best unit similarity to the question (0 for a line in no unit), and how
@@ -1411,8 +1418,7 @@ impl Packer {
         }
         for (messages, sign) in [(gone, -1i64), (new, 1)] {
             for &mid in messages {
-                let units = self.msgs[mid as usize].units.as_deref().unwrap_or(&[]);
-                for &(_, _, id) in units {
+                for &(_, _, id) in self.msgs[mid as usize].units() {
                     let Some(r) = self.units[id as usize].row else {
                         continue;
                     };
@@ -1949,20 +1955,13 @@ impl Packer {
     }
 }
 
-/// Tokens of the `system` notes `notes` as packed messages.
-/// The mean of the blocks' vectors, each scaled to length 1 (`None` when no block has a
-/// direction).
-fn block_mean(found: &[Option<NormedVector>]) -> Option<Vec<f32>> {
-    let mut mean: Vec<f32> = Vec::new();
+/// The mean of the blocks' `dims`-long vectors, each scaled to length 1 (`None` when no
+/// block has a direction).
+fn block_mean(found: &[Option<NormedVector>], dims: usize) -> Option<Vec<f32>> {
+    let mut mean = vec![0f32; dims];
     let mut count = 0usize;
     for (v, nb) in found.iter().flatten() {
-        if *nb <= 0.0 {
-            continue;
-        }
-        if mean.is_empty() {
-            mean = vec![0.0; v.len()];
-        }
-        if v.len() != mean.len() {
+        if *nb <= 0.0 || v.len() != dims {
             continue;
         }
         let inv = 1.0 / nb.sqrt();
@@ -1977,6 +1976,7 @@ fn block_mean(found: &[Option<NormedVector>]) -> Option<Vec<f32>> {
     })
 }
 
+/// Tokens of the `system` notes `notes` as packed messages.
 fn notes_tokens(notes: &[(usize, String)]) -> usize {
     notes.iter().map(|(_, m)| msg_tok(m)).sum()
 }
