@@ -9,6 +9,7 @@
 //!   PostgreSQL URL), and opening it.
 
 pub mod model;
+pub mod pack;
 pub mod settings;
 pub mod store;
 

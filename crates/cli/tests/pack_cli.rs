@@ -383,3 +383,46 @@ fn cli_and_http_read_one_format_and_refuse_seconds() {
         "{e}"
     );
 }
+
+/// `--hybrid` keeps what it embedded in the file of `BIB_PACK_VECTORS`: the next call on the
+/// same history reads the vectors back and packs exactly the same; a file that is not a
+/// database is only a miss. Needs an installed model (`scripts/test.sh` installs both).
+#[test]
+fn hybrid_packs_keep_their_vectors_between_calls_and_pack_the_same() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("vectors.sqlite");
+    let run = |path: &std::path::Path| {
+        let out = bib(
+            &["pack", "--budget", "120", "--hybrid"],
+            &history_json(60),
+            &[("BIB_PACK_VECTORS", path.to_str().unwrap())],
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let first = run(&file);
+    if first["stats"]["mode"] != "hybrid" {
+        eprintln!(
+            "skipped: no model installed ({})",
+            first["stats"]["semantic_error"]
+        );
+        return;
+    }
+    let model = first["stats"]["model"].as_str().unwrap().to_owned();
+    assert!(["e5-small", "use-m3"].contains(&model.as_str()), "{model}");
+    let held = bib_store::VectorFile::open(&file, 1_000)
+        .unwrap()
+        .len()
+        .unwrap();
+    assert!(held > 60, "the history's lines and the question: {held}");
+    assert_eq!(run(&file), first);
+    let junk = dir.path().join("junk.sqlite");
+    std::fs::write(&junk, "not a database, only words").unwrap();
+    assert_eq!(run(&junk), first);
+    // `off` keeps nothing and packs the same.
+    assert_eq!(run(std::path::Path::new("off")), first);
+}

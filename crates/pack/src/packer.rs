@@ -110,6 +110,8 @@ pub struct PackStats {
     pub blocks: Option<usize>,
     /// Why the hybrid path fell back to lexical, if it did.
     pub semantic_error: Option<String>,
+    /// The embedding model of a hybrid pack (`None` when the pack is lexical).
+    pub model: Option<String>,
 }
 
 /// The packer's result: the packed messages and what happened.
@@ -744,6 +746,7 @@ impl Packer {
                     ctx.hybrid = true;
                     stats.mode = PackMode::Hybrid;
                     stats.blocks = Some(blocks);
+                    stats.model = Some(e.model_id().to_string());
                 }
                 Err(err) => stats.semantic_error = Some(err),
             }

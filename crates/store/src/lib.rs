@@ -28,6 +28,7 @@ pub mod read;
 pub mod rows;
 mod sqlite;
 mod types;
+mod vector_file;
 mod vector_index;
 
 pub use bib_text::terms::TermConfig;
@@ -35,6 +36,7 @@ pub use error::{error_chain, BoxError, StoreError};
 pub use filter::{Filter, InvalidFilter};
 pub use sqlite::{SqliteStore, DEFAULT_STORE_PATH};
 pub use types::*;
+pub use vector_file::VectorFile;
 
 /// The content-keyed embedding cache of a store: vectors by `(model id, content hash)`, for
 /// chunks (a stored chunk's vector answers for its hash) and for the sentences trimming and the

@@ -286,11 +286,13 @@ fn sqlite_uri(path: &Path, immutable: bool) -> String {
 }
 
 /// The error of a failed SQLite call while opening the store at `location`.
-fn sqlite_open_failed(location: &str) -> impl Fn(rusqlite::Error) -> StoreError + Copy + '_ {
+pub(crate) fn sqlite_open_failed(
+    location: &str,
+) -> impl Fn(rusqlite::Error) -> StoreError + Copy + '_ {
     move |e| StoreError::open_failed(location, "SQLite failed", e)
 }
 
-fn vec_to_blob(v: &[f32]) -> Vec<u8> {
+pub(crate) fn vec_to_blob(v: &[f32]) -> Vec<u8> {
     let mut out = Vec::with_capacity(v.len() * 4);
     for x in v {
         out.extend_from_slice(&x.to_le_bytes());
@@ -298,7 +300,7 @@ fn vec_to_blob(v: &[f32]) -> Vec<u8> {
     out
 }
 
-fn blob_to_vec(b: &[u8]) -> Result<Vec<f32>, StoreError> {
+pub(crate) fn blob_to_vec(b: &[u8]) -> Result<Vec<f32>, StoreError> {
     if !b.len().is_multiple_of(4) {
         return Err(StoreError::Corrupt {
             what: "embedding".into(),

@@ -8,7 +8,8 @@
 use std::io::{Read, Write};
 
 use anyhow::Context;
-use bib_pack::{parse_history, PackOptions, Packer};
+use bib_app::pack::PackSemantics;
+use bib_pack::{parse_history, PackOptions};
 
 #[derive(Debug, clap::Args)]
 #[command(after_help = "\
@@ -28,6 +29,11 @@ budget has room, else one where the first run was), in the history's language
 (\"[…7 earlier messages omitted…]\"). Kept lines keep their words; a relative date in a
 message with a time gets a note at the end of its line (\"… yesterday [yesterday = 2026-08-06]\").
 
+Vectors: --hybrid keeps the vectors of what it embedded in ~/.cache/bibliotecario/pack-vectors.sqlite
+(at most 50,000, the least recently used dropped first), so the next call on the same growing
+history embeds only its new lines. BIB_PACK_VECTORS=PATH puts the file elsewhere; BIB_PACK_VECTORS=off
+keeps nothing.
+
 Examples:
   bib pack --budget 2000 < chat.json
   bib pack --budget 800 --hybrid --stats --input session.json
@@ -41,11 +47,12 @@ pub struct Args {
     /// be loaded, saying why in `stats.semantic_error`).
     #[arg(long)]
     hybrid: bool,
-    /// The embedding model of `--hybrid`: use-m3 or e5-small (installed with `bib model
-    /// install NAME`), or openai:<name> of the endpoint BIB_EMBED_BASE_URL. e5-small finds more
-    /// in Ukrainian histories (a language use-m3 was not trained on) and embeds ~10x slower
-    /// (BENCHMARKS.md).
-    #[arg(long, default_value = bib_embed::DEFAULT_MODEL, requires = "hybrid")]
+    /// The embedding model of `--hybrid`: auto (e5-small when it is installed, else use-m3),
+    /// use-m3 or e5-small (installed with `bib model install NAME`), or openai:<name> of the
+    /// endpoint BIB_EMBED_BASE_URL. e5-small finds more of what was said in other words and
+    /// in more languages (Ukrainian among them); it embeds ~8x slower than use-m3, which the
+    /// vectors kept between calls make up for from the second call on (BENCHMARKS.md).
+    #[arg(long, default_value = bib_app::pack::AUTO_MODEL, requires = "hybrid")]
     model: String,
     /// Print a one-line summary of the stats to stderr.
     #[arg(long)]
@@ -74,7 +81,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     // A model id that names nothing is the user's mistake, said before any input is read; a
     // known model that cannot be loaded (not installed, no endpoint) still leaves a lexical
     // pack.
-    bib_app::model::ModelSpec::parse(&args.model).context("--model")?;
+    bib_app::model::ModelSpec::parse(&bib_app::pack::pack_model(&args.model)).context("--model")?;
     let text = match &args.input {
         Some(p) => {
             std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?
@@ -99,26 +106,27 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     opts.strict_budget = !args.reference_budget;
     opts.summary = args.card;
-    let mut packer = Packer::new(opts);
-    let packed = if args.hybrid {
-        let settings = crate::settings::ConfigArg { config: None }.resolve(|_| ())?;
-        let model = bib_app::model::requested_model(&args.model, &settings.embed);
-        match bib_app::model::load_embedder(&model, &settings.embed) {
-            Ok(e) => packer.pack_hybrid(&history, args.budget, e.as_ref()),
-            Err(err) => {
-                let mut p = packer.pack(&history, args.budget);
-                p.stats.semantic_error = Some(format!("{err:#}"));
-                p
-            }
-        }
+    let semantics = if args.hybrid {
+        PackSemantics::Hybrid(args.model.clone())
     } else {
-        packer.pack(&history, args.budget)
+        PackSemantics::Lexical
     };
+    let settings = crate::settings::ConfigArg { config: None }.resolve(|_| ())?;
+    let vectors = bib_app::pack::pack_vectors_path();
+    let packed = bib_app::pack::pack_history(
+        &history,
+        args.budget,
+        opts,
+        &semantics,
+        &settings.embed,
+        vectors.as_deref(),
+    );
     if args.stats {
         let s = &packed.stats;
         eprintln!(
-            "mode={} budget={} history_tokens={} output_tokens={} messages={}→{} pinned={} deduped={} dropped_msgs={}{}",
+            "mode={}{} budget={} history_tokens={} output_tokens={} messages={}→{} pinned={} deduped={} dropped_msgs={}{}",
             s.mode,
+            s.model.as_deref().map(|m| format!(" model={m}")).unwrap_or_default(),
             s.budget,
             s.history_tokens,
             s.output_tokens,
