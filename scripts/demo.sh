@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The main job from README.md, on the embedded default (SQLite file + local model, no server):
-# build, install the default model, ingest the example wiki, ask it questions.
+# build, install the default model (and e5-small, which `bib pack --hybrid` prefers), ingest
+# the example wiki, ask it questions.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -9,6 +10,7 @@ BIB=./target/release/bib
 STORE=${BIB_DEMO_STORE:-.bib/demo.sqlite}
 
 $BIB model install use-m3
+$BIB model install e5-small
 $BIB ingest examples/wiki --store "$STORE"
 $BIB ask --store "$STORE" "¿Cómo se restaura una copia de seguridad?"
 $BIB ask --store "$STORE" --trim "How long does a rollback take?"

@@ -34,8 +34,9 @@ pub struct Args {
     /// Also run the hybrid path (BM25 + embeddings of `--model`).
     #[arg(long)]
     hybrid: bool,
-    /// The embedding model of `--hybrid` (installed with `bib model install`).
-    #[arg(long, default_value = "use-m3", value_parser = MODELS)]
+    /// The embedding model of `--hybrid` (installed with `bib model install`); `auto` is
+    /// `bib pack`'s default: e5-small when installed, else use-m3.
+    #[arg(long, default_value = "auto", value_parser = MODELS)]
     model: String,
     /// Also run these packer variants (hybrid with `--hybrid`, else lexical), each as
     /// space-separated `field=value` pairs of `PackOptions` (`--variant "sem_units=true"`);
@@ -447,7 +448,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             w.budget,
             w.ms_per_pack * w.questions as f64 / 1000.0,
             w.ms_per_pack,
-            args.model
+            embedder.as_ref().map_or("no model", |e| e.model_id())
         );
     }
 

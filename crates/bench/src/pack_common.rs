@@ -22,7 +22,7 @@ pub(crate) fn parse_budgets(budgets: &str) -> anyhow::Result<Vec<usize>> {
 }
 
 /// `--model` of the packer benchmarks: the installed embedding model of `--hybrid`.
-pub(crate) const MODELS: [&str; 2] = ["use-m3", "e5-small"];
+pub(crate) const MODELS: [&str; 3] = ["auto", "use-m3", "e5-small"];
 
 /// With `--hybrid`, the installed `model` behind one embedding cache; else none.
 pub(crate) fn load_hybrid_embedder(
@@ -32,8 +32,11 @@ pub(crate) fn load_hybrid_embedder(
     if !hybrid {
         return Ok(None);
     }
-    let e = crate::load_embedder(model)
+    // `auto` as `bib pack` resolves it, so the benchmark measures what the product does.
+    let model = bib_app::pack::pack_model(model);
+    let e = crate::load_embedder(&model)
         .with_context(|| format!("loading the embedding model {model} for --hybrid"))?;
+    eprintln!("hybrid: embedding with {model}");
     // One cache across sessions and budgets: each turn and question is embedded once.
     Ok(Some(Box::new(bib_embed::CachedEmbedder::new(
         e,

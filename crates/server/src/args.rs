@@ -272,7 +272,8 @@ pub struct PackArgs {
     pub messages: Vec<Value>,
     /// Token budget of the packed output.
     pub budget: usize,
-    /// Fuse embeddings with BM25 (needs the model; falls back to lexical without it).
+    /// Fuse embeddings with BM25 (e5-small when installed, else the knowledge base's model;
+    /// falls back to lexical without a model; `stats.model` names the one used).
     #[serde(default)]
     pub hybrid: Option<bool>,
 }

@@ -4,7 +4,7 @@
 //! tokio's blocking pool.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use bib_app::{AskSettings, Settings};
 use bib_embed::{CachedEmbedder, Embedder};
@@ -49,6 +49,8 @@ pub struct Service {
     /// session again each turn embeds only what is new (bounded; apart from the asks' cache
     /// so a long history does not push out the questions).
     pack_cache: EmbeddingCache,
+    /// The model of hybrid packs, chosen on the first one (see [`Service::pack_embedder`]).
+    pack_embedder: OnceLock<Option<Arc<dyn Embedder>>>,
     /// Ask defaults: environment over `bib.toml` over the defaults; a request's own
     /// arguments go over them.
     settings: Settings,
@@ -629,6 +631,7 @@ impl Service {
             model_error,
             cache: EmbeddingCache::default(),
             pack_cache: EmbeddingCache::with_capacity(PACK_CACHE_VECTORS),
+            pack_embedder: OnceLock::new(),
             settings,
             tokens,
             write_lock: Mutex::new(()),
@@ -656,7 +659,13 @@ impl Service {
                     reason
                 })
         };
-        Ok(Self::new(store, embedder, settings, tokens))
+        let svc = Self::new(store, embedder, settings, tokens);
+        // --no-model means no model at all: hybrid packs fall back to lexical too.
+        Ok(if load_model {
+            svc
+        } else {
+            svc.with_pack_embedder(None)
+        })
     }
 
     pub fn store(&self) -> &dyn Store {
@@ -1355,6 +1364,32 @@ impl Service {
 
     // ── pack ─────────────────────────────────────────────────────────────────────────
 
+    /// Hybrid packs embed with the model `bib pack` takes by default
+    /// ([`bib_app::pack::pack_model`] of `auto`: e5-small when installed): the knowledge
+    /// base's own model when it is that one, else that model loaded on the first hybrid pack,
+    /// else — when it cannot be loaded — the knowledge base's model.
+    fn pack_embedder(&self) -> Option<&dyn Embedder> {
+        self.pack_embedder
+            .get_or_init(|| {
+                let want = bib_app::pack::pack_model(bib_app::pack::AUTO_MODEL);
+                if self.embedder.as_ref().is_some_and(|e| e.model_id() == want) {
+                    return self.embedder.clone();
+                }
+                match bib_app::model::load_embedder(&want, &self.settings.embed) {
+                    Ok(e) => Some(Arc::from(e)),
+                    Err(_) => self.embedder.clone(),
+                }
+            })
+            .as_deref()
+    }
+
+    /// Hybrid packs embed with `embedder` instead of the model [`Service::pack_embedder`]
+    /// would choose (tests; a deployment that fixes its model).
+    pub fn with_pack_embedder(self, embedder: Option<Arc<dyn Embedder>>) -> Self {
+        let _ = self.pack_embedder.set(embedder);
+        self
+    }
+
     /// Fit a history into a token budget (spec 003 packer).
     pub fn pack(&self, a: PackArgs, work: &Work) -> Result<PackOutput, ServiceError> {
         if a.budget == 0 {
@@ -1370,7 +1405,7 @@ impl Service {
         )?;
         let opts = bib_pack::PackOptions::default();
         let packed = if a.hybrid.unwrap_or(false) {
-            match self.embedder.as_deref() {
+            match self.pack_embedder() {
                 Some(inner) => bib_pack::pack_hybrid(
                     &history,
                     a.budget,

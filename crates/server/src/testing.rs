@@ -40,11 +40,13 @@ pub fn service(embedder: Option<Arc<FakeEmbedder>>) -> (Arc<Service>, Arc<Sqlite
         Some(e) => Ok(e),
         None => Err("no model in this test".into()),
     };
+    let pack_embedder = embedder.as_ref().ok().cloned();
     let svc = Service::new(
         store.clone() as Arc<dyn Store>,
         embedder,
         bib_app::Settings::default(),
         TokenCheck::new(Some(TOKEN), false).unwrap(),
-    );
+    )
+    .with_pack_embedder(pack_embedder);
     (Arc::new(svc), store)
 }
