@@ -105,7 +105,7 @@ pub fn pack_history(
         }
         Err(err) => {
             let mut p = packer.pack(history, budget);
-            p.stats.semantic_error = Some(format!("{model}: {err}"));
+            p.stats.semantic_error = Some(err.to_string());
             p
         }
     }

@@ -46,8 +46,8 @@ pub struct Args {
     /// Also run the hybrid packer (BM25 + embeddings of `--model`).
     #[arg(long)]
     hybrid: bool,
-    /// The embedding model of `--hybrid` (installed with `bib model install`); `auto` is
-    /// `bib pack`'s default: e5-small when installed, else use-m3.
+    /// The embedding model of `--hybrid` (installed with `bib model install`); `auto` picks
+    /// as `bib pack` does: e5-small when installed, else use-m3.
     #[arg(long, default_value = "auto", value_parser = MODELS)]
     model: String,
     /// Also run these packer variants (hybrid with `--hybrid`, else lexical), each as
