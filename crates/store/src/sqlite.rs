@@ -292,6 +292,19 @@ pub(crate) fn sqlite_open_failed(
     move |e| StoreError::open_failed(location, "SQLite failed", e)
 }
 
+/// Open the SQLite file at `path`, creating it and its parent directories if needed; errors
+/// name the file.
+pub(crate) fn open_creating(path: &Path) -> Result<Connection, StoreError> {
+    let shown = path.display().to_string();
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).map_err(|e| {
+            let reason = format!("cannot create directory {}", parent.display());
+            StoreError::open_failed(shown.clone(), reason, e)
+        })?;
+    }
+    Connection::open(path).map_err(|e| StoreError::open_failed(shown, "SQLite cannot open it", e))
+}
+
 pub(crate) fn vec_to_blob(v: &[f32]) -> Vec<u8> {
     let mut out = Vec::with_capacity(v.len() * 4);
     for x in v {
@@ -317,18 +330,8 @@ impl SqliteStore {
     /// Open (creating if needed, with parent directories) the store at `path`.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, StoreError> {
         let path = path.as_ref();
-        let shown = path.display().to_string();
-        if let Some(parent) = path.parent() {
-            if !parent.as_os_str().is_empty() {
-                std::fs::create_dir_all(parent).map_err(|e| {
-                    let reason = format!("cannot create directory {}", parent.display());
-                    StoreError::open_failed(shown.clone(), reason, e)
-                })?;
-            }
-        }
-        let conn = Connection::open(path)
-            .map_err(|e| StoreError::open_failed(shown.clone(), "SQLite cannot open it", e))?;
-        Self::init(conn, shown, true)
+        let conn = open_creating(path)?;
+        Self::init(conn, path.display().to_string(), true)
     }
 
     /// Open an existing store for reading only: no schema creation, no journal-mode switch,

@@ -16,7 +16,7 @@ use std::sync::Mutex;
 use rusqlite::types::Value;
 use rusqlite::{params, params_from_iter, Connection};
 
-use crate::sqlite::{blob_to_vec, sqlite_open_failed, vec_to_blob};
+use crate::sqlite::{blob_to_vec, open_creating, sqlite_open_failed, vec_to_blob};
 use crate::StoreError;
 
 const SCHEMA: &str = "
@@ -46,16 +46,7 @@ impl VectorFile {
     /// `capacity` vectors.
     pub fn open(path: impl AsRef<Path>, capacity: usize) -> Result<Self, StoreError> {
         let path = path.as_ref();
-        let shown = path.display().to_string();
-        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            std::fs::create_dir_all(parent).map_err(|e| {
-                let reason = format!("cannot create directory {}", parent.display());
-                StoreError::open_failed(shown.clone(), reason, e)
-            })?;
-        }
-        let conn = Connection::open(path)
-            .map_err(|e| StoreError::open_failed(shown.clone(), "SQLite cannot open it", e))?;
-        Self::init(conn, path.to_path_buf(), capacity)
+        Self::init(open_creating(path)?, path.to_path_buf(), capacity)
     }
 
     /// A private in-memory file (tests).
