@@ -23,7 +23,7 @@ pub const AUTO_MODEL: &str = "auto";
 /// Ukrainian 77.0 % against 61.9 %; LoCoMo 84.7 % against 83.3 %; BENCHMARKS.md).
 pub const PREFERRED_PACK_MODEL: &str = "e5-small";
 
-/// Most vectors [`pack_vectors`] keeps (~75 MiB of 384-wide vectors): the lines of some
+/// Most vectors the file of [`pack_vectors_path`] keeps (~75 MiB of 384-wide vectors): the lines of some
 /// fifty long agent sessions.
 pub const PACK_VECTORS_CAPACITY: usize = 50_000;
 

@@ -111,14 +111,21 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     } else {
         PackSemantics::Lexical
     };
-    let settings = crate::settings::ConfigArg { config: None }.resolve(|_| ())?;
+    // Only a hybrid pack reads the settings (the endpoint of an `openai:` model).
+    let embed = if args.hybrid {
+        crate::settings::ConfigArg { config: None }
+            .resolve(|_| ())?
+            .embed
+    } else {
+        bib_app::EmbedSettings::default()
+    };
     let vectors = bib_app::pack::pack_vectors_path();
     let packed = bib_app::pack::pack_history(
         &history,
         args.budget,
         opts,
         &semantics,
-        &settings.embed,
+        &embed,
         vectors.as_deref(),
     );
     if args.stats {
