@@ -81,7 +81,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     // A model id that names nothing is the user's mistake, said before any input is read; a
     // known model that cannot be loaded (not installed, no endpoint) still leaves a lexical
     // pack.
-    bib_app::model::ModelSpec::parse(&bib_app::pack::pack_model(&args.model)).context("--model")?;
+    let model = bib_app::pack::pack_model(&args.model);
+    bib_app::model::ModelSpec::parse(&model).context("--model")?;
     let text = match &args.input {
         Some(p) => {
             std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?
@@ -106,18 +107,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     opts.strict_budget = !args.reference_budget;
     opts.summary = args.card;
-    let semantics = if args.hybrid {
-        PackSemantics::Hybrid(args.model.clone())
-    } else {
-        PackSemantics::Lexical
-    };
     // Only a hybrid pack reads the settings (the endpoint of an `openai:` model).
-    let embed = if args.hybrid {
-        crate::settings::ConfigArg { config: None }
-            .resolve(|_| ())?
-            .embed
+    let (semantics, embed) = if args.hybrid {
+        let settings = crate::settings::ConfigArg { config: None }.resolve(|_| ())?;
+        (PackSemantics::Hybrid(model), settings.embed)
     } else {
-        bib_app::EmbedSettings::default()
+        (PackSemantics::Lexical, bib_app::EmbedSettings::default())
     };
     let vectors = bib_app::pack::pack_vectors_path();
     let packed = bib_app::pack::pack_history(
