@@ -9,8 +9,7 @@ cargo build --locked --release -p bib
 BIB=./target/release/bib
 STORE=${BIB_DEMO_STORE:-.bib/demo.sqlite}
 
-$BIB model install use-m3
-$BIB model install e5-small
+$BIB model install
 $BIB ingest examples/wiki --store "$STORE"
 $BIB ask --store "$STORE" "¿Cómo se restaura una copia de seguridad?"
 $BIB ask --store "$STORE" --trim "How long does a rollback take?"

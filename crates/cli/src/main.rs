@@ -15,7 +15,7 @@ mod settings;
     about = "A local-first librarian for Markdown knowledge bases",
     after_help = "\
 Examples:
-  bib model install                    once: the default embedding model
+  bib model install                    once: the default embedding models
   bib ingest ~/wikis/kb-en             build .bib/kb.sqlite from a folder of Markdown
   bib ask how do I sign a package --trim
   bib config --defaults > bib.toml     every setting, documented
