@@ -1079,7 +1079,15 @@ impl Packer {
             .sum();
         let avgdl = total_len as f64 / n_docs.max(1) as f64;
         let avgdl = if avgdl == 0.0 { 1.0 } else { avgdl };
-        let q_ids: Vec<Option<u32>> = bib_text::terms::terms_with(query, &self.opts.terms)
+        let mut q_terms = bib_text::terms::terms_with(query, &self.opts.terms);
+        if self.opts.latin_spellings {
+            for t in bib_text::terms::latin_spellings(query) {
+                if !q_terms.contains(&t) {
+                    q_terms.push(t);
+                }
+            }
+        }
+        let q_ids: Vec<Option<u32>> = q_terms
             .iter()
             .map(|t| self.vocab.get(t.as_str()).copied())
             .collect();

@@ -373,3 +373,29 @@ fn a_kept_line_over_an_indented_block_brings_its_first_line() {
         joined(&off)
     );
 }
+
+#[test]
+fn a_russian_question_finds_the_english_name_it_spells() {
+    // An agent session read a config file; the user later asks about it in Russian.
+    let mut h = vec![
+        Message::new(
+            "assistant",
+            r#"{"tool": "read_file", "path": "deploy/staging.env"}"#,
+        ),
+        Message::new(
+            "user",
+            "[Tool result]: APP_ENV=staging\nDB_HOST=db.internal\nDB_PORT=5439\nLOG_LEVEL=info",
+        ),
+    ];
+    h.extend(filler(200));
+    h.push(Message::new("user", "На каком порту слушает база данных?"));
+    let packed = |latin_spellings| {
+        let opts = PackOptions {
+            latin_spellings,
+            ..PackOptions::default()
+        };
+        joined(&Packer::new(opts).pack(&h, 300))
+    };
+    assert!(packed(true).contains("DB_PORT=5439"), "{}", packed(true));
+    assert!(!packed(false).contains("DB_PORT=5439"), "{}", packed(false));
+}

@@ -416,6 +416,73 @@ pub fn term_sequence_with(text: &str, cfg: &TermConfig) -> Vec<String> {
         .collect()
 }
 
+/// Latin spellings of a text's Cyrillic words, for matching the English words Russian and
+/// Ukrainian speakers borrow (`порт` = `port`, `тест` = `test`, `лимит` = `limit`, `деплой` =
+/// `deploy`, `коммит` = `commit`): each word's letters spelled out, of the word and of its
+/// Russian stem, with `к` as `k` and as `c`. Spellings shorter than 4 letters are left out
+/// (they collide with unrelated words). Most spellings match nothing, which costs nothing.
+/// (The Russian stemmer leaves Ukrainian words with `і` whole; dropping a final vowel as well
+/// changed no probe.)
+pub fn latin_spellings(text: &str) -> Vec<String> {
+    let lower = lower_nfc(text);
+    let mut out: Vec<String> = Vec::new();
+    for tok in tokens(&lower) {
+        if !cyrillic_re().is_match(tok) || !is_letters(tok) {
+            continue;
+        }
+        let stem = stemmer(Algorithm::Russian).stem(tok);
+        for form in [tok, stem.as_ref()] {
+            for k in ["k", "c"] {
+                let latin = spell_in_latin(form, k);
+                if latin.len() >= 4 && latin.is_ascii() {
+                    push(&mut out, &latin);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// A Cyrillic word letter by letter in Latin, as loanwords are usually spelt back.
+fn spell_in_latin(word: &str, k: &str) -> String {
+    let mut out = String::with_capacity(word.len());
+    for c in word.chars() {
+        out.push_str(match c {
+            'а' => "a",
+            'б' => "b",
+            'в' => "v",
+            'г' | 'ґ' => "g",
+            'д' => "d",
+            'е' | 'ё' | 'э' | 'є' => "e",
+            'ж' => "zh",
+            'з' => "z",
+            'и' | 'і' | 'ї' => "i",
+            'й' | 'ы' => "y",
+            'к' => k,
+            'л' => "l",
+            'м' => "m",
+            'н' => "n",
+            'о' => "o",
+            'п' => "p",
+            'р' => "r",
+            'с' => "s",
+            'т' => "t",
+            'у' => "u",
+            'ф' => "f",
+            'х' => "h",
+            'ц' => "ts",
+            'ч' => "ch",
+            'ш' => "sh",
+            'щ' => "shch",
+            'ъ' | 'ь' | '\'' | '’' => "",
+            'ю' => "yu",
+            'я' => "ya",
+            _ => return String::new(),
+        });
+    }
+    out
+}
+
 /// `s` with Latin accents folded (`é` → `e`, `ñ` → `n`, `ü` → `u`); other scripts untouched.
 /// Lower case in, lower case out. The normalisation the ranking signals use for exact strings.
 pub fn fold_accents(s: &str) -> Cow<'_, str> {
@@ -921,6 +988,25 @@ mod tests {
         assert_eq!(get("deploys"), Some(1));
         let s = term_sequence_with("push push src/a.js", &TermConfig::V1);
         assert_eq!(s.iter().filter(|t| *t == "push").count(), 2);
+    }
+
+    #[test]
+    fn cyrillic_words_get_the_latin_spellings_of_their_loanwords() {
+        let got = latin_spellings("На каком порту слушает база? Тест упал, коммит 42, DB_PORT");
+        for want in ["port", "portu", "test", "kommit", "commit"] {
+            assert!(got.iter().any(|t| t == want), "{want} not in {got:?}");
+        }
+        // Latin words, digits and spellings under four letters give nothing.
+        for not in ["db_port", "42", "baz", "na"] {
+            assert!(!got.iter().any(|t| t == not), "{not} in {got:?}");
+        }
+        assert!(got.iter().all(|t| t.is_ascii()));
+        // Ukrainian letters and the apostrophe.
+        let uk = latin_spellings("Яка стеля ліміту? На якому порту? Хто рев'юїть");
+        for want in ["limitu", "portu", "port"] {
+            assert!(uk.iter().any(|t| t == want), "{want} not in {uk:?}");
+        }
+        assert!(latin_spellings("no Cyrillic here at all").is_empty());
     }
 
     #[test]
