@@ -7,7 +7,9 @@
 //! `(q - 8) * scale`).
 //!
 //! Everything here is our own reading of that format:
-//! - the word-embedding table stays 4-bit in memory and single rows are expanded on lookup;
+//! - the file is memory-mapped, not read: the word-embedding table (54 of its 72 MB) stays
+//!   4-bit in the map and single rows are expanded on lookup, so a process that embeds one
+//!   question touches only its tokens' rows;
 //!   every other matrix stays 4-bit and multiplies activations quantized to 8 bits
 //!   ([`crate::qgemm`]) where the CPU has AVX-512 VNNI or AVX2, and is expanded to f32 once at
 //!   load for `matrixmultiply` sgemm elsewhere ([`Products`]); queries, keys and values are one
@@ -36,6 +38,7 @@ use ndarray::{Array2, ArrayView2, ArrayViewMut2};
 use rayon::prelude::*;
 use rustc_hash::FxHashMap;
 
+use crate::mapped::{MappedFile, Words};
 use crate::ops::{self, Isa};
 pub use crate::qgemm::Products;
 use crate::qgemm::{self, Kernel, Q8Rows, QMatrix};
@@ -321,8 +324,9 @@ struct Weights {
     isa: Isa,
     max_pos: usize,
     eps: f32,
-    /// Word embeddings, still Q4: `vocab` rows of `hidden / 32` blocks.
-    word: Vec<u8>,
+    /// Word embeddings, still Q4: `vocab` rows of `hidden / 32` blocks, read from the mapped
+    /// model file (a question touches only its tokens' rows of the 54 MB table).
+    word: Words<u8>,
     vocab: usize,
     /// Position embeddings, `max_pos` rows of `hidden`.
     pos: Vec<f32>,
@@ -353,9 +357,10 @@ struct ModelShape {
 /// from which the weights are read by name and checked against the shape.
 fn parse(
     path: &Path,
-    data: &[u8],
+    file: &MappedFile,
     products: Products,
 ) -> Result<(E5Tokenizer, Weights), EmbedError> {
+    let data = file.bytes();
     let mut c = Cursor { data, pos: 0, path };
     let shape = parse_header(&mut c)?;
 
@@ -365,6 +370,7 @@ fn parse(
     // Tensor directory.
     let dir = TensorDirectory {
         path,
+        file,
         tensors: parse_tensor_directory(&mut c, data)?,
         products,
     };
@@ -556,6 +562,7 @@ fn parse_tensor_directory<'a>(
 /// The model file's tensors by name, with how its matrices are to be multiplied.
 struct TensorDirectory<'a> {
     path: &'a Path,
+    file: &'a MappedFile,
     tensors: FxHashMap<String, Tensor<'a>>,
     products: Products,
 }
@@ -614,7 +621,10 @@ impl<'a> TensorDirectory<'a> {
             eps,
             ..
         } = shape;
-        let word = self.get("emb.word", vocab * hidden, true)?.data.to_vec();
+        let word = self.get("emb.word", vocab * hidden, true)?.data;
+        let start = word.as_ptr() as usize - self.file.bytes().as_ptr() as usize;
+        let word = Words::mapped(self.file, start, word.len())
+            .ok_or_else(|| bad(path, "tensor emb.word outside the file"))?;
         let pos = self.vec("emb.pos", max_pos * hidden)?;
         let token_type0 = self.token_type0(hidden)?;
         let mut layers = Vec::with_capacity(layers_n);
@@ -934,9 +944,9 @@ impl E5Small {
                 path: dir.display().to_string(),
             });
         }
-        let data = std::fs::read(&path)
+        let file = MappedFile::open(&path)
             .map_err(|e| EmbedError::failed(format!("model file {}", path.display()), e))?;
-        let (tok, w) = parse(&path, &data, products)?;
+        let (tok, w) = parse(&path, &file, products)?;
         if w.hidden != DIMENSIONS || w.max_pos < MAX_INPUT_TOKENS {
             return Err(bad(
                 &path,
