@@ -78,7 +78,7 @@ pub fn rrf_fuse_weighted(rankings: &[(&[usize], f64)], k: f64, n: usize) -> Vec<
     let mut out = vec![0.0; n];
     for &(list, w) in rankings {
         for (r, &id) in list.iter().enumerate() {
-            out[id] += w / (k + r as f64 + 1.0);
+            out[id] += bib_text::fusion::rrf(w, k, r + 1);
         }
     }
     out

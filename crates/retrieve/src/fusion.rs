@@ -58,7 +58,7 @@ pub fn rrf_fuse_weighted(lists: &[Vec<Hit>], weights: &[f64], k: f64) -> Vec<Fus
                     score: h.score,
                     rank,
                 });
-                e.score += weights.get(li).copied().unwrap_or(1.0) / (k + rank as f64);
+                e.score += bib_text::fusion::rrf(weights.get(li).copied().unwrap_or(1.0), k, rank);
             }
         }
     }

@@ -296,11 +296,11 @@ pub fn score_texts(
     });
     let mut fused = vec![0.0f64; n];
     for (r, &i) in cos_order.iter().enumerate() {
-        fused[i] += 1.0 / (rrf_k + (r + 1) as f64);
+        fused[i] += bib_text::fusion::rrf(1.0, rrf_k, r + 1);
     }
     let mut bm25_rank = vec![None; n];
     for (r, &i) in bm_order.iter().enumerate() {
-        fused[i] += 1.0 / (rrf_k + (r + 1) as f64);
+        fused[i] += bib_text::fusion::rrf(1.0, rrf_k, r + 1);
         bm25_rank[i] = Some(r + 1);
     }
 

@@ -10,6 +10,7 @@
 //! - [`tokens`]: the spec's token estimate and the [`tokens::TokenCounter`] seam for exact counts.
 //! - [`terms`]: the one term function that feeds every BM25 in the system (spec 003).
 //! - [`vectors`]: the one dot product every vector score adds up the same way.
+//! - [`fusion`]: the one reciprocal-rank-fusion formula every fused ranking adds up.
 //!
 //! **Invariant:** nothing in this crate does I/O or panics on any input (the vector helpers
 //! panic only when a caller breaks their documented length contract).
@@ -17,6 +18,7 @@
 pub mod bm25;
 pub mod chunk;
 pub mod frontmatter;
+pub mod fusion;
 pub mod markdown;
 pub mod sentences;
 pub mod terms;
