@@ -621,9 +621,11 @@ impl<'a> TensorDirectory<'a> {
             eps,
             ..
         } = shape;
+        // The tensor is a slice of the map; its offset there makes it a window of the map.
         let word = self.get("emb.word", vocab * hidden, true)?.data;
-        let start = word.as_ptr() as usize - self.file.bytes().as_ptr() as usize;
-        let word = Words::mapped(self.file, start, word.len())
+        let word = (word.as_ptr() as usize)
+            .checked_sub(self.file.bytes().as_ptr() as usize)
+            .and_then(|start| Words::mapped(self.file, start, word.len()))
             .ok_or_else(|| bad(path, "tensor emb.word outside the file"))?;
         let pos = self.vec("emb.pos", max_pos * hidden)?;
         let token_type0 = self.token_type0(hidden)?;
