@@ -156,7 +156,7 @@ fn dequantize_row(blocks: &[u8], out: &mut [f32]) {
 
 /// The Unigram tokenizer stored in the model file.
 pub struct E5Tokenizer {
-    pieces: FxHashMap<Box<[u8]>, u32>,
+    pieces: PieceIndex,
     scores: Vec<f32>,
     unk: u32,
     bos: u32,
@@ -216,7 +216,7 @@ impl E5Tokenizer {
                 if len > self.max_piece_bytes {
                     break;
                 }
-                if let Some(&id) = self.pieces.get(&bytes[from..starts[e]]) {
+                if let Some(id) = self.pieces.get(&bytes[from..starts[e]]) {
                     if id != self.unk {
                         let sc = best[i] + self.scores[id as usize];
                         if sc > best[e] {
@@ -447,10 +447,72 @@ fn parse_tokenizer(c: &mut Cursor<'_>) -> Result<E5Tokenizer, EmbedError> {
     })
 }
 
+/// Piece bytes to id: the ids in a hash table, hashed and compared by their bytes in one blob,
+/// so loading 250,000 pieces allocates twice, not once per piece (that and freeing them were
+/// a quarter of a model load).
+struct PieceIndex {
+    blob: Vec<u8>,
+    /// Each id's bytes in `blob`.
+    spans: Vec<(u32, u32)>,
+    /// The first id of each distinct non-empty piece.
+    table: hashbrown::HashTable<u32>,
+}
+
+impl PieceIndex {
+    fn hash(bytes: &[u8]) -> u64 {
+        use std::hash::Hasher;
+        let mut h = rustc_hash::FxHasher::default();
+        h.write(bytes);
+        h.finish()
+    }
+
+    /// The index of `blob` cut at `offs` (piece `i` is `offs[i]..offs[i + 1]`), or the first
+    /// piece whose offsets run backwards or past the blob.
+    fn new(blob: Vec<u8>, offs: &[usize]) -> Result<Self, (usize, usize, usize)> {
+        let n = offs.len().saturating_sub(1);
+        let mut spans = Vec::with_capacity(n);
+        for i in 0..n {
+            let (a, b) = (offs[i], offs[i + 1]);
+            if a > b || b > blob.len() {
+                return Err((i, a, b));
+            }
+            // Bounded by the blob, whose length the file gives as a u32 offset.
+            spans.push((a as u32, b as u32));
+        }
+        let mut table = hashbrown::HashTable::with_capacity(n);
+        let bytes = |id: u32| {
+            let (a, b) = spans[id as usize];
+            &blob[a as usize..b as usize]
+        };
+        for id in 0..n as u32 {
+            let piece = bytes(id);
+            if piece.is_empty() {
+                continue;
+            }
+            table
+                .entry(
+                    Self::hash(piece),
+                    |&j| bytes(j) == piece,
+                    |&j| Self::hash(bytes(j)),
+                )
+                .or_insert(id);
+        }
+        Ok(Self { blob, spans, table })
+    }
+
+    fn get(&self, piece: &[u8]) -> Option<u32> {
+        self.table
+            .find(Self::hash(piece), |&id| {
+                let (a, b) = self.spans[id as usize];
+                &self.blob[a as usize..b as usize] == piece
+            })
+            .copied()
+    }
+}
+
 /// The tokenizer's pieces as the file stores them.
 struct PieceTable {
-    /// Piece bytes to id (the first id of a repeated piece; empty pieces left out).
-    pieces: FxHashMap<Box<[u8]>, u32>,
+    pieces: PieceIndex,
     /// Score by id.
     scores: Vec<f32>,
     /// The longest piece in bytes (at least 1).
@@ -474,19 +536,14 @@ fn parse_pieces(c: &mut Cursor<'_>, n_pieces: usize) -> Result<PieceTable, Embed
         .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
         .collect();
     let blob = c.take(blob_len, "piece bytes")?;
-    let mut pieces: FxHashMap<Box<[u8]>, u32> = FxHashMap::default();
-    pieces.reserve(n_pieces);
-    let mut max_piece_bytes = 1;
-    for i in 0..n_pieces {
-        let (a, b) = (offs[i], offs[i + 1]);
-        if a > b || b > blob.len() {
-            return Err(bad(path, format!("piece {i} has bad offsets {a}..{b}")));
-        }
-        max_piece_bytes = max_piece_bytes.max(b - a);
-        if b > a {
-            pieces.entry(blob[a..b].into()).or_insert(i as u32);
-        }
-    }
+    let max_piece_bytes = offs
+        .windows(2)
+        .map(|w| w[1].saturating_sub(w[0]))
+        .max()
+        .unwrap_or(0)
+        .max(1);
+    let pieces = PieceIndex::new(blob.to_vec(), &offs)
+        .map_err(|(i, a, b)| bad(path, format!("piece {i} has bad offsets {a}..{b}")))?;
     Ok(PieceTable {
         pieces,
         scores,
@@ -629,10 +686,11 @@ impl<'a> TensorDirectory<'a> {
             .ok_or_else(|| bad(path, "tensor emb.word outside the file"))?;
         let pos = self.vec("emb.pos", max_pos * hidden)?;
         let token_type0 = self.token_type0(hidden)?;
-        let mut layers = Vec::with_capacity(layers_n);
-        for l in 0..layers_n {
-            layers.push(self.layer(l, shape)?);
-        }
+        // Packing the layers' matrices is most of a load: one layer per core.
+        let layers = (0..layers_n)
+            .into_par_iter()
+            .map(|l| self.layer(l, shape))
+            .collect::<Result<Vec<_>, _>>()?;
         if n_pieces > vocab {
             return Err(bad(path, "more pieces than embedding rows"));
         }
@@ -1132,12 +1190,14 @@ mod tests {
             "\u{2581}a",
         ];
         let scores = vec![0.0, 0.0, 0.0, 0.0, -2.0, -3.0, -3.0, -4.0, -1.5];
+        let mut offs = vec![0];
+        let mut blob = Vec::new();
+        for p in pieces {
+            blob.extend_from_slice(p.as_bytes());
+            offs.push(blob.len());
+        }
         E5Tokenizer {
-            pieces: pieces
-                .iter()
-                .enumerate()
-                .map(|(i, p)| (p.as_bytes().into(), i as u32))
-                .collect(),
+            pieces: PieceIndex::new(blob, &offs).unwrap(),
             unk_score: -4.0 - 10.0,
             scores,
             unk: 3,
