@@ -1081,8 +1081,9 @@ impl Packer {
         let avgdl = if avgdl == 0.0 { 1.0 } else { avgdl };
         let mut q_terms = bib_text::terms::terms_with(query, &self.opts.terms);
         if self.opts.latin_spellings {
+            let mut seen: FxHashSet<String> = q_terms.iter().cloned().collect();
             for t in bib_text::terms::latin_spellings(query) {
-                if !q_terms.contains(&t) {
+                if seen.insert(t.clone()) {
                     q_terms.push(t);
                 }
             }

@@ -426,16 +426,18 @@ pub fn term_sequence_with(text: &str, cfg: &TermConfig) -> Vec<String> {
 pub fn latin_spellings(text: &str) -> Vec<String> {
     let lower = lower_nfc(text);
     let mut out: Vec<String> = Vec::new();
+    let mut seen: HashSet<String> = HashSet::new();
+    let mut done: HashSet<&str> = HashSet::new();
     for tok in tokens(&lower) {
-        if !cyrillic_re().is_match(tok) || !is_letters(tok) {
+        if !done.insert(tok) || !cyrillic_re().is_match(tok) || !is_letters(tok) {
             continue;
         }
         let stem = stemmer(Algorithm::Russian).stem(tok);
         for form in [tok, stem.as_ref()] {
             for k in ["k", "c"] {
                 let latin = spell_in_latin(form, k);
-                if latin.len() >= 4 && latin.is_ascii() {
-                    push(&mut out, &latin);
+                if latin.len() >= 4 && latin.is_ascii() && seen.insert(latin.clone()) {
+                    out.push(latin);
                 }
             }
         }
