@@ -91,11 +91,7 @@ impl VectorFile {
 
     /// Vectors held.
     pub fn len(&self) -> Result<usize, StoreError> {
-        let n: i64 = self
-            .conn()
-            .query_row("SELECT COUNT(*) FROM vectors", [], |r| r.get(0))
-            .map_err(StoreError::sqlite("count vectors"))?;
-        Ok(usize::try_from(n).unwrap_or(0))
+        held(&self.conn())
     }
 
     /// Whether the file holds no vector.
@@ -172,21 +168,26 @@ impl VectorFile {
                     .map_err(StoreError::sqlite("write vectors"))?;
             }
         }
-        let held: i64 = tx
-            .query_row("SELECT COUNT(*) FROM vectors", [], |r| r.get(0))
-            .map_err(StoreError::sqlite("count vectors"))?;
-        let excess = held - i64::try_from(self.capacity).unwrap_or(i64::MAX);
+        let excess = held(&tx)?.saturating_sub(self.capacity);
         if excess > 0 {
             tx.execute(
                 "DELETE FROM vectors WHERE (model_id, key) IN \
                  (SELECT model_id, key FROM vectors ORDER BY used ASC LIMIT ?1)",
-                params![excess],
+                params![i64::try_from(excess).unwrap_or(i64::MAX)],
             )
             .map_err(StoreError::sqlite("evict vectors"))?;
         }
         tx.commit().map_err(StoreError::sqlite("commit"))?;
         Ok(())
     }
+}
+
+/// Vectors held.
+fn held(conn: &Connection) -> Result<usize, StoreError> {
+    let n: i64 = conn
+        .query_row("SELECT COUNT(*) FROM vectors", [], |r| r.get(0))
+        .map_err(StoreError::sqlite("count vectors"))?;
+    Ok(usize::try_from(n).unwrap_or(0))
 }
 
 /// The use counter's next value: one more than any row's.
