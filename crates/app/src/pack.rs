@@ -9,8 +9,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use bib_embed::{CachedEmbedder, EmbeddingCache, VectorBacking};
-use bib_pack::{Message, PackOptions, Packed, Packer};
+use bib_embed::{CachedEmbedder, Embedder, EmbeddingCache, VectorBacking};
+use bib_pack::{Message, PackOptions, Packed};
 use bib_store::VectorFile;
 
 use crate::settings::EmbedSettings;
@@ -88,27 +88,22 @@ pub fn pack_history(
     embed: &EmbedSettings,
     vectors: Option<&Path>,
 ) -> Packed {
-    let mut packer = Packer::new(opts);
     let PackSemantics::Hybrid(requested) = semantics else {
-        return packer.pack(history, budget);
+        return bib_pack::pack(history, budget, &opts);
     };
     let model = crate::model::requested_model(&pack_model(requested), embed);
-    match crate::model::load_embedder(&model, embed) {
-        Ok(e) => {
-            let mut cache = EmbeddingCache::default();
-            if let Some(file) =
-                vectors.and_then(|p| VectorFile::open(p, PACK_VECTORS_CAPACITY).ok())
-            {
-                cache = cache.with_backing(Arc::new(FileVectors(Arc::new(file))));
-            }
-            packer.pack_hybrid(history, budget, &CachedEmbedder::new(e, cache))
+    let cached = crate::model::load_embedder(&model, embed).map(|e| {
+        let mut cache = EmbeddingCache::default();
+        if let Some(file) = vectors.and_then(|p| VectorFile::open(p, PACK_VECTORS_CAPACITY).ok()) {
+            cache = cache.with_backing(Arc::new(FileVectors(Arc::new(file))));
         }
-        Err(err) => {
-            let mut p = packer.pack(history, budget);
-            p.stats.semantic_error = Some(err.to_string());
-            p
-        }
-    }
+        CachedEmbedder::new(e, cache)
+    });
+    let embedder = match &cached {
+        Ok(e) => Ok(e as &dyn Embedder),
+        Err(err) => Err(err.to_string()),
+    };
+    bib_pack::pack_hybrid_or_lexical(history, budget, &opts, embedder)
 }
 
 #[cfg(test)]

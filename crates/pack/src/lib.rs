@@ -99,6 +99,25 @@ pub fn pack(history: &[Message], budget: usize, options: &PackOptions) -> Packed
     Packer::new(options.clone()).pack(history, budget)
 }
 
+/// One-shot hybrid pack with `embedder`, or — when there is none — a lexical pack whose
+/// `stats.semantic_error` says why: how every front end's hybrid pack falls back when its model
+/// cannot be had.
+pub fn pack_hybrid_or_lexical(
+    history: &[Message],
+    budget: usize,
+    options: &PackOptions,
+    embedder: Result<&dyn bib_embed::Embedder, String>,
+) -> Packed {
+    match embedder {
+        Ok(e) => pack_hybrid(history, budget, options, e),
+        Err(why) => {
+            let mut p = pack(history, budget, options);
+            p.stats.semantic_error = Some(why);
+            p
+        }
+    }
+}
+
 /// One-shot hybrid pack (falls back to lexical when the embedder fails).
 pub fn pack_hybrid(
     history: &[Message],

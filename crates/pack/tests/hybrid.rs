@@ -341,3 +341,26 @@ fn a_history_packs_the_same_whatever_one_packer_packed_before() {
     assert_eq!(joined(&fresh), joined(&again));
     assert_eq!(fresh.stats.output_tokens, again.stats.output_tokens);
 }
+
+#[test]
+fn without_an_embedder_the_pack_is_lexical_and_says_why() {
+    let h = history("which nut can't he eat at the match?");
+    let opts = PackOptions::default();
+    let e = concepts();
+    let hybrid = bib_pack::pack_hybrid_or_lexical(&h, 200, &opts, Ok(&e));
+    assert_eq!(hybrid.stats.mode, PackMode::Hybrid);
+    assert_eq!(hybrid.stats.semantic_error, None);
+    assert_eq!(
+        hybrid.messages,
+        bib_pack::pack_hybrid(&h, 200, &opts, &e).messages
+    );
+
+    let lexical =
+        bib_pack::pack_hybrid_or_lexical(&h, 200, &opts, Err("no model installed".into()));
+    assert_eq!(lexical.stats.mode, PackMode::Lexical);
+    assert_eq!(
+        lexical.stats.semantic_error.as_deref(),
+        Some("no model installed")
+    );
+    assert_eq!(lexical.messages, bib_pack::pack(&h, 200, &opts).messages);
+}

@@ -1405,22 +1405,16 @@ impl Service {
         )?;
         let opts = bib_pack::PackOptions::default();
         let packed = if a.hybrid.unwrap_or(false) {
-            match self.pack_embedder() {
-                Some(inner) => bib_pack::pack_hybrid(
-                    &history,
-                    a.budget,
-                    &opts,
-                    &CachedEmbedder::new(CancelEmbedder { inner, work }, &self.pack_cache),
-                ),
-                None => {
-                    let mut p = bib_pack::pack(&history, a.budget, &opts);
-                    p.stats.semantic_error = Some(format!(
-                        "no embedding model: {}",
-                        self.model_error.as_deref().unwrap_or("not loaded")
-                    ));
-                    p
-                }
-            }
+            let cached = self
+                .pack_embedder()
+                .map(|inner| CachedEmbedder::new(CancelEmbedder { inner, work }, &self.pack_cache));
+            let embedder = cached.as_ref().map(|e| e as &dyn Embedder).ok_or_else(|| {
+                format!(
+                    "no embedding model: {}",
+                    self.model_error.as_deref().unwrap_or("not loaded")
+                )
+            });
+            bib_pack::pack_hybrid_or_lexical(&history, a.budget, &opts, embedder)
         } else {
             bib_pack::pack(&history, a.budget, &opts)
         };
