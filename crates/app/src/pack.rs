@@ -41,16 +41,13 @@ pub fn pack_model(requested: &str) -> String {
 }
 
 /// Where packs keep vectors between processes: `$BIB_PACK_VECTORS` (`off`: nowhere), else
-/// `bibliotecario/pack-vectors.sqlite` in `$XDG_CACHE_HOME` or `~/.cache`.
+/// `pack-vectors.sqlite` in the user cache ([`bib_embed::models::user_cache_dir`], where the
+/// models are too).
 pub fn pack_vectors_path() -> Option<PathBuf> {
-    let env = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
-    if let Some(v) = env("BIB_PACK_VECTORS") {
+    if let Some(v) = std::env::var_os("BIB_PACK_VECTORS").filter(|v| !v.is_empty()) {
         return (v != "off").then(|| PathBuf::from(v));
     }
-    let cache = env("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| env("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
-    Some(cache.join("bibliotecario").join("pack-vectors.sqlite"))
+    Some(bib_embed::models::user_cache_dir()?.join("pack-vectors.sqlite"))
 }
 
 /// A [`VectorFile`] as the persistent level of an [`EmbeddingCache`]; its failures are misses.

@@ -96,26 +96,31 @@ pub fn spec(id: &str) -> Option<&'static ModelSpec> {
     MODELS.iter().find(|m| m.id == id)
 }
 
-/// Root of installed models: `$BIB_MODEL_DIR`, else `$XDG_CACHE_HOME/bibliotecario/models`,
-/// else `~/.cache/bibliotecario/models`.
+/// A non-empty environment variable as a path.
+fn env_path(key: &str) -> Option<PathBuf> {
+    std::env::var_os(key)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+}
+
+/// bibliotecario's folder in the user cache: `$XDG_CACHE_HOME/bibliotecario`, else
+/// `~/.cache/bibliotecario`; `None` when neither variable is set.
+pub fn user_cache_dir() -> Option<PathBuf> {
+    let cache =
+        env_path("XDG_CACHE_HOME").or_else(|| env_path("HOME").map(|h| h.join(".cache")))?;
+    Some(cache.join("bibliotecario"))
+}
+
+/// Root of installed models: `$BIB_MODEL_DIR`, else `models` in [`user_cache_dir`].
 pub fn model_dir() -> Result<PathBuf, EmbedError> {
-    let env = |k: &str| {
-        std::env::var_os(k)
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-    };
-    if let Some(dir) = env("BIB_MODEL_DIR") {
+    if let Some(dir) = env_path("BIB_MODEL_DIR") {
         return Ok(dir);
     }
-    if let Some(cache) = env("XDG_CACHE_HOME") {
-        return Ok(cache.join("bibliotecario").join("models"));
-    }
-    if let Some(home) = env("HOME") {
-        return Ok(home.join(".cache").join("bibliotecario").join("models"));
-    }
-    Err(EmbedError::Other(
-        "cannot locate the model directory: set BIB_MODEL_DIR, XDG_CACHE_HOME or HOME".into(),
-    ))
+    user_cache_dir().map(|d| d.join("models")).ok_or_else(|| {
+        EmbedError::Other(
+            "cannot locate the model directory: set BIB_MODEL_DIR, XDG_CACHE_HOME or HOME".into(),
+        )
+    })
 }
 
 /// A temporary name next to `path` that no other process uses: model files are written there
