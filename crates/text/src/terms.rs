@@ -25,8 +25,8 @@
 //!   filler outranks the answer); with `stop` those words are gone.
 //! - `stop`: Spanish and English function words dropped (plain words only; a compound such as
 //!   `how-to` keeps its whole form).
-//! - `uk`: Ukrainian words stemmed too (their `і`, `ї`, `є`, `ґ` spelt as the Russian letters
-//!   the Russian stemmer knows). On the probe set (20 seeds, hybrid, 1,500 tokens) Ukrainian
+//! - `cyr`: Ukrainian words, and Russian words with `ё`, stemmed too (`і`, `ї`, `є`, `ґ`, `ё`
+//!   spelt as the Russian letters the Russian stemmer knows). On the probe set (20 seeds, hybrid, 1,500 tokens) Ukrainian
 //!   gained 10 probes and nothing was lost. Russian and Ukrainian stop words were measured and
 //!   left out: 7 more Ukrainian probes in hybrid packs, but 12 fewer in lexical ones.
 //! - Terms shorter than 2 UTF-16 units are dropped; each term is emitted once per token, and
@@ -96,11 +96,12 @@ pub struct TermConfig {
     /// dev sets it cost 4 top-10 answers in Spanish and 1 top-5 on golden_en, and gained none
     /// on the probes (BENCHMARKS.md); `camel=1` turns it on for comparison.
     pub camel: bool,
-    /// Stem Ukrainian words too: a word with `і`, `ї`, `є` or `ґ` is stemmed as Russian after
-    /// spelling those letters as their Russian neighbours (`ліків` → `ликив` → `лик`, as
-    /// `ліки`; the Russian stemmer reads `і` as a consonant and left such words whole). Other
-    /// words are untouched.
-    pub ukrainian: bool,
+    /// Before the Russian stemmer, spell the Cyrillic letters it does not know as ones it does:
+    /// Ukrainian `і`, `ї` → `и`, `є` → `е`, `ґ` → `г`, and `ё` → `е` (as Snowball's current
+    /// Russian stemmer does itself). It reads the others as consonants, so Ukrainian words
+    /// (`ліків` → `ликив` → `лик`, as `ліки`) and Russian words with `ё` (`счёт`, `ещё`) kept
+    /// their endings and never met their other forms. Other words are untouched.
+    pub cyrillic_letters: bool,
 }
 
 impl TermConfig {
@@ -114,7 +115,7 @@ impl TermConfig {
         surface: true,
         snake: false,
         camel: false,
-        ukrainian: false,
+        cyrillic_letters: false,
     };
 
     /// Snowball stems (Spanish and English both), accent folding, stop words (issue 15).
@@ -127,7 +128,7 @@ impl TermConfig {
         surface: true,
         snake: false,
         camel: false,
-        ukrainian: false,
+        cyrillic_letters: false,
     };
 
     /// V2 with identifiers also split at `_` (`DB_PORT`, `SHELL_TIMEOUT_MS`): agent sessions
@@ -137,9 +138,10 @@ impl TermConfig {
         ..Self::V2
     };
 
-    /// V3 with Ukrainian words stemmed too ([`TermConfig::ukrainian`]).
+    /// V3 with Ukrainian words and Russian words with `ё` stemmed too
+    /// ([`TermConfig::cyrillic_letters`]).
     pub const V4: TermConfig = TermConfig {
-        ukrainian: true,
+        cyrillic_letters: true,
         ..Self::V3
     };
 
@@ -158,7 +160,7 @@ impl TermConfig {
             Language::Es => "es",
             Language::En => "en",
         };
-        // `snake`, `camel` and `uk` are written only when on, so ids stored before the keys
+        // `snake`, `camel` and `cyr` are written only when on, so ids stored before the keys
         // existed still read back as the function they were built with (see `parse`).
         format!(
             "stem={stem},fold={},stop={},lang={lang},surface={}{}{}{},rev={REVISION}",
@@ -167,7 +169,7 @@ impl TermConfig {
             u8::from(self.surface),
             if self.snake { ",snake=1" } else { "" },
             if self.camel { ",camel=1" } else { "" },
-            if self.ukrainian { ",uk=1" } else { "" },
+            if self.cyrillic_letters { ",cyr=1" } else { "" },
         )
     }
 
@@ -194,7 +196,7 @@ impl TermConfig {
             }
             None => Self::default(),
         };
-        let (mut snake_given, mut camel_given, mut uk_given, mut stored_id) =
+        let (mut snake_given, mut camel_given, mut cyr_given, mut stored_id) =
             (false, false, false, false);
         for part in parts.filter(|p| !p.is_empty()) {
             let (k, v) = part
@@ -244,9 +246,9 @@ impl TermConfig {
                     c.camel = flag(&v)?;
                     camel_given = true;
                 }
-                "uk" => {
-                    c.ukrainian = flag(&v)?;
-                    uk_given = true;
+                "cyr" => {
+                    c.cyrillic_letters = flag(&v)?;
+                    cyr_given = true;
                 }
                 "rev" => {
                     stored_id = true;
@@ -260,12 +262,12 @@ impl TermConfig {
                 other => return Err(bad(format!("unknown key `{other}`"))),
             }
         }
-        // A stored id is a full description: one without `snake`, `camel` or `uk` was built
+        // A stored id is a full description: one without `snake`, `camel` or `cyr` was built
         // without.
         if stored_id {
             c.snake &= snake_given;
             c.camel &= camel_given;
-            c.ukrainian &= uk_given;
+            c.cyrillic_letters &= cyr_given;
         }
         Ok(c)
     }
@@ -445,7 +447,7 @@ pub fn term_sequence_with(text: &str, cfg: &TermConfig) -> Vec<String> {
 /// Latin spellings of a text's Cyrillic words, for matching the English words Russian and
 /// Ukrainian speakers borrow (`порт` = `port`, `тест` = `test`, `лимит` = `limit`, `деплой` =
 /// `deploy`, `коммит` = `commit`): each word's letters spelled out, of the word and of its
-/// stem (Russian's, Ukrainian words' letters spelt as Russian first: [`TermConfig::ukrainian`]),
+/// stem (Russian's, letters it does not know respelt first: [`TermConfig::cyrillic_letters`]),
 /// with `к` as `k` and as `c`. Spellings shorter than 4 letters are left out (they collide
 /// with unrelated words). Most spellings match nothing, which costs nothing. (Dropping a final
 /// vowel as well changed no probe.)
@@ -726,7 +728,7 @@ fn emit_word(
     }
     if matches!(cfg.stem, Stemming::Snowball | Stemming::Both) && is_letters(w) {
         if cyrillic_re().is_match(w) {
-            stems.push(cyrillic_stem(w, cfg.ukrainian));
+            stems.push(cyrillic_stem(w, cfg.cyrillic_letters));
         } else {
             for &alg in langs {
                 let s = stemmer(alg).stem(w);
@@ -749,16 +751,16 @@ fn emit_word(
     }
 }
 
-/// The Snowball stem of a Cyrillic word: Russian's, with a Ukrainian word's own letters spelt
-/// as their Russian neighbours first when `ukrainian` is on (see [`TermConfig::ukrainian`]).
-fn cyrillic_stem(w: &str, ukrainian: bool) -> String {
-    let is_ukrainian_letter = |c: char| matches!(c, 'і' | 'ї' | 'є' | 'ґ');
-    if ukrainian && w.contains(is_ukrainian_letter) {
+/// The Snowball stem of a Cyrillic word: Russian's, with the letters the stemmer does not know
+/// respelt first when `respell` is on (see [`TermConfig::cyrillic_letters`]).
+fn cyrillic_stem(w: &str, respell: bool) -> String {
+    let unknown_to_the_stemmer = |c: char| matches!(c, 'і' | 'ї' | 'є' | 'ґ' | 'ё');
+    if respell && w.contains(unknown_to_the_stemmer) {
         let russian: String = w
             .chars()
             .map(|c| match c {
                 'і' | 'ї' => 'и',
-                'є' => 'е',
+                'є' | 'ё' => 'е',
                 'ґ' => 'г',
                 c => c,
             })
@@ -1177,7 +1179,7 @@ mod tests {
         /// No panic on any text (the stemmers included), and the distinct terms are the
         /// counted ones.
         #[test]
-        fn any_text_any_config(s in "\\PC{0,60}", stem in 0usize..4, fold: bool, stop: bool, lang in 0usize..4, snake: bool, camel: bool, ukrainian: bool) {
+        fn any_text_any_config(s in "\\PC{0,60}", stem in 0usize..4, fold: bool, stop: bool, lang in 0usize..4, snake: bool, camel: bool, cyrillic_letters: bool) {
             let cfg = TermConfig {
                 stem: [Stemming::None, Stemming::Prefix, Stemming::Snowball, Stemming::Both][stem],
                 fold,
@@ -1186,7 +1188,7 @@ mod tests {
                 surface: true,
                 snake,
                 camel,
-                ukrainian,
+                cyrillic_letters,
             };
             let counts = term_counts_with(&s, &cfg);
             let distinct = terms_with(&s, &cfg);
@@ -1222,20 +1224,22 @@ mod tests {
     }
 
     #[test]
-    fn ukrainian_words_get_stems_with_uk() {
+    fn ukrainian_words_and_russian_words_with_yo_get_stems_with_cyr() {
         let stems = |text: &str, cfg: &TermConfig| {
             terms_with(text, cfg)
                 .into_iter()
                 .collect::<HashSet<String>>()
         };
         // Two cases of «medicine» and of «city» share a stem only when `і` is read as a vowel.
-        for (x, y) in [("ліки", "ліків"), ("місто", "місті")] {
+        // «account» with and without `ё` likewise.
+        for (x, y) in [("ліки", "ліків"), ("місто", "місті"), ("счёт", "счета")]
+        {
             let (a, b) = (stems(x, &TermConfig::V4), stems(y, &TermConfig::V4));
             assert!(!a.is_disjoint(&b), "{a:?} {b:?}");
             let (a, b) = (stems(x, &TermConfig::V3), stems(y, &TermConfig::V3));
             assert!(a.is_disjoint(&b), "{a:?} {b:?}");
         }
-        // Russian words are stemmed as before.
+        // Russian words without `ё` are stemmed as before.
         assert_eq!(
             stems("бронирования", &TermConfig::V4),
             stems("бронирования", &TermConfig::V3)
@@ -1250,9 +1254,13 @@ mod tests {
             TermConfig::parse(&TermConfig::V4.id()).unwrap(),
             TermConfig::V4
         );
-        assert!(TermConfig::V4.id().contains(",uk=1"));
-        assert!(!TermConfig::parse(&TermConfig::V3.id()).unwrap().ukrainian);
-        assert_eq!(TermConfig::parse("v3,uk=1").unwrap(), TermConfig::V4);
+        assert!(TermConfig::V4.id().contains(",cyr=1"));
+        assert!(
+            !TermConfig::parse(&TermConfig::V3.id())
+                .unwrap()
+                .cyrillic_letters
+        );
+        assert_eq!(TermConfig::parse("v3,cyr=1").unwrap(), TermConfig::V4);
         assert_eq!(TermConfig::default(), TermConfig::V4);
     }
 
