@@ -399,3 +399,26 @@ fn a_russian_question_finds_the_english_name_it_spells() {
     assert!(packed(true).contains("DB_PORT=5439"), "{}", packed(true));
     assert!(!packed(false).contains("DB_PORT=5439"), "{}", packed(false));
 }
+
+#[test]
+fn a_ukrainian_question_finds_another_form_of_its_words() {
+    // «ліки» (medicine) in the history, «ліків» in the question: the same word only once the
+    // Ukrainian `і` is read as the vowel it is (term function V4).
+    let mut h = vec![Message::new(
+        "user",
+        "Лікарка сказала, що ці ліки треба приймати щовечора до кінця травня.",
+    )];
+    h.extend(filler(200));
+    h.push(Message::new("user", "Скільки ще ліків мені пити?"));
+    let packed = |terms| {
+        let opts = PackOptions {
+            terms,
+            ..PackOptions::default()
+        };
+        joined(&Packer::new(opts).pack(&h, 300))
+    };
+    let v4 = packed(bib_text::terms::TermConfig::V4);
+    let v3 = packed(bib_text::terms::TermConfig::V3);
+    assert!(v4.contains("ліки треба приймати"), "{v4}");
+    assert!(!v3.contains("ліки треба приймати"), "{v3}");
+}
