@@ -1,6 +1,7 @@
 //! Behaviours spec 003 spells out, checked on the whole packer.
 
 use bib_pack::{estimate_tokens, output_tokens, Message, PackOptions, Packer};
+use bib_text::terms::TermConfig;
 
 /// Friday 2026-08-07 12:00 UTC.
 const REF: i64 = 1_786_104_000_000;
@@ -14,6 +15,19 @@ fn filler(n: usize) -> Vec<Message> {
             )
         })
         .collect()
+}
+
+/// `evidence`, then 200 filler turns, then the live `question`.
+fn evidence_then_question(evidence: Vec<Message>, question: &str) -> Vec<Message> {
+    let mut h = evidence;
+    h.extend(filler(200));
+    h.push(Message::new("user", question));
+    h
+}
+
+/// The text `h` keeps in 300 tokens with `opts`.
+fn packed_in_300(h: &[Message], opts: PackOptions) -> String {
+    joined(&Packer::new(opts).pack(h, 300))
 }
 
 fn joined(p: &bib_pack::Packed) -> String {
@@ -377,24 +391,27 @@ fn a_kept_line_over_an_indented_block_brings_its_first_line() {
 #[test]
 fn a_russian_question_finds_the_english_name_it_spells() {
     // An agent session read a config file; the user later asks about it in Russian.
-    let mut h = vec![
-        Message::new(
-            "assistant",
-            r#"{"tool": "read_file", "path": "deploy/staging.env"}"#,
-        ),
-        Message::new(
-            "user",
-            "[Tool result]: APP_ENV=staging\nDB_HOST=db.internal\nDB_PORT=5439\nLOG_LEVEL=info",
-        ),
-    ];
-    h.extend(filler(200));
-    h.push(Message::new("user", "На каком порту слушает база данных?"));
+    let h = evidence_then_question(
+        vec![
+            Message::new(
+                "assistant",
+                r#"{"tool": "read_file", "path": "deploy/staging.env"}"#,
+            ),
+            Message::new(
+                "user",
+                "[Tool result]: APP_ENV=staging\nDB_HOST=db.internal\nDB_PORT=5439\nLOG_LEVEL=info",
+            ),
+        ],
+        "На каком порту слушает база данных?",
+    );
     let packed = |latin_spellings| {
-        let opts = PackOptions {
-            latin_spellings,
-            ..PackOptions::default()
-        };
-        joined(&Packer::new(opts).pack(&h, 300))
+        packed_in_300(
+            &h,
+            PackOptions {
+                latin_spellings,
+                ..PackOptions::default()
+            },
+        )
     };
     assert!(packed(true).contains("DB_PORT=5439"), "{}", packed(true));
     assert!(!packed(false).contains("DB_PORT=5439"), "{}", packed(false));
@@ -404,21 +421,22 @@ fn a_russian_question_finds_the_english_name_it_spells() {
 fn a_ukrainian_question_finds_another_form_of_its_words() {
     // «ліки» (medicine) in the history, «ліків» in the question: the same word only once the
     // Ukrainian `і` is read as the vowel it is (term function V4).
-    let mut h = vec![Message::new(
-        "user",
-        "Лікарка сказала, що ці ліки треба приймати щовечора до кінця травня.",
-    )];
-    h.extend(filler(200));
-    h.push(Message::new("user", "Скільки ще ліків мені пити?"));
-    let packed = |terms| {
-        let opts = PackOptions {
-            terms,
-            ..PackOptions::default()
-        };
-        joined(&Packer::new(opts).pack(&h, 300))
-    };
-    let v4 = packed(bib_text::terms::TermConfig::V4);
-    let v3 = packed(bib_text::terms::TermConfig::V3);
+    let h = evidence_then_question(
+        vec![Message::new(
+            "user",
+            "Лікарка сказала, що ці ліки треба приймати щовечора до кінця травня.",
+        )],
+        "Скільки ще ліків мені пити?",
+    );
+    let [v4, v3] = [TermConfig::V4, TermConfig::V3].map(|terms| {
+        packed_in_300(
+            &h,
+            PackOptions {
+                terms,
+                ..PackOptions::default()
+            },
+        )
+    });
     assert!(v4.contains("ліки треба приймати"), "{v4}");
     assert!(!v3.contains("ліки треба приймати"), "{v3}");
 }
